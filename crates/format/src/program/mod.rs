@@ -1,0 +1,3 @@
+//! The `.pte` program: its model and its loader.
+
+pub mod model;

@@ -1,0 +1,26 @@
+//! etch's memory layer: every byte a method uses comes from here.
+//!
+//! * [`MemoryAllocator`] and its strategies (arena, malloc, caching);
+//! * [`Storage`], [`Span`] and [`Access`]: the regions tensors live in and checked
+//!   borrows of their bytes;
+//! * [`TempScope`]: per-kernel scratch from the temp allocator;
+//! * [`AlignedBuffer`] and [`SharedBytes`]: owned and shared byte sources (including
+//!   memory-mapped files).
+//!
+//! All of etch's `unsafe` outside SIMD kernels lives in this crate.
+
+mod align;
+pub mod allocator;
+mod buffer;
+mod error;
+mod scratch;
+mod shared_bytes;
+pub mod storage;
+
+pub use align::{align_up, check_alignment};
+pub use allocator::{AllocatorStats, MemoryAllocator};
+pub use buffer::AlignedBuffer;
+pub use error::{AccessError, AllocError};
+pub use scratch::{ScratchStats, TempScope};
+pub use shared_bytes::{FILE_ALIGNMENT, MappedFile, SharedBytes};
+pub use storage::{Access, RegionId, Span, Storage};

@@ -1,0 +1,1 @@
+//! etch runtime layer.
