@@ -18,6 +18,8 @@ pub struct Span {
     pub len: usize,
 }
 
+/// What keeps a region's bytes alive; held only for its drop.
+#[allow(dead_code)]
 enum Owner {
     Shared(SharedBytes),
     Allocator(Arc<dyn MemoryAllocator>),
