@@ -1,1 +1,24 @@
-//! etch kernels layer.
+//! etch's kernel layer: tensors and values as kernels see them, the operator registry,
+//! the CPU kernels (one file per op family under [`ops`]) and the thread pool.
+//!
+//! A kernel is a plain function ([`KernelFn`]) taking a [`KernelContext`] (tensor
+//! bytes, scratch, pool) and the instruction's [`Args`]. Arguments follow ExecuTorch's
+//! calling convention: every schema argument in order, then the return value(s).
+
+mod context;
+mod element;
+mod error;
+pub mod ops;
+mod registry;
+mod tensor;
+pub mod testing;
+mod threadpool;
+mod value;
+
+pub use context::KernelContext;
+pub use element::Element;
+pub use error::{KernelError, ShapeError};
+pub use registry::{KernelFn, Registry};
+pub use tensor::{MAX_RANK, Tensor, normalize_dim};
+pub use threadpool::{GRAIN_SIZE, ThreadPool, ThreadPoolError, default_threads};
+pub use value::{Args, EValue, IntList, Scalar, TensorList};

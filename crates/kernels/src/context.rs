@@ -1,0 +1,101 @@
+//! What a kernel receives besides its arguments: checked access to tensor bytes,
+//! scratch from the temp allocator, and the thread pool.
+
+use bytemuck::Pod;
+use etch_memory::{Access, ScratchStats, Span, TempScope};
+
+use crate::{Element, KernelError, Tensor, ThreadPool};
+
+/// The context of one kernel call. Everything borrowed from it ends with the call.
+pub struct KernelContext<'a> {
+    access: Access<'a>,
+    temp: TempScope<'a>,
+    pool: &'a ThreadPool,
+}
+
+impl<'a> KernelContext<'a> {
+    /// A context over a storage access, a scratch scope and a pool.
+    pub fn new(access: Access<'a>, temp: TempScope<'a>, pool: &'a ThreadPool) -> Self {
+        Self { access, temp, pool }
+    }
+
+    /// The thread pool.
+    pub fn pool(&self) -> &ThreadPool {
+        self.pool
+    }
+
+    /// Scratch handed out so far in this call.
+    pub fn scratch_stats(&self) -> ScratchStats {
+        self.temp.stats()
+    }
+
+    fn span(t: &Tensor) -> Result<Span, KernelError> {
+        let data = t.data().ok_or(KernelError::NoData)?;
+        let nbytes = t.nbytes();
+        if nbytes > data.len {
+            return Err(KernelError::invalid(format!(
+                "tensor of {nbytes} bytes does not fit its {}-byte storage",
+                data.len
+            )));
+        }
+        Ok(Span { len: nbytes, ..data })
+    }
+
+    fn check_dtype<T: Element>(t: &Tensor) -> Result<(), KernelError> {
+        if t.dtype() == T::DTYPE {
+            Ok(())
+        } else {
+            Err(KernelError::DtypeMismatch {
+                expected: T::DTYPE,
+                found: t.dtype(),
+            })
+        }
+    }
+
+    /// The tensor's elements (current numel), checking that `T` is its dtype.
+    pub fn read<T: Element>(&self, t: &Tensor) -> Result<&[T], KernelError> {
+        Self::check_dtype::<T>(t)?;
+        self.read_raw(t)
+    }
+
+    /// The tensor's elements, mutably, checking that `T` is its dtype.
+    #[allow(clippy::mut_from_ref)]
+    pub fn write<T: Element>(&self, t: &Tensor) -> Result<&mut [T], KernelError> {
+        Self::check_dtype::<T>(t)?;
+        self.write_raw(t)
+    }
+
+    /// The tensor's bytes viewed as `T` without a dtype check (bool as `u8`, bits).
+    pub fn read_raw<T: Pod>(&self, t: &Tensor) -> Result<&[T], KernelError> {
+        Ok(self.access.slice(Self::span(t)?)?)
+    }
+
+    /// Mutable view as `T` without a dtype check.
+    #[allow(clippy::mut_from_ref)]
+    pub fn write_raw<T: Pod>(&self, t: &Tensor) -> Result<&mut [T], KernelError> {
+        Ok(self.access.slice_mut(Self::span(t)?)?)
+    }
+
+    /// The tensor's bytes.
+    pub fn read_bytes(&self, t: &Tensor) -> Result<&[u8], KernelError> {
+        Ok(self.access.bytes(Self::span(t)?)?)
+    }
+
+    /// The tensor's bytes, mutably.
+    #[allow(clippy::mut_from_ref)]
+    pub fn write_bytes(&self, t: &Tensor) -> Result<&mut [u8], KernelError> {
+        Ok(self.access.bytes_mut(Self::span(t)?)?)
+    }
+
+    /// `n` zeroed scratch elements, 64-byte aligned, valid for this call.
+    #[allow(clippy::mut_from_ref)]
+    pub fn scratch<T: Pod>(&self, n: usize) -> Result<&mut [T], KernelError> {
+        Ok(self.temp.scratch(n)?)
+    }
+
+    /// `n` scratch elements set to `value`.
+    #[allow(clippy::mut_from_ref)]
+    pub fn scratch_filled<T: Pod>(&self, n: usize, value: T) -> Result<&mut [T], KernelError> {
+        Ok(self.temp.scratch_filled(n, value)?)
+    }
+}

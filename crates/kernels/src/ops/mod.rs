@@ -1,0 +1,38 @@
+//! The kernels, one file per op family. Each family exposes `register`.
+
+pub mod binary;
+pub mod compare;
+pub mod convert;
+pub mod create;
+pub mod embedding;
+pub mod index;
+pub mod llama;
+pub mod matmul;
+pub mod norm;
+pub mod prim;
+pub mod quantized;
+pub mod reduce;
+pub mod shape;
+pub mod softmax;
+pub mod unary;
+
+use crate::Registry;
+
+/// Registers every kernel etch ships.
+pub fn register_all(r: &mut Registry) {
+    prim::register(r);
+    binary::register(r);
+    compare::register(r);
+    unary::register(r);
+    reduce::register(r);
+    softmax::register(r);
+    norm::register(r);
+    create::register(r);
+    convert::register(r);
+    shape::register(r);
+    index::register(r);
+    embedding::register(r);
+    matmul::register(r);
+    quantized::register(r);
+    llama::register(r);
+}

@@ -1,0 +1,176 @@
+//! A small harness for calling kernels outside a method, for tests and benches.
+//!
+//! ```
+//! use etch_kernels::testing::Harness;
+//! use etch_format::ScalarType;
+//! let mut h = Harness::new();
+//! let x = h.tensor(&[2], &[1.0f32, 2.0]);
+//! let d = h.int(0);
+//! let out = h.int(-1);
+//! h.call("aten::sym_size.int", &[x, d, out]).unwrap();
+//! assert_eq!(h.value(out), &etch_kernels::EValue::Int(2));
+//! ```
+
+use std::sync::Arc;
+
+use etch_format::{ScalarType, ShapeDynamism};
+use etch_memory::{AlignedBuffer, MemoryAllocator, Span, Storage, TempScope};
+
+use crate::{Args, EValue, Element, KernelContext, KernelError, Registry, Tensor, ThreadPool};
+
+/// Owns storage, a value table, a pool and a registry; builds values and runs kernels.
+pub struct Harness {
+    pub storage: Storage,
+    pub values: Vec<EValue>,
+    pub pool: ThreadPool,
+    pub registry: Registry,
+    pub temp: Option<Box<dyn MemoryAllocator>>,
+}
+
+impl Default for Harness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Harness {
+    /// A serial harness with every default kernel and no temp allocator (scratch
+    /// falls back to the heap).
+    pub fn new() -> Self {
+        Self::with_pool(ThreadPool::serial())
+    }
+
+    /// A harness over a given pool.
+    pub fn with_pool(pool: ThreadPool) -> Self {
+        Self {
+            storage: Storage::new(),
+            values: Vec::new(),
+            pool,
+            registry: Registry::with_defaults(),
+            temp: None,
+        }
+    }
+
+    /// Adds a value and returns its index.
+    pub fn push(&mut self, v: EValue) -> usize {
+        self.values.push(v);
+        self.values.len() - 1
+    }
+
+    /// An Int value.
+    pub fn int(&mut self, v: i64) -> usize {
+        self.push(EValue::Int(v))
+    }
+
+    /// A Double value.
+    pub fn double(&mut self, v: f64) -> usize {
+        self.push(EValue::Double(v))
+    }
+
+    /// A Bool value.
+    pub fn bool(&mut self, v: bool) -> usize {
+        self.push(EValue::Bool(v))
+    }
+
+    /// A None value.
+    pub fn none(&mut self) -> usize {
+        self.push(EValue::None)
+    }
+
+    /// An IntList of fresh Int values.
+    pub fn int_list(&mut self, items: &[i64]) -> usize {
+        let idx: Vec<usize> = items.iter().map(|&v| self.int(v)).collect();
+        self.push(EValue::IntList(Arc::from(idx)))
+    }
+
+    /// A TensorList of existing tensor values.
+    pub fn tensor_list(&mut self, items: &[usize]) -> usize {
+        self.push(EValue::TensorList(Arc::from(items.to_vec())))
+    }
+
+    /// An OptionalTensorList of existing tensor values.
+    pub fn opt_tensor_list(&mut self, items: &[Option<usize>]) -> usize {
+        self.push(EValue::OptionalTensorList(Arc::from(items.to_vec())))
+    }
+
+    fn region(&mut self, nbytes: usize) -> Span {
+        let buf = AlignedBuffer::zeroed(nbytes, 64).expect("test buffer");
+        let region = self.storage.add_buffer(buf);
+        Span {
+            region,
+            offset: 0,
+            len: nbytes,
+        }
+    }
+
+    /// A static contiguous tensor holding `data`.
+    pub fn tensor<T: Element>(&mut self, sizes: &[usize], data: &[T]) -> usize {
+        self.tensor_raw(T::DTYPE, sizes, bytemuck::cast_slice(data))
+    }
+
+    /// A static contiguous tensor of `dtype` holding raw bytes (bool as 0/1 bytes).
+    pub fn tensor_raw(&mut self, dtype: ScalarType, sizes: &[usize], bytes: &[u8]) -> usize {
+        let span = self.region(bytes.len());
+        self.storage
+            .bytes_mut(span)
+            .expect("fresh region")
+            .copy_from_slice(bytes);
+        let t = Tensor::new(dtype, sizes, Some(span)).expect("valid test shape");
+        assert_eq!(t.nbytes(), bytes.len(), "data length must match the shape");
+        self.push(EValue::Tensor(t))
+    }
+
+    /// A zero-filled output tensor with `bound` sizes; dynamic so kernels may resize it.
+    pub fn out(&mut self, dtype: ScalarType, bound: &[usize]) -> usize {
+        let numel: usize = bound.iter().product();
+        let span = self.region(numel * dtype.element_size());
+        let order: Vec<u8> = (0..bound.len() as u8).collect();
+        let t = Tensor::with_layout(dtype, bound, &order, ShapeDynamism::DynamicBound, Some(span))
+            .expect("valid test shape");
+        self.push(EValue::Tensor(t))
+    }
+
+    /// Runs a registered kernel on the given value indices.
+    pub fn call(&mut self, op: &str, args: &[usize]) -> Result<(), KernelError> {
+        let kernel = self
+            .registry
+            .get(op)
+            .ok_or_else(|| KernelError::invalid(format!("no kernel for {op}")))?;
+        let temp = TempScope::new(self.temp.as_deref());
+        let ctx = KernelContext::new(self.storage.access(), temp, &self.pool);
+        let mut a = Args::new(&mut self.values, args);
+        let r = kernel(&ctx, &mut a);
+        drop(ctx);
+        if let Some(t) = self.temp.as_mut() {
+            t.reset();
+        }
+        r
+    }
+
+    /// A value.
+    pub fn value(&self, idx: usize) -> &EValue {
+        &self.values[idx]
+    }
+
+    /// A tensor value's metadata.
+    pub fn tensor_meta(&self, idx: usize) -> Tensor {
+        *self.values[idx].as_tensor().expect("a tensor value")
+    }
+
+    /// A tensor's elements (current shape) as `T`.
+    pub fn read<T: Element>(&mut self, idx: usize) -> Vec<T> {
+        let bytes = self.read_bytes(idx);
+        bytemuck::pod_collect_to_vec(&bytes)
+    }
+
+    /// A tensor's bytes (current shape).
+    pub fn read_bytes(&mut self, idx: usize) -> Vec<u8> {
+        let t = self.tensor_meta(idx);
+        let span = t.data().expect("tensor with data");
+        let span = Span {
+            len: t.nbytes(),
+            ..span
+        };
+        self.storage.bytes(span).expect("in bounds").to_vec()
+    }
+}

@@ -1,0 +1,171 @@
+//! The runtime's thread pool and `parallel_for`.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+/// Elements below which splitting work is not worth a task (ATen's and ExecuTorch's
+/// `GRAIN_SIZE`).
+pub const GRAIN_SIZE: usize = 32768;
+
+/// A fixed-size pool; one per runtime. With one thread everything runs inline.
+pub struct ThreadPool {
+    pool: Option<rayon::ThreadPool>,
+    threads: usize,
+}
+
+/// Why a pool could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("could not start a thread pool of {threads} threads: {message}")]
+pub struct ThreadPoolError {
+    pub threads: usize,
+    pub message: String,
+}
+
+/// The default thread count: the machine's available parallelism.
+pub fn default_threads() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+impl ThreadPool {
+    /// A pool of `threads` threads (0 means [`default_threads`]).
+    pub fn new(threads: usize) -> Result<Self, ThreadPoolError> {
+        let threads = if threads == 0 { default_threads() } else { threads };
+        if threads == 1 {
+            return Ok(Self::serial());
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("etch-worker-{i}"))
+            .build()
+            .map_err(|e| ThreadPoolError {
+                threads,
+                message: e.to_string(),
+            })?;
+        Ok(Self {
+            pool: Some(pool),
+            threads,
+        })
+    }
+
+    /// A pool that runs everything on the calling thread.
+    pub fn serial() -> Self {
+        Self {
+            pool: None,
+            threads: 1,
+        }
+    }
+
+    /// Number of threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Runs `f` inside the pool (kernels called from inside avoid a cross-thread hop).
+    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(p) => p.install(f),
+            None => f(),
+        }
+    }
+
+    /// Splits `range` into at most `threads` chunks of at least `grain` items and runs
+    /// `f(task, chunk)` for each, returning when all are done. `task` is below
+    /// [`ThreadPool::threads`], so it can index per-task scratch. Small ranges run
+    /// inline as task 0.
+    pub fn parallel_for<F>(&self, range: Range<usize>, grain: usize, f: F)
+    where
+        F: Fn(usize, Range<usize>) + Sync + Send,
+    {
+        let len = range.end.saturating_sub(range.start);
+        let grain = grain.max(1);
+        let Some(pool) = &self.pool else {
+            if len > 0 {
+                f(0, range);
+            }
+            return;
+        };
+        if len <= grain {
+            if len > 0 {
+                f(0, range);
+            }
+            return;
+        }
+        let chunk = grain.max(len.div_ceil(self.threads));
+        let tasks = len.div_ceil(chunk);
+        let start = range.start;
+        let end = range.end;
+        pool.install(|| {
+            (0..tasks).into_par_iter().for_each(|t| {
+                let b = start + t * chunk;
+                f(t, b..(b + chunk).min(end));
+            })
+        });
+    }
+
+    /// Runs `f(index, chunk)` over consecutive `chunk_len`-element chunks of `data`,
+    /// in parallel when there are at least `min_chunks_per_task * 2` chunks.
+    pub fn for_each_chunk_mut<T, F>(
+        &self,
+        data: &mut [T],
+        chunk_len: usize,
+        min_chunks_per_task: usize,
+        f: F,
+    ) where
+        T: Send,
+        F: Fn(usize, &mut [T]) + Sync + Send,
+    {
+        let chunk_len = chunk_len.max(1);
+        let n_chunks = data.len().div_ceil(chunk_len);
+        match &self.pool {
+            Some(pool) if n_chunks >= 2 * min_chunks_per_task.max(1) => pool.install(|| {
+                data.par_chunks_mut(chunk_len)
+                    .with_min_len(min_chunks_per_task.max(1))
+                    .enumerate()
+                    .for_each(|(i, c)| f(i, c))
+            }),
+            _ => data
+                .chunks_mut(chunk_len)
+                .enumerate()
+                .for_each(|(i, c)| f(i, c)),
+        }
+    }
+}
+
+impl std::fmt::Debug for ThreadPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ThreadPool({} threads)", self.threads)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn parallel_for_covers_the_range_once() {
+        for threads in [1, 2, 3] {
+            let pool = ThreadPool::new(threads).unwrap();
+            let hits: Vec<AtomicUsize> = (0..1000).map(|_| AtomicUsize::new(0)).collect();
+            pool.parallel_for(0..1000, 7, |task, r| {
+                assert!(task < threads);
+                for i in r {
+                    hits[i].fetch_add(1, Ordering::Relaxed);
+                }
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1));
+        }
+    }
+
+    #[test]
+    fn chunks_cover_the_slice() {
+        let pool = ThreadPool::new(2).unwrap();
+        let mut v = vec![0usize; 103];
+        pool.for_each_chunk_mut(&mut v, 10, 1, |i, c| c.iter_mut().for_each(|x| *x = i));
+        assert_eq!(v[0], 0);
+        assert_eq!(v[102], 10);
+    }
+}
