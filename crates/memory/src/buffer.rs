@@ -103,6 +103,8 @@ impl AsRef<[u8]> for AlignedBuffer {
 
 impl std::fmt::Debug for AlignedBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AlignedBuffer").field("len", &self.len).finish()
+        f.debug_struct("AlignedBuffer")
+            .field("len", &self.len)
+            .finish()
     }
 }

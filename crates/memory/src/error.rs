@@ -35,7 +35,9 @@ pub enum AccessError {
         offset: usize,
         len: usize,
     },
-    #[error("bytes at offset {offset} of region {region} are not aligned to {align} for this element type")]
+    #[error(
+        "bytes at offset {offset} of region {region} are not aligned to {align} for this element type"
+    )]
     Misaligned {
         region: u32,
         offset: usize,

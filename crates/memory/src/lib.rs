@@ -3,7 +3,10 @@
 //! * [`MemoryAllocator`] and its strategies (arena, malloc, caching);
 //! * [`Storage`], [`Span`] and [`Access`]: the regions tensors live in and checked
 //!   borrows of their bytes;
+//! * [`PlannedMemory`]: a method's planned buffers, indexed by memory id, with
+//!   bounds-checked tensor placement;
 //! * [`TempScope`]: per-kernel scratch from the temp allocator;
+//! * [`counting`]: a counting global allocator, to prove hot paths allocation-free;
 //! * [`AlignedBuffer`] and [`SharedBytes`]: owned and shared byte sources (including
 //!   memory-mapped files).
 //!
@@ -12,15 +15,20 @@
 mod align;
 pub mod allocator;
 mod buffer;
+pub mod counting;
 mod error;
+mod planned;
 mod scratch;
 mod shared_bytes;
 pub mod storage;
 
 pub use align::{align_up, check_alignment};
-pub use allocator::{AllocatorStats, MemoryAllocator};
+pub use allocator::{
+    AllocatorStats, ArenaAllocator, CachingAllocator, MallocAllocator, MemoryAllocator,
+};
 pub use buffer::AlignedBuffer;
 pub use error::{AccessError, AllocError};
+pub use planned::{PLANNED_ALIGNMENT, PlanError, PlannedMemory};
 pub use scratch::{ScratchStats, TempScope};
 pub use shared_bytes::{FILE_ALIGNMENT, MappedFile, SharedBytes};
 pub use storage::{Access, RegionId, Span, Storage};

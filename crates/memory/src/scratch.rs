@@ -15,6 +15,9 @@ pub const SCRATCH_ALIGNMENT: usize = 64;
 /// Most heap fallback blocks one scope may hold.
 const MAX_FALLBACK_BLOCKS: usize = 32;
 
+/// Heap fallback blocks of one scope, and how many are in use.
+type FallbackBlocks = ([Option<(NonNull<u8>, Layout)>; MAX_FALLBACK_BLOCKS], usize);
+
 /// What a scope handed out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ScratchStats {
@@ -46,7 +49,7 @@ pub struct ScratchStats {
 /// ```
 pub struct TempScope<'a> {
     allocator: Option<&'a dyn MemoryAllocator>,
-    fallback: RefCell<([Option<(NonNull<u8>, Layout)>; MAX_FALLBACK_BLOCKS], usize)>,
+    fallback: RefCell<FallbackBlocks>,
     stats: Cell<ScratchStats>,
 }
 
@@ -104,9 +107,7 @@ impl<'a> TempScope<'a> {
         let mut stats = self.stats.get();
         stats.allocations += 1;
         stats.bytes += size;
-        let from_allocator = self
-            .allocator
-            .map(|a| a.allocate(size, SCRATCH_ALIGNMENT));
+        let from_allocator = self.allocator.map(|a| a.allocate(size, SCRATCH_ALIGNMENT));
         let result = match from_allocator {
             Some(Ok(ptr)) => Ok(ptr),
             _ => {

@@ -33,10 +33,9 @@ impl SharedBytes {
 
     /// Copies `bytes` into a 64-byte-aligned buffer.
     pub fn from_vec_aligned(bytes: Vec<u8>) -> Result<Self, crate::AllocError> {
-        Ok(SharedBytes::Heap(Arc::new(crate::AlignedBuffer::copy_from(
-            &bytes,
-            FILE_ALIGNMENT,
-        )?)))
+        Ok(SharedBytes::Heap(Arc::new(
+            crate::AlignedBuffer::copy_from(&bytes, FILE_ALIGNMENT)?,
+        )))
     }
 
     /// Reads a whole file into a 64-byte-aligned buffer.

@@ -1,9 +1,40 @@
 //! The allocator family: one trait, several strategies.
 //!
 //! * [`MemoryAllocator`]: the trait every allocator implements.
-//! * `ArenaAllocator`, `MallocAllocator`, `CachingAllocator`: the strategies.
+//! * [`ArenaAllocator`]: bump allocation over one fixed buffer; no system calls at all.
+//! * [`MallocAllocator`]: one system allocation per block, all freed at reset.
+//! * [`CachingAllocator`]: system blocks recycled across resets through size classes,
+//!   with a bounded, least-recently-used cache.
+//!
+//! All three take `allocate(&self)` (so kernels running in parallel may share one) and
+//! `reset(&mut self)` (so the borrow checker proves no block is still in use).
+//!
+//! ```
+//! use etch_memory::MemoryAllocator;
+//! use etch_memory::allocator::{ArenaAllocator, CachingAllocator, MallocAllocator};
+//!
+//! let mut allocators: Vec<Box<dyn MemoryAllocator>> = vec![
+//!     Box::new(ArenaAllocator::with_capacity(1 << 20).unwrap()),
+//!     Box::new(MallocAllocator::new()),
+//!     Box::new(CachingAllocator::new(1 << 20)),
+//! ];
+//! for a in &mut allocators {
+//!     let p = a.allocate(1000, 64).unwrap();
+//!     assert_eq!(p.as_ptr() as usize % 64, 0);
+//!     a.reset();
+//!     assert_eq!(a.stats().bytes_live, 0);
+//! }
+//! ```
+
+mod arena;
+mod caching;
+mod malloc;
 
 use std::ptr::NonNull;
+
+pub use arena::ArenaAllocator;
+pub use caching::{CachingAllocator, DEFAULT_CACHING_ALIGNMENT, size_class};
+pub use malloc::MallocAllocator;
 
 use crate::AllocError;
 
@@ -18,7 +49,12 @@ pub struct AllocatorStats {
     pub misses: u64,
     /// Calls to the system allocator (malloc-like) since creation.
     pub system_allocations: u64,
-    /// Bytes currently handed out (live until the next reset).
+    /// Blocks given back to the system allocator since creation.
+    pub system_frees: u64,
+    /// Bytes currently handed out (live until the next reset). What counts is the
+    /// memory each allocator commits to its live blocks: the arena counts its used
+    /// prefix (padding included), malloc the block sizes, the caching allocator the
+    /// size-class capacity of each block.
     pub bytes_live: usize,
     /// Highest `bytes_live` ever seen.
     pub peak_bytes_live: usize,

@@ -72,12 +72,12 @@ impl<'a> Access<'a> {
     }
 
     fn locate(&self, span: Span, exclusive: bool) -> Result<*mut u8, AccessError> {
-        let region = self
-            .regions
-            .get(span.region.0 as usize)
-            .ok_or(AccessError::UnknownRegion {
-                region: span.region.0,
-            })?;
+        let region =
+            self.regions
+                .get(span.region.0 as usize)
+                .ok_or(AccessError::UnknownRegion {
+                    region: span.region.0,
+                })?;
         let end = match span.offset.checked_add(span.len) {
             Some(end) if end <= region.len => end,
             _ => {

@@ -148,9 +148,7 @@ impl Storage {
         self.check(span)?;
         let region = self.region(span.region)?;
         // SAFETY: in bounds (checked); &mut self rules out any other live borrow.
-        Ok(unsafe {
-            std::slice::from_raw_parts(region.ptr.as_ptr().add(span.offset), span.len)
-        })
+        Ok(unsafe { std::slice::from_raw_parts(region.ptr.as_ptr().add(span.offset), span.len) })
     }
 
     /// Writes a span (exclusive access to the whole storage).
