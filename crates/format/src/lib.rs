@@ -1,7 +1,38 @@
 //! etch's format layer: `.pte` and `.ptd` bytes to a validated program.
+//!
+//! [`ProgramFile`] loads an ExecuTorch program with a hand-written, bounds-checked
+//! FlatBuffers reader (no `unsafe`, no generated code) and validates it eagerly at
+//! load, so that the runtime never meets an out-of-range index or offset:
+//!
+//! * headers: the `ET12` identifier (`ET` with other digits is an incompatible
+//!   version), the optional `eh00` extended header, program and segment sizes
+//!   against the file length;
+//! * every FlatBuffers offset, vtable, vector and string (UTF-8), union tags and
+//!   enum values, with counts bounded by [`limits`];
+//! * every index: values, operators, chains, delegates, constant and mutable
+//!   buffers, segments, list items, inputs and outputs, jump destinations;
+//! * tensors: known dtype, sizes >= 0, rank <= 16, `dim_order` a permutation,
+//!   `storage_offset == 0`, byte size without overflow, planned placement inside
+//!   its memory buffer (memory id 1-based), constant data inside its segment;
+//! * list values: IntList items are Int values, TensorList items are Tensors,
+//!   OptionalTensorList items are Tensors, Nulls or -1.
+//!
+//! Errors are [`FormatError`]s naming the bad field's path, e.g.
+//! `execution_plan[0].values[17].tensor.sizes[2]`.
+//!
+//! [`DataFile`] loads `.ptd` (FlatTensor) named-data files the same way, and
+//! [`inspect`] summarises a program for `etch inspect`.
 
+mod data_file;
+mod error;
+mod flatbuf;
+pub mod inspect;
+pub mod limits;
 pub mod program;
 mod scalar_type;
 
+pub use data_file::{DataEntry, DataFile, FlatTensorHeader, TensorLayout};
+pub use error::{FormatError, Result};
+pub use program::ProgramFile;
 pub use program::model::*;
 pub use scalar_type::ScalarType;

@@ -1,0 +1,171 @@
+//! The format layer's error type.
+
+use std::path::PathBuf;
+
+/// Why a `.pte` or `.ptd` file (or a lookup into one) was rejected.
+///
+/// Every variant about file contents carries `path`, the location of the bad field
+/// written like `execution_plan[0].values[17].tensor.sizes[2]` (or `header.program_size`
+/// for the binary headers), so a failure names exactly what is wrong.
+///
+/// ```
+/// use etch_format::{FormatError, ProgramFile};
+/// let err = ProgramFile::from_static(b"\x08\0\0\0ET99\0\0\0\0").unwrap_err();
+/// assert!(matches!(err, FormatError::IncompatibleVersion { .. }));
+/// assert_eq!(err.path(), Some("header.identifier"));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// The file could not be read or mapped.
+    #[error("cannot read {}: {source}", file.display())]
+    Io {
+        file: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file identifier is not the one expected: not a `.pte`/`.ptd` at all.
+    #[error("{path}: not {expected_kind}: expected identifier {expected:?}, found {found:?}")]
+    BadIdentifier {
+        path: String,
+        expected_kind: &'static str,
+        expected: &'static str,
+        found: String,
+    },
+    /// The identifier names another version of the format.
+    #[error("{path}: incompatible format version {found:?} (this reader supports {supported:?})")]
+    IncompatibleVersion {
+        path: String,
+        found: String,
+        supported: &'static str,
+    },
+    /// A binary header field is inconsistent (sizes, lengths, magic).
+    #[error("{path}: {reason}")]
+    Header { path: String, reason: String },
+    /// An offset or length points outside its buffer.
+    #[error("{path}: {reason}")]
+    OutOfBounds { path: String, reason: String },
+    /// A string field is not UTF-8.
+    #[error("{path}: string is not valid UTF-8")]
+    InvalidUtf8 { path: String },
+    /// A field the loader needs is absent.
+    #[error("{path}: required field is missing")]
+    MissingField { path: String },
+    /// A union tag or enum value the format does not define.
+    #[error("{path}: unknown {what} {tag}")]
+    UnknownTag {
+        path: String,
+        what: &'static str,
+        tag: i64,
+    },
+    /// An index does not fit the table it indexes.
+    #[error("{path}: index {index} is out of range for {target} of length {len}")]
+    IndexOutOfRange {
+        path: String,
+        index: i64,
+        target: String,
+        len: usize,
+    },
+    /// A value index refers to a value of the wrong kind.
+    #[error("{path}: value {index} is {found}, expected {expected}")]
+    WrongValueType {
+        path: String,
+        index: usize,
+        expected: &'static str,
+        found: &'static str,
+    },
+    /// A count exceeds one of the limits in [`crate::limits`].
+    #[error("{path}: {what} {count} exceeds the limit of {limit}")]
+    LimitExceeded {
+        path: String,
+        what: &'static str,
+        count: u64,
+        limit: u64,
+    },
+    /// A field has a value the format forbids.
+    #[error("{path}: {reason}")]
+    Invalid { path: String, reason: String },
+    /// A field has a value the format allows but etch (like ExecuTorch) does not support.
+    #[error("{path}: not supported: {reason}")]
+    Unsupported { path: String, reason: String },
+    /// A lookup by name or key found nothing.
+    #[error("{path}: not found")]
+    NotFound { path: String },
+}
+
+impl FormatError {
+    /// The path of the offending field, when the error is about file contents.
+    pub fn path(&self) -> Option<&str> {
+        use FormatError::*;
+        match self {
+            Io { .. } => None,
+            BadIdentifier { path, .. }
+            | IncompatibleVersion { path, .. }
+            | Header { path, .. }
+            | OutOfBounds { path, .. }
+            | InvalidUtf8 { path }
+            | MissingField { path }
+            | UnknownTag { path, .. }
+            | IndexOutOfRange { path, .. }
+            | WrongValueType { path, .. }
+            | LimitExceeded { path, .. }
+            | Invalid { path, .. }
+            | Unsupported { path, .. }
+            | NotFound { path } => Some(path),
+        }
+    }
+
+    /// The same error, reported at `new_path` (used when a lookup fails on behalf of
+    /// a field, e.g. a tensor's `data_buffer_idx`).
+    pub(crate) fn with_path(mut self, new_path: String) -> Self {
+        use FormatError::*;
+        match &mut self {
+            Io { .. } => {}
+            BadIdentifier { path, .. }
+            | IncompatibleVersion { path, .. }
+            | Header { path, .. }
+            | OutOfBounds { path, .. }
+            | InvalidUtf8 { path }
+            | MissingField { path }
+            | UnknownTag { path, .. }
+            | IndexOutOfRange { path, .. }
+            | WrongValueType { path, .. }
+            | LimitExceeded { path, .. }
+            | Invalid { path, .. }
+            | Unsupported { path, .. }
+            | NotFound { path } => *path = new_path,
+        }
+        self
+    }
+
+    pub(crate) fn invalid(path: impl ToString, reason: impl Into<String>) -> Self {
+        FormatError::Invalid {
+            path: path.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn out_of_bounds(path: impl ToString, reason: impl Into<String>) -> Self {
+        FormatError::OutOfBounds {
+            path: path.to_string(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn index(
+        path: impl ToString,
+        index: i64,
+        target: impl Into<String>,
+        len: usize,
+    ) -> Self {
+        FormatError::IndexOutOfRange {
+            path: path.to_string(),
+            index,
+            target: target.into(),
+            len,
+        }
+    }
+}
+
+/// Result alias of the format layer.
+pub type Result<T, E = FormatError> = std::result::Result<T, E>;
