@@ -89,8 +89,8 @@ pub enum FormatError {
     #[error("{path}: not supported: {reason}")]
     Unsupported { path: String, reason: String },
     /// A lookup by name or key found nothing.
-    #[error("{path}: not found")]
-    NotFound { path: String },
+    #[error("{path}: {what} not found")]
+    NotFound { path: String, what: String },
 }
 
 impl FormatError {
@@ -111,7 +111,7 @@ impl FormatError {
             | LimitExceeded { path, .. }
             | Invalid { path, .. }
             | Unsupported { path, .. }
-            | NotFound { path } => Some(path),
+            | NotFound { path, .. } => Some(path),
         }
     }
 
@@ -133,7 +133,7 @@ impl FormatError {
             | LimitExceeded { path, .. }
             | Invalid { path, .. }
             | Unsupported { path, .. }
-            | NotFound { path } => *path = new_path,
+            | NotFound { path, .. } => *path = new_path,
         }
         self
     }

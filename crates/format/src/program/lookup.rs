@@ -113,7 +113,8 @@ impl Program {
             .mutable_data_segments
             .first()
             .ok_or_else(|| FormatError::NotFound {
-                path: "mutable_data_segments[0]".into(),
+                path: "mutable_data_segments".into(),
+                what: "mutable_data_segments[0] (initial state of mutable tensors)".into(),
             })?;
         let path = format!("mutable_data_segments[0].offsets[{data_buffer_idx}]");
         let offset = *table.offsets.get(data_buffer_idx).ok_or_else(|| {

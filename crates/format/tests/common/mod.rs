@@ -1,0 +1,5 @@
+//! Test helpers: a FlatBuffers writer and `.pte`/`.ptd` descriptions.
+#![allow(dead_code)]
+
+pub mod flatbuffers;
+pub mod program;
