@@ -1,1 +1,50 @@
-fn main() {}
+//! `etch`: inspect and run ExecuTorch `.pte` programs on the CPU.
+
+mod inspect;
+mod run;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use etch_memory::counting::CountingAllocator;
+
+// Counts heap allocations for `--stats` (a few relaxed atomic adds per allocation).
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// etch runs ExecuTorch programs (.pte files) on the CPU, in pure Rust.
+#[derive(Parser)]
+#[command(name = "etch", version, about, long_about = None)]
+#[command(after_help = "Examples:\n  \
+    etch inspect model.pte\n  \
+    etch run model.pte --input x.npy --output-dir out/\n  \
+    etch run llm.pte --input tokens.npy --input pos.npy --then --input next.npy --input pos1.npy")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show a program's methods, inputs and outputs, operators, memory plan and segments.
+    Inspect(inspect::InspectArgs),
+    /// Run a method on inputs from .npy files or scalars and write its outputs as .npy.
+    Run(run::RunArgs),
+}
+
+fn main() {
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::main(args),
+        Command::Run(args) => {
+            let sub = matches.subcommand_matches("run");
+            run::main(args, sub)
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

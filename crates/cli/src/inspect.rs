@@ -1,0 +1,29 @@
+//! `etch inspect`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use etch_format::ProgramFile;
+use etch_format::inspect::ProgramSummary;
+
+/// Arguments of `etch inspect`.
+#[derive(clap::Args)]
+pub struct InspectArgs {
+    /// The .pte file.
+    file: PathBuf,
+    /// Print one JSON object instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn main(args: InspectArgs) -> anyhow::Result<()> {
+    let file = ProgramFile::map(&args.file, false)
+        .with_context(|| format!("cannot load {}", args.file.display()))?;
+    let summary = ProgramSummary::new(&file);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        print!("{}", summary.render_text());
+    }
+    Ok(())
+}

@@ -1,0 +1,304 @@
+//! `etch run`: run a method on inputs from the command line.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::ArgAction;
+use etch_format::ScalarType;
+use etch_memory::counting::CountingAllocator;
+use etch_runtime::npy::{read_npy, write_npy_file};
+use etch_runtime::{HostTensor, LoadMode, Module, Value, ValueInfo};
+use serde_json::json;
+
+/// Arguments of `etch run`.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The .pte file.
+    file: PathBuf,
+    /// The method to run.
+    #[arg(long, default_value = "forward")]
+    method: String,
+    /// An input, in order: a .npy file, or a scalar (`3`, `2.5`, `true`).
+    #[arg(long = "input", value_name = "PATH.npy|SCALAR")]
+    inputs: Vec<String>,
+    /// Starts the inputs of the next call of the same loaded method; state such as a
+    /// KV cache carries over (prefill, then decode steps).
+    #[arg(long = "then", action = ArgAction::Count)]
+    then: u8,
+    /// Where outputs are written: out0.npy, out1.npy, ... (step0.out0.npy, ... with --then).
+    #[arg(long, default_value = ".", value_name = "DIR")]
+    output_dir: PathBuf,
+    /// Runs each call N times and reports the median time (outputs are from the last run).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    repeat: usize,
+    /// Kernel threads (0: one per available core).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    threads: usize,
+    /// Also report planned memory, temp-allocator use and heap allocations.
+    #[arg(long)]
+    stats: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_input(text: &str, info: Option<&ValueInfo>) -> anyhow::Result<Value> {
+    if let Ok(v) = text.parse::<i64>() {
+        return Ok(Value::Int(v));
+    }
+    if let Ok(v) = text.parse::<f64>() {
+        return Ok(Value::Double(v));
+    }
+    match text {
+        "true" | "True" => return Ok(Value::Bool(true)),
+        "false" | "False" => return Ok(Value::Bool(false)),
+        _ => {}
+    }
+    let path = Path::new(text);
+    let bytes = std::fs::read(path).with_context(|| {
+        format!("input {text:?} is neither a number, true/false, nor a readable .npy file")
+    })?;
+    let mut t = read_npy(&bytes, text)?;
+    // bf16 has no NumPy dtype: accept its raw bits stored as uint16.
+    if let Some(ValueInfo::Tensor(meta)) = info
+        && meta.dtype == ScalarType::BFloat16
+        && t.dtype == ScalarType::UInt16
+    {
+        t.dtype = ScalarType::BFloat16;
+    }
+    Ok(Value::Tensor(t))
+}
+
+fn describe(info: &ValueInfo) -> String {
+    match info {
+        ValueInfo::Tensor(t) => format!(
+            "{} {:?}{}",
+            t.dtype,
+            t.sizes,
+            if t.dynamism == etch_format::ShapeDynamism::Static {
+                ""
+            } else {
+                " (dynamic, upper bound)"
+            }
+        ),
+        other => other.kind().to_string(),
+    }
+}
+
+/// Splits `--input` values into calls at each `--then`, by position on the command line.
+fn split_calls(args: &RunArgs, matches: Option<&clap::ArgMatches>) -> Vec<Vec<String>> {
+    let input_pos: Vec<usize> = matches
+        .and_then(|m| m.indices_of("inputs"))
+        .map(|i| i.collect())
+        .unwrap_or_default();
+    let then_pos: Vec<usize> = matches
+        .and_then(|m| m.indices_of("then"))
+        .map(|i| i.collect())
+        .unwrap_or_default();
+    let mut calls = vec![Vec::new(); then_pos.len() + 1];
+    for (k, value) in args.inputs.iter().enumerate() {
+        let pos = input_pos.get(k).copied().unwrap_or(0);
+        let call = then_pos.iter().filter(|&&t| t < pos).count();
+        calls[call].push(value.clone());
+    }
+    calls
+}
+
+struct CallResult {
+    outputs: Vec<Value>,
+    median: Duration,
+    heap_allocations_per_run: f64,
+}
+
+pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result<()> {
+    if args.repeat == 0 {
+        bail!("--repeat must be at least 1");
+    }
+    let calls = split_calls(&args, matches);
+    let load_start = Instant::now();
+    let mut module = Module::from_path(&args.file)
+        .load_mode(LoadMode::Mmap)
+        .threads(args.threads)
+        .build()
+        .with_context(|| format!("cannot load {}", args.file.display()))?;
+    let meta = module.method_meta(&args.method)?;
+    for (k, call) in calls.iter().enumerate() {
+        if call.len() != meta.inputs.len() {
+            let expected: Vec<String> = meta
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, v)| format!("  input {i}: {}", describe(v)))
+                .collect();
+            bail!(
+                "call {k}: method {:?} takes {} inputs, got {} (give each with --input)\n{}",
+                args.method,
+                meta.inputs.len(),
+                call.len(),
+                expected.join("\n")
+            );
+        }
+    }
+    let inputs: Vec<Vec<Value>> = calls
+        .iter()
+        .map(|call| {
+            call.iter()
+                .enumerate()
+                .map(|(i, text)| {
+                    parse_input(text, meta.inputs.get(i)).with_context(|| format!("input {i}"))
+                })
+                .collect::<anyhow::Result<Vec<_>>>()
+        })
+        .collect::<anyhow::Result<_>>()?;
+    module.load_method(&args.method)?;
+    let load_time = load_start.elapsed();
+
+    let mut results = Vec::new();
+    for (k, call_inputs) in inputs.iter().enumerate() {
+        module
+            .method_mut(&args.method)?
+            .set_inputs(call_inputs)
+            .with_context(|| format!("call {k}"))?;
+        let mut times = Vec::with_capacity(args.repeat);
+        let before = CountingAllocator::global_counts();
+        for _ in 0..args.repeat {
+            let start = Instant::now();
+            module
+                .run(&args.method)
+                .with_context(|| format!("call {k}"))?;
+            times.push(start.elapsed());
+        }
+        let heap = CountingAllocator::global_counts().since(&before);
+        times.sort();
+        let outputs = module.method_mut(&args.method)?.outputs()?;
+        results.push(CallResult {
+            outputs,
+            median: times[times.len() / 2],
+            heap_allocations_per_run: heap.allocations as f64 / args.repeat as f64,
+        });
+    }
+
+    // Everything ran: only now write files, so a failure leaves no partial output.
+    let multi = results.len() > 1;
+    let mut written = Vec::new();
+    for (k, r) in results.iter().enumerate() {
+        for (j, v) in r.outputs.iter().enumerate() {
+            if let Value::Tensor(t) = v {
+                std::fs::create_dir_all(&args.output_dir).with_context(|| {
+                    format!("cannot create {}", args.output_dir.display())
+                })?;
+                let name = if multi {
+                    format!("step{k}.out{j}.npy")
+                } else {
+                    format!("out{j}.npy")
+                };
+                let path = args.output_dir.join(name);
+                write_npy_file(&path, t)?;
+                written.push((k, j, path));
+            }
+        }
+    }
+
+    let method = module.method_mut(&args.method)?;
+    let method_stats = method.stats();
+    let planned = module.planned_bytes();
+    let temp = module.temp_allocator_stats();
+    if args.json {
+        let calls_json: Vec<_> = results
+            .iter()
+            .enumerate()
+            .map(|(k, r)| {
+                let outputs: Vec<_> = r
+                    .outputs
+                    .iter()
+                    .enumerate()
+                    .map(|(j, v)| output_json(v, written.iter().find(|w| w.0 == k && w.1 == j).map(|w| &w.2)))
+                    .collect();
+                json!({
+                    "outputs": outputs,
+                    "median_ms": r.median.as_secs_f64() * 1e3,
+                    "heap_allocations_per_run": r.heap_allocations_per_run,
+                })
+            })
+            .collect();
+        let mut obj = json!({
+            "file": args.file.display().to_string(),
+            "method": args.method,
+            "threads": module.pool().threads(),
+            "load_ms": load_time.as_secs_f64() * 1e3,
+            "calls": calls_json,
+        });
+        if args.stats {
+            obj["stats"] = json!({
+                "planned_bytes": planned,
+                "temp_peak_bytes": temp.peak_bytes_live,
+                "temp_hits": temp.hits,
+                "temp_misses": temp.misses,
+                "temp_system_allocations": temp.system_allocations,
+                "scratch_fallbacks": method_stats.scratch_fallbacks,
+            });
+        }
+        println!("{}", serde_json::to_string_pretty(&obj)?);
+        return Ok(());
+    }
+    for (k, r) in results.iter().enumerate() {
+        let prefix = if multi { format!("step {k}: ") } else { String::new() };
+        for (j, v) in r.outputs.iter().enumerate() {
+            match (v, written.iter().find(|w| w.0 == k && w.1 == j)) {
+                (Value::Tensor(t), Some((_, _, path))) => {
+                    println!("{prefix}output {j}: {} {:?} -> {}", t.dtype, t.sizes, path.display())
+                }
+                (other, _) => println!("{prefix}output {j}: {}", scalar_text(other)),
+            }
+        }
+        println!(
+            "{prefix}time: {:.3} ms (median of {})",
+            r.median.as_secs_f64() * 1e3,
+            args.repeat
+        );
+    }
+    if args.stats {
+        println!("load: {:.1} ms", load_time.as_secs_f64() * 1e3);
+        println!("threads: {}", module.pool().threads());
+        println!("planned memory: {planned} bytes");
+        println!(
+            "temp allocator: peak {} bytes live, {} hits, {} misses, {} system allocations",
+            temp.peak_bytes_live, temp.hits, temp.misses, temp.system_allocations
+        );
+        println!("scratch heap fallbacks: {}", method_stats.scratch_fallbacks);
+        for (k, r) in results.iter().enumerate() {
+            println!(
+                "heap allocations during execute (call {k}): {:.1} per run",
+                r.heap_allocations_per_run
+            );
+        }
+    }
+    Ok(())
+}
+
+fn scalar_text(v: &Value) -> String {
+    match v {
+        Value::None => "None".into(),
+        Value::Int(i) => i.to_string(),
+        Value::Double(d) => d.to_string(),
+        Value::Bool(b) => b.to_string(),
+        Value::String(s) => format!("{s:?}"),
+        Value::Tensor(t) => format!("{} {:?}", t.dtype, t.sizes),
+    }
+}
+
+fn output_json(v: &Value, path: Option<&PathBuf>) -> serde_json::Value {
+    match v {
+        Value::Tensor(HostTensor { dtype, sizes, .. }) => json!({
+            "dtype": dtype.name(),
+            "shape": sizes,
+            "file": path.map(|p| p.display().to_string()),
+        }),
+        Value::Int(i) => json!({ "int": i }),
+        Value::Double(d) => json!({ "double": d }),
+        Value::Bool(b) => json!({ "bool": b }),
+        Value::String(s) => json!({ "string": s }),
+        Value::None => json!(null),
+    }
+}

@@ -1,0 +1,259 @@
+//! Setting inputs and reading outputs.
+
+use etch_format::ScalarType;
+use etch_kernels::{EValue, Tensor};
+use etch_memory::Span;
+
+use super::Method;
+use crate::{HostTensor, RuntimeError, Value};
+
+/// A read-only view of an output tensor in the method's memory, valid until the next
+/// `execute`.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorView<'a> {
+    pub tensor: Tensor,
+    pub bytes: &'a [u8],
+}
+
+impl TensorView<'_> {
+    /// The elements as `T` (None if `T` is not the dtype or the bytes are misaligned).
+    pub fn as_slice<T: etch_kernels::Element>(&self) -> Option<&[T]> {
+        if T::DTYPE != self.tensor.dtype() {
+            return None;
+        }
+        bytemuck::try_cast_slice(self.bytes).ok()
+    }
+
+    /// An owned copy.
+    pub fn to_host(&self) -> HostTensor {
+        HostTensor {
+            dtype: self.tensor.dtype(),
+            sizes: self.tensor.sizes().to_vec(),
+            data: self.bytes.to_vec(),
+        }
+    }
+}
+
+impl Method {
+    /// Number of inputs.
+    pub fn input_count(&self) -> usize {
+        self.inputs.len()
+    }
+
+    /// Number of outputs.
+    pub fn output_count(&self) -> usize {
+        self.outputs.len()
+    }
+
+    fn input_slot(&self, index: usize) -> Result<usize, RuntimeError> {
+        self.inputs
+            .get(index)
+            .copied()
+            .ok_or_else(|| RuntimeError::InputCount {
+                method: self.name.clone(),
+                expected: self.inputs.len(),
+                got: index + 1,
+            })
+    }
+
+    /// Sets tensor input `index` from raw little-endian bytes: the dtype must match,
+    /// the shape must fit the input's dynamism rules, and the bytes are copied into
+    /// the method's memory (so the caller's buffer need not outlive the call).
+    /// Allocates nothing.
+    pub fn set_input_tensor(
+        &mut self,
+        index: usize,
+        dtype: ScalarType,
+        sizes: &[usize],
+        bytes: &[u8],
+    ) -> Result<(), RuntimeError> {
+        let slot = self.input_slot(index)?;
+        let method = &self.name;
+        let mut t = match self.values.get(slot) {
+            Some(EValue::Tensor(t)) => *t,
+            other => {
+                return Err(RuntimeError::InputKind {
+                    method: method.clone(),
+                    index,
+                    expected: other.map_or("?", |v| v.kind()).to_string(),
+                    got: "Tensor".to_string(),
+                });
+            }
+        };
+        if t.dtype() != dtype {
+            return Err(RuntimeError::InputDtype {
+                method: method.clone(),
+                index,
+                expected: t.dtype(),
+                got: dtype,
+            });
+        }
+        let bound = t.sizes().to_vec();
+        t.resize(sizes).map_err(|source| RuntimeError::InputShape {
+            method: method.clone(),
+            index,
+            expected: bound,
+            got: sizes.to_vec(),
+            source,
+        })?;
+        let nbytes = t.nbytes();
+        if bytes.len() != nbytes {
+            return Err(RuntimeError::InputValue {
+                method: method.clone(),
+                index,
+                what: format!(
+                    "shape {sizes:?} of {dtype} needs {nbytes} bytes, got {}",
+                    bytes.len()
+                ),
+            });
+        }
+        let span = self
+            .input_spans
+            .get(index)
+            .copied()
+            .flatten()
+            .ok_or_else(|| RuntimeError::InputValue {
+                method: method.clone(),
+                index,
+                what: "input tensor has no storage".to_string(),
+            })?;
+        let dst = self
+            .storage
+            .bytes_mut(Span { len: nbytes, ..span })
+            .map_err(|e| RuntimeError::InputValue {
+                method: method.clone(),
+                index,
+                what: e.to_string(),
+            })?;
+        dst.copy_from_slice(bytes);
+        t.set_data(Some(span));
+        self.values[slot] = EValue::Tensor(t);
+        self.input_set[index] = true;
+        Ok(())
+    }
+
+    /// Sets input `index`. Tensors are copied in; Int/Double/Bool inputs are baked
+    /// into the program at export and must equal the traced value.
+    pub fn set_input(&mut self, index: usize, value: &Value) -> Result<(), RuntimeError> {
+        let slot = self.input_slot(index)?;
+        if let Value::Tensor(t) = value {
+            return self.set_input_tensor(index, t.dtype, &t.sizes, &t.data);
+        }
+        let current = &self.values[slot];
+        let same = match (current, value) {
+            (EValue::None, Value::None) => true,
+            (EValue::Int(a), Value::Int(b)) => a == b,
+            (EValue::Bool(a), Value::Bool(b)) => a == b,
+            (EValue::Double(a), Value::Double(b)) => {
+                (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-4 + 1e-5 * b.abs()
+            }
+            (EValue::String(a), Value::String(b)) => **a == **b,
+            _ => {
+                return Err(RuntimeError::InputKind {
+                    method: self.name.clone(),
+                    index,
+                    expected: current.kind().to_string(),
+                    got: value.kind().to_string(),
+                });
+            }
+        };
+        if !same {
+            return Err(RuntimeError::InputValue {
+                method: self.name.clone(),
+                index,
+                what: format!(
+                    "scalar inputs are fixed at export: the program was traced with {current:?}, got {value:?}"
+                ),
+            });
+        }
+        self.input_set[index] = true;
+        Ok(())
+    }
+
+    /// Sets every input in order.
+    pub fn set_inputs(&mut self, values: &[Value]) -> Result<(), RuntimeError> {
+        if values.len() != self.inputs.len() {
+            return Err(RuntimeError::InputCount {
+                method: self.name.clone(),
+                expected: self.inputs.len(),
+                got: values.len(),
+            });
+        }
+        values
+            .iter()
+            .enumerate()
+            .try_for_each(|(i, v)| self.set_input(i, v))
+    }
+
+    /// A view of tensor output `index` (or an error for a non-tensor output).
+    pub fn output_tensor(&mut self, index: usize) -> Result<TensorView<'_>, RuntimeError> {
+        let slot = *self.outputs.get(index).ok_or(RuntimeError::OutputIndex {
+            method: self.name.clone(),
+            index,
+            count: self.outputs.len(),
+        })?;
+        let t = match self.values.get(slot) {
+            Some(EValue::Tensor(t)) => *t,
+            other => {
+                return Err(RuntimeError::InputKind {
+                    method: self.name.clone(),
+                    index,
+                    expected: "Tensor output".to_string(),
+                    got: other.map_or("?", |v| v.kind()).to_string(),
+                });
+            }
+        };
+        let bytes = match t.data() {
+            Some(span) => self
+                .storage
+                .bytes(Span {
+                    len: t.nbytes(),
+                    ..span
+                })
+                .map_err(|source| RuntimeError::OutputAccess {
+                    method: self.name.clone(),
+                    index,
+                    source,
+                })?,
+            None if t.nbytes() == 0 => &[],
+            None => {
+                return Err(RuntimeError::OutputAccess {
+                    method: self.name.clone(),
+                    index,
+                    source: etch_memory::AccessError::UnknownRegion { region: u32::MAX },
+                });
+            }
+        };
+        Ok(TensorView { tensor: t, bytes })
+    }
+
+    /// Output `index`, copied out.
+    pub fn output(&mut self, index: usize) -> Result<Value, RuntimeError> {
+        let slot = *self.outputs.get(index).ok_or(RuntimeError::OutputIndex {
+            method: self.name.clone(),
+            index,
+            count: self.outputs.len(),
+        })?;
+        Ok(match &self.values[slot] {
+            EValue::None => Value::None,
+            EValue::Int(v) => Value::Int(*v),
+            EValue::Double(v) => Value::Double(*v),
+            EValue::Bool(v) => Value::Bool(*v),
+            EValue::String(s) => Value::String(s.to_string()),
+            EValue::Tensor(_) => Value::Tensor(self.output_tensor(index)?.to_host()),
+            other => {
+                return Err(RuntimeError::InputKind {
+                    method: self.name.clone(),
+                    index,
+                    expected: "a tensor or scalar output".to_string(),
+                    got: other.kind().to_string(),
+                });
+            }
+        })
+    }
+
+    /// Every output, copied out.
+    pub fn outputs(&mut self) -> Result<Vec<Value>, RuntimeError> {
+        (0..self.outputs.len()).map(|i| self.output(i)).collect()
+    }
+}

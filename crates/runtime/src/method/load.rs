@@ -1,0 +1,274 @@
+//! Building a [`Method`] from an execution plan.
+
+use std::sync::Arc;
+
+use etch_format::{
+    ExecutionPlan, Instruction, ProgramFile, TensorDataLocation, TensorMeta, Value as FileValue,
+};
+use etch_kernels::{EValue, Registry, Tensor, ThreadPool};
+use etch_memory::{AlignedBuffer, MemoryAllocator, PlannedMemory, RegionId, Span, Storage};
+
+use super::{Method, MethodMeta, MethodStats, Step};
+use crate::RuntimeError;
+
+/// Alignment of the buffers that hold non-planned inputs.
+const INPUT_ALIGNMENT: usize = 64;
+
+struct Loader<'a> {
+    file: &'a ProgramFile,
+    plan: &'a ExecutionPlan,
+    storage: Storage,
+    planned: PlannedMemory,
+    program_region: Option<RegionId>,
+}
+
+impl Loader<'_> {
+    fn err(&self, value: usize, what: impl Into<String>) -> RuntimeError {
+        RuntimeError::InvalidValue {
+            method: self.plan.name.clone(),
+            value,
+            what: what.into(),
+        }
+    }
+
+    fn program_region(&mut self) -> RegionId {
+        *self
+            .program_region
+            .get_or_insert_with(|| self.storage.add_shared(self.file.bytes().clone()))
+    }
+
+    fn tensor(&mut self, index: usize, meta: &TensorMeta, is_input: bool) -> Result<Tensor, RuntimeError> {
+        let nbytes = meta.nbytes();
+        let external = meta
+            .extra_tensor_info
+            .as_ref()
+            .is_some_and(|e| e.location == TensorDataLocation::External);
+        if external {
+            return Err(self.err(
+                index,
+                "tensor data lives in an external .ptd file, which etch cannot bind yet",
+            ));
+        }
+        let data = match (&meta.allocation_info, meta.data_buffer_idx) {
+            (Some(alloc), idx) => {
+                let span = self
+                    .planned
+                    .span(alloc.memory_id, alloc.offset, nbytes)
+                    .map_err(|source| RuntimeError::Plan {
+                        method: self.plan.name.clone(),
+                        source,
+                    })?;
+                if idx > 0 {
+                    let range = self.file.mutable_data(idx, nbytes)?;
+                    let init = self
+                        .file
+                        .slice(range)
+                        .ok_or_else(|| self.err(index, "mutable data outside the file"))?;
+                    let method = &self.plan.name;
+                    self.storage
+                        .bytes_mut(span)
+                        .map_err(|e| RuntimeError::InvalidValue {
+                            method: method.clone(),
+                            value: index,
+                            what: e.to_string(),
+                        })?
+                        .copy_from_slice(init);
+                }
+                Some(span)
+            }
+            (None, idx) if idx > 0 => {
+                let range = self.file.check_constant(idx, nbytes)?;
+                let region = self.program_region();
+                Some(Span {
+                    region,
+                    offset: range.offset,
+                    len: range.len,
+                })
+            }
+            (None, _) if is_input => {
+                let buf = AlignedBuffer::zeroed(nbytes, INPUT_ALIGNMENT).map_err(|source| {
+                    RuntimeError::Alloc {
+                        method: self.plan.name.clone(),
+                        source,
+                    }
+                })?;
+                let region = self.storage.add_buffer(buf);
+                Some(Span {
+                    region,
+                    offset: 0,
+                    len: nbytes,
+                })
+            }
+            // Bound at run time (views re-point it; FreeCall clears it).
+            (None, _) => None,
+        };
+        Tensor::with_layout(
+            meta.scalar_type,
+            &meta.sizes,
+            &meta.dim_order,
+            meta.shape_dynamism,
+            data,
+        )
+        .map_err(|e| self.err(index, e.to_string()))
+    }
+
+    fn value(&mut self, index: usize, v: &FileValue, is_input: bool) -> Result<EValue, RuntimeError> {
+        Ok(match v {
+            FileValue::Null => EValue::None,
+            FileValue::Int(i) => EValue::Int(*i),
+            FileValue::Double(d) => EValue::Double(*d),
+            FileValue::Bool(b) => EValue::Bool(*b),
+            FileValue::String(s) => EValue::String(Arc::from(s.as_str())),
+            FileValue::Tensor(t) => EValue::Tensor(self.tensor(index, t, is_input)?),
+            FileValue::IntList(items) => EValue::IntList(Arc::from(items.as_slice())),
+            FileValue::DoubleList(items) => EValue::DoubleList(Arc::from(items.as_slice())),
+            FileValue::BoolList(items) => EValue::BoolList(Arc::from(items.as_slice())),
+            FileValue::TensorList(items) => EValue::TensorList(Arc::from(items.as_slice())),
+            FileValue::OptionalTensorList(items) => {
+                EValue::OptionalTensorList(Arc::from(items.as_slice()))
+            }
+        })
+    }
+}
+
+impl Method {
+    /// Loads method `name` of `file`: values initialised, constants bound zero-copy,
+    /// planned buffers allocated from `memory_allocator`, every operator resolved
+    /// against `registry` (all missing ones reported together).
+    pub fn load(
+        file: &ProgramFile,
+        name: &str,
+        registry: &Registry,
+        memory_allocator: &Arc<dyn MemoryAllocator>,
+        pool: Arc<ThreadPool>,
+    ) -> Result<Method, RuntimeError> {
+        let plan = file.plan(name).ok_or_else(|| RuntimeError::MethodNotFound {
+            name: name.to_string(),
+            available: file.method_names().collect::<Vec<_>>().join(", "),
+        })?;
+
+        // Resolve operators first: a program etch cannot run fails before any allocation.
+        let operator_names: Vec<String> = plan.operators.iter().map(|o| o.qualified_name()).collect();
+        let mut used = vec![false; operator_names.len()];
+        for chain in &plan.chains {
+            for ins in &chain.instructions {
+                if let Instruction::KernelCall { op_index, .. } = ins
+                    && let Some(u) = used.get_mut(*op_index)
+                {
+                    *u = true;
+                }
+            }
+        }
+        let mut missing: Vec<String> = operator_names
+            .iter()
+            .zip(&used)
+            .filter(|(n, u)| **u && registry.get(n).is_none())
+            .map(|(n, _)| n.clone())
+            .collect();
+        missing.dedup();
+        if !missing.is_empty() {
+            return Err(RuntimeError::MissingOperators {
+                method: name.to_string(),
+                missing,
+            });
+        }
+
+        let mut storage = Storage::new();
+        let planned = PlannedMemory::allocate(&mut storage, &plan.non_const_buffer_sizes, memory_allocator)
+            .map_err(|source| RuntimeError::Plan {
+                method: name.to_string(),
+                source,
+            })?;
+        let planned_bytes = plan
+            .non_const_buffer_sizes
+            .iter()
+            .skip(1)
+            .map(|&s| s as usize)
+            .sum();
+        let mut loader = Loader {
+            file,
+            plan,
+            storage,
+            planned,
+            program_region: None,
+        };
+
+        let mut is_input = vec![false; plan.values.len()];
+        for &i in &plan.inputs {
+            if let Some(f) = is_input.get_mut(i) {
+                *f = true;
+            }
+        }
+        let mut values = Vec::with_capacity(plan.values.len());
+        for (i, v) in plan.values.iter().enumerate() {
+            values.push(loader.value(i, v, is_input[i])?);
+        }
+
+        let mut steps = Vec::new();
+        for chain in &plan.chains {
+            // Jump destinations are chain-relative; steps of all chains are flattened.
+            let chain_start = steps.len();
+            for ins in &chain.instructions {
+                steps.push(match ins {
+                    Instruction::KernelCall { op_index, args } => {
+                        let op_name = &operator_names[*op_index];
+                        let kernel = registry.get(op_name).ok_or_else(|| {
+                            RuntimeError::MissingOperators {
+                                method: name.to_string(),
+                                missing: vec![op_name.clone()],
+                            }
+                        })?;
+                        Step::Kernel {
+                            kernel,
+                            op: *op_index,
+                            args: args.clone().into_boxed_slice(),
+                        }
+                    }
+                    Instruction::DelegateCall { delegate_index, .. } => Step::Delegate {
+                        backend: plan
+                            .delegates
+                            .get(*delegate_index)
+                            .map(|d| d.id.clone())
+                            .unwrap_or_default(),
+                    },
+                    Instruction::MoveCall { move_from, move_to } => Step::Move {
+                        from: *move_from,
+                        to: *move_to,
+                    },
+                    Instruction::JumpFalseCall {
+                        cond_value_index,
+                        destination_instruction,
+                    } => Step::JumpFalse {
+                        cond: *cond_value_index,
+                        destination: chain_start + *destination_instruction,
+                    },
+                    Instruction::FreeCall { value_index } => Step::Free {
+                        value: *value_index,
+                    },
+                });
+            }
+        }
+
+        let input_spans = plan
+            .inputs
+            .iter()
+            .map(|&i| values.get(i).and_then(|v| v.as_tensor()).and_then(|t| t.data()))
+            .collect();
+        Ok(Method {
+            name: name.to_string(),
+            meta: MethodMeta::from_plan(plan),
+            storage: loader.storage,
+            program_region: loader.program_region,
+            steps,
+            operator_names,
+            input_set: vec![false; plan.inputs.len()],
+            inputs: plan.inputs.clone(),
+            outputs: plan.outputs.clone(),
+            input_spans,
+            values,
+            pool,
+            planned_bytes,
+            stats: MethodStats::default(),
+        })
+    }
+}
