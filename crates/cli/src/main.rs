@@ -1,5 +1,6 @@
 //! `etch`: inspect and run ExecuTorch `.pte` programs on the CPU.
 
+mod generate;
 mod inspect;
 mod run;
 
@@ -16,7 +17,8 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 #[command(after_help = "Examples:\n  \
     etch inspect model.pte\n  \
     etch run model.pte --input x.npy --output-dir out/\n  \
-    etch run llm.pte --input tokens.npy --input pos.npy --then --input next.npy --input pos1.npy")]
+    etch run llm.pte --input tokens.npy --input pos.npy --then --input next.npy --input pos1.npy\n  \
+    etch generate --model llm.pte --tokenizer tokenizer.json --chat --prompt \"Hello\"")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -28,6 +30,8 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Run a method on inputs from .npy files or scalars and write its outputs as .npy.
     Run(run::RunArgs),
+    /// Generate text with an exported LLM (KV cache), streaming it to stdout.
+    Generate(generate::GenerateArgs),
 }
 
 fn main() {
@@ -38,6 +42,7 @@ fn main() {
     };
     let result = match cli.command {
         Command::Inspect(args) => inspect::main(args),
+        Command::Generate(args) => generate::main(args),
         Command::Run(args) => {
             let sub = matches.subcommand_matches("run");
             run::main(args, sub)

@@ -92,7 +92,9 @@ fn split_calls(args: &RunArgs, matches: Option<&clap::ArgMatches>) -> Vec<Vec<St
         .and_then(|m| m.indices_of("inputs"))
         .map(|i| i.collect())
         .unwrap_or_default();
+    // A count flag has a default occurrence; only real ones split calls.
     let then_pos: Vec<usize> = matches
+        .filter(|_| args.then > 0)
         .and_then(|m| m.indices_of("then"))
         .map(|i| i.collect())
         .unwrap_or_default();

@@ -1,0 +1,387 @@
+//! The text-generation loop: prefill the prompt in as few calls as the program allows,
+//! then decode token by token, with every buffer owned by the runner and reused.
+
+use std::path::Path;
+use std::time::Instant;
+
+use etch_format::ScalarType;
+use etch_memory::allocator::CachingAllocator;
+use etch_memory::counting::CountingAllocator;
+use etch_runtime::{LoadMode, Module};
+use half::{bf16, f16};
+
+use crate::{LlmError, LlmMetadata, Sampler, SamplingConfig, StreamDecoder, Tokenizer, load_tokenizer};
+
+/// Default cache budget of the runner's caching temp allocator.
+pub const DEFAULT_TEMP_CACHE_BYTES: usize = 16 * 1024 * 1024;
+
+/// How to load a model for generation.
+#[derive(Debug, Clone)]
+pub struct RunnerOptions {
+    /// Kernel threads (0: one per available core).
+    pub threads: usize,
+    /// Cache budget of the caching temp allocator.
+    pub temp_cache_bytes: usize,
+    /// The method that runs the model.
+    pub method: String,
+    pub load_mode: LoadMode,
+}
+
+impl Default for RunnerOptions {
+    fn default() -> Self {
+        Self {
+            threads: 0,
+            temp_cache_bytes: DEFAULT_TEMP_CACHE_BYTES,
+            method: "forward".to_string(),
+            load_mode: LoadMode::Mmap,
+        }
+    }
+}
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// An end-of-sequence token was generated.
+    Eos,
+    /// `max_new_tokens` were generated.
+    MaxNewTokens,
+    /// The KV cache is full.
+    ContextFull,
+}
+
+/// Measurements of one `generate` call.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct GenerationStats {
+    pub load_ms: f64,
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
+    pub prefill_calls: usize,
+    pub time_to_first_token_ms: f64,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    pub prefill_tokens_per_second: f64,
+    pub decode_tokens_per_second: f64,
+    pub sampling_ms: f64,
+    /// Heap allocations per decode step (model execution and sampling), after the first
+    /// two steps; `None` when the binary does not count allocations.
+    pub heap_allocations_per_decoded_token: Option<f64>,
+    pub peak_rss_bytes: Option<u64>,
+    pub planned_bytes: usize,
+    pub temp_allocator_hits: u64,
+    pub temp_allocator_misses: u64,
+    pub temp_allocator_peak_bytes: usize,
+    pub threads: usize,
+}
+
+/// The result of `generate`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Generation {
+    pub prompt_token_ids: Vec<u64>,
+    pub generated_token_ids: Vec<u64>,
+    pub text: String,
+    pub stop_reason: StopReason,
+    pub stats: GenerationStats,
+}
+
+/// A loaded model plus tokenizer, ready to generate.
+pub struct Runner {
+    module: Module,
+    method: String,
+    metadata: LlmMetadata,
+    tokenizer: Box<dyn Tokenizer>,
+    eos_ids: Vec<u64>,
+    vocab: usize,
+    logits: Vec<f32>,
+    token_buf: Vec<i64>,
+    pos_buf: Vec<i64>,
+    history: Vec<u64>,
+    pos: usize,
+    load_ms: f64,
+}
+
+/// Peak resident memory of this process (Linux `VmHWM`).
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+impl Runner {
+    /// Loads a `.pte` LLM and a tokenizer file.
+    pub fn load(model: &Path, tokenizer: &Path, options: &RunnerOptions) -> Result<Self, LlmError> {
+        let start = Instant::now();
+        let tokenizer = load_tokenizer(tokenizer)?;
+        let module = Module::from_path(model)
+            .load_mode(options.load_mode)
+            .threads(options.threads)
+            .temp_allocator(Box::new(CachingAllocator::new(options.temp_cache_bytes)))
+            .build()?;
+        Self::from_parts(module, tokenizer, &options.method, start)
+    }
+
+    /// A runner over an already built module.
+    pub fn from_parts(
+        mut module: Module,
+        tokenizer: Box<dyn Tokenizer>,
+        method: &str,
+        start: Instant,
+    ) -> Result<Self, LlmError> {
+        let method = if module.has_method(method) {
+            method.to_string()
+        } else if method == "forward" && module.has_method("prefill") {
+            "prefill".to_string()
+        } else {
+            return Err(LlmError::Model(format!(
+                "the program has no {method:?} method (methods: {})",
+                module.method_names().join(", ")
+            )));
+        };
+        let metadata = LlmMetadata::read(&mut module, &method)?;
+        let vocab = metadata.vocab_size.unwrap_or_else(|| tokenizer.vocab_size());
+        if tokenizer.vocab_size() > vocab.max(1) + 1024 || vocab > tokenizer.vocab_size() + 1024 {
+            return Err(LlmError::Model(format!(
+                "the tokenizer ({} ids, {}) does not match the model ({vocab} ids)",
+                tokenizer.vocab_size(),
+                tokenizer.kind()
+            )));
+        }
+        let mut eos_ids = metadata.eos_ids.clone();
+        if eos_ids.is_empty() {
+            eos_ids = tokenizer.eos_ids().into_iter().map(u64::from).collect();
+        }
+        module.load_method(&method)?;
+        let chunk = metadata.max_prefill_chunk;
+        Ok(Self {
+            module,
+            method,
+            vocab,
+            logits: vec![0.0; vocab],
+            token_buf: Vec::with_capacity(chunk.max(1)),
+            pos_buf: Vec::with_capacity(chunk.max(1)),
+            history: Vec::with_capacity(metadata.max_context_len),
+            eos_ids,
+            tokenizer,
+            metadata,
+            pos: 0,
+            load_ms: start.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+
+    /// The model's metadata.
+    pub fn metadata(&self) -> &LlmMetadata {
+        &self.metadata
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &dyn Tokenizer {
+        &*self.tokenizer
+    }
+
+    /// Token ids that stop generation.
+    pub fn eos_ids(&self) -> &[u64] {
+        &self.eos_ids
+    }
+
+    /// Adds a stop token.
+    pub fn add_eos_id(&mut self, id: u64) {
+        if !self.eos_ids.contains(&id) {
+            self.eos_ids.push(id);
+        }
+    }
+
+    /// Forgets the context (the next generate starts at position 0).
+    pub fn reset(&mut self) {
+        self.pos = 0;
+        self.history.clear();
+    }
+
+    /// Tokenises a prompt as given: no BOS is added (write it in the text, or use a
+    /// chat template that has it).
+    pub fn encode(&self, text: &str) -> Result<Vec<u64>, LlmError> {
+        Ok(self.tokenizer.encode(text)?.into_iter().map(u64::from).collect())
+    }
+
+    /// One forward call on `tokens` at the current position; the last position's logits
+    /// land in `self.logits`. Allocates nothing.
+    fn forward(&mut self, tokens: &[u64]) -> Result<(), LlmError> {
+        let n = tokens.len();
+        self.token_buf.clear();
+        for &t in tokens {
+            if t as usize >= self.vocab {
+                return Err(LlmError::TokenOutOfRange { id: t, vocab: self.vocab });
+            }
+            self.token_buf.push(t as i64);
+        }
+        let method = self.module.method_mut(&self.method)?;
+        method.set_input_tensor(0, ScalarType::Long, &[1, n], bytemuck::cast_slice(&self.token_buf))?;
+        if self.metadata.forward_inputs > 1 {
+            self.pos_buf.clear();
+            if self.metadata.position_is_vector {
+                self.pos_buf.extend((self.pos..self.pos + n).map(|p| p as i64));
+                method.set_input_tensor(1, ScalarType::Long, &[n], bytemuck::cast_slice(&self.pos_buf))?;
+            } else {
+                self.pos_buf.push(self.pos as i64);
+                method.set_input_tensor(1, ScalarType::Long, &[1], bytemuck::cast_slice(&self.pos_buf))?;
+            }
+        }
+        self.module.run(&self.method)?;
+        let method = self.module.method_mut(&self.method)?;
+        let out = method.output_tensor(0)?;
+        let sizes = out.tensor.sizes();
+        let row = *sizes.last().unwrap_or(&0);
+        if row != self.vocab || out.tensor.numel() < row {
+            return Err(LlmError::Model(format!(
+                "logits of shape {sizes:?} do not end in the vocabulary size {}",
+                self.vocab
+            )));
+        }
+        let start = out.tensor.numel() - row;
+        let esize = out.tensor.dtype().element_size();
+        let bytes = &out.bytes[start * esize..];
+        match out.tensor.dtype() {
+            ScalarType::Float => {
+                for (d, c) in self.logits.iter_mut().zip(bytes.chunks_exact(4)) {
+                    *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                }
+            }
+            ScalarType::Half => {
+                for (d, c) in self.logits.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *d = f16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+            ScalarType::BFloat16 => {
+                for (d, c) in self.logits.iter_mut().zip(bytes.chunks_exact(2)) {
+                    *d = bf16::from_le_bytes([c[0], c[1]]).to_f32();
+                }
+            }
+            other => {
+                return Err(LlmError::Model(format!("logits of dtype {other} are not supported")));
+            }
+        }
+        self.pos += n;
+        Ok(())
+    }
+
+    /// Generates up to `max_new_tokens` after `prompt` (token ids), calling `on_text`
+    /// with each piece of text as soon as it is complete UTF-8.
+    pub fn generate(
+        &mut self,
+        prompt: &[u64],
+        max_new_tokens: usize,
+        sampling: SamplingConfig,
+        on_text: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<Generation, LlmError> {
+        let pool = std::sync::Arc::clone(self.module.pool());
+        // Run the whole loop on the pool, so kernels fork from a worker thread and
+        // no job crosses into the pool per call.
+        pool.install(|| self.generate_inner(prompt, max_new_tokens, sampling, on_text))
+    }
+
+    fn generate_inner(
+        &mut self,
+        prompt: &[u64],
+        max_new_tokens: usize,
+        sampling: SamplingConfig,
+        on_text: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<Generation, LlmError> {
+        if prompt.is_empty() {
+            return Err(LlmError::EmptyPrompt);
+        }
+        let context = self.metadata.max_context_len;
+        if self.pos + prompt.len() >= context {
+            return Err(LlmError::PromptTooLong {
+                prompt_tokens: prompt.len(),
+                context,
+                position: self.pos,
+            });
+        }
+        let mut sampler = Sampler::new(self.vocab, sampling)?;
+        let mut stats = GenerationStats {
+            load_ms: self.load_ms,
+            prompt_tokens: prompt.len(),
+            threads: self.module.pool().threads(),
+            ..Default::default()
+        };
+        let start = Instant::now();
+        for chunk in prompt.chunks(self.metadata.max_prefill_chunk.max(1)) {
+            self.forward(chunk)?;
+            stats.prefill_calls += 1;
+        }
+        self.history.extend_from_slice(prompt);
+        let t = Instant::now();
+        let mut token = sampler.sample(&mut self.logits, &self.history) as u64;
+        stats.sampling_ms += t.elapsed().as_secs_f64() * 1e3;
+        stats.prefill_ms = start.elapsed().as_secs_f64() * 1e3;
+        stats.time_to_first_token_ms = stats.prefill_ms;
+
+        let mut generated = Vec::with_capacity(max_new_tokens);
+        let mut text = String::new();
+        let mut stream = StreamDecoder::new();
+        let decode_start = Instant::now();
+        let mut counted_steps = 0u64;
+        let mut counted_allocs = 0u64;
+        let stop = loop {
+            generated.push(token);
+            self.history.push(token);
+            let is_eos = self.eos_ids.contains(&token);
+            if !is_eos {
+                let piece = stream.push(&*self.tokenizer, token as u32)?;
+                if !piece.is_empty() {
+                    on_text(&piece);
+                    text.push_str(&piece);
+                }
+            }
+            if is_eos {
+                break StopReason::Eos;
+            }
+            if generated.len() >= max_new_tokens {
+                break StopReason::MaxNewTokens;
+            }
+            if self.pos >= context {
+                break StopReason::ContextFull;
+            }
+            let before = CountingAllocator::global_counts();
+            self.forward(&[token])?;
+            let t = Instant::now();
+            token = sampler.sample(&mut self.logits, &self.history) as u64;
+            stats.sampling_ms += t.elapsed().as_secs_f64() * 1e3;
+            let allocs = CountingAllocator::global_counts().since(&before).allocations;
+            // The first steps warm up caches (temp allocator, thread-pool queues).
+            if generated.len() > 2 {
+                counted_steps += 1;
+                counted_allocs += allocs;
+            }
+        };
+        let tail = stream.finish(&*self.tokenizer)?;
+        if !tail.is_empty() {
+            on_text(&tail);
+            text.push_str(&tail);
+        }
+        stats.decode_ms = decode_start.elapsed().as_secs_f64() * 1e3;
+        stats.generated_tokens = generated.len();
+        let decoded_steps = generated.len().saturating_sub(1);
+        stats.prefill_tokens_per_second = prompt.len() as f64 / (stats.prefill_ms / 1e3);
+        stats.decode_tokens_per_second = if decoded_steps > 0 {
+            decoded_steps as f64 / (stats.decode_ms / 1e3)
+        } else {
+            0.0
+        };
+        stats.heap_allocations_per_decoded_token = (CountingAllocator::is_installed() && counted_steps > 0)
+            .then(|| counted_allocs as f64 / counted_steps as f64);
+        stats.peak_rss_bytes = peak_rss_bytes();
+        stats.planned_bytes = self.module.planned_bytes();
+        let temp = self.module.temp_allocator_stats();
+        stats.temp_allocator_hits = temp.hits;
+        stats.temp_allocator_misses = temp.misses;
+        stats.temp_allocator_peak_bytes = temp.peak_bytes_live;
+        Ok(Generation {
+            prompt_token_ids: prompt.to_vec(),
+            generated_token_ids: generated,
+            text,
+            stop_reason: stop,
+            stats,
+        })
+    }
+}
