@@ -5,7 +5,7 @@ set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 corpus="$root/fuzz/corpus/load_program"
 mkdir -p "$corpus"
-for f in "$root"/tests/fixtures/*.pte "$root"/crates/format/tests/data/*.ptd; do
+for f in "$root"/tests/fixtures/*.pte "$root"/crates/format/tests/data/*.pte "$root"/crates/format/tests/data/*.ptd; do
     [ -e "$f" ] && cp "$f" "$corpus/"
 done
 echo "seeded $(ls "$corpus" | wc -l) files into $corpus"

@@ -193,7 +193,7 @@ fn fixture_files() -> Vec<PathBuf> {
 }
 
 #[test]
-fn builder_programs_survive_corruption() {
+fn builder_and_data_programs_survive_corruption() {
     let mut no_header = common::program::sample_program();
     no_header.segments.clear();
     no_header.constant_segment = None;
@@ -204,17 +204,21 @@ fn builder_programs_survive_corruption() {
     if let common::program::ValueB::Tensor(t) = &mut no_header.plans[0].values[13] {
         t.data_buffer_idx = 0;
     }
+    let xnnpack = std::fs::read(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/xnnpack_linear.pte"),
+    )
+    .unwrap();
     let mut total = 0;
-    for (name, p) in [
-        ("sample", common::program::sample_program()),
-        ("sample-no-header", no_header),
+    for (name, bytes) in [
+        ("sample", common::program::sample_program().to_bytes()),
+        ("sample-no-header", no_header.to_bytes()),
+        ("xnnpack_linear", xnnpack),
     ] {
-        let bytes = p.to_bytes();
         assert!(exercise(bytes.clone()), "{name} must load intact");
         let (count, _) = mutate_all(name, &bytes, 1000);
         total += count;
     }
-    eprintln!("{total} builder-program variants");
+    eprintln!("{total} builder/data-program variants");
     assert!(total > 10_000, "only {total} variants");
 }
 
