@@ -56,7 +56,9 @@ pub struct ArenaAllocator {
     /// Offset from `base` of the first free byte.
     cursor: AtomicUsize,
     allocations: AtomicU64,
-    peak: AtomicUsize,
+    /// Highest cursor of the epochs before the current one (the cursor only grows
+    /// between resets, so the current epoch's high-water mark is the cursor itself).
+    peak_before_reset: usize,
     resets: u64,
     _backing: Backing,
 }
@@ -128,7 +130,7 @@ impl ArenaAllocator {
             capacity,
             cursor: AtomicUsize::new(0),
             allocations: AtomicU64::new(0),
-            peak: AtomicUsize::new(0),
+            peak_before_reset: 0,
             resets: 0,
             _backing: backing,
         }
@@ -180,10 +182,7 @@ unsafe impl MemoryAllocator for ArenaAllocator {
                 .cursor
                 .compare_exchange_weak(cur, end, Ordering::Relaxed, Ordering::Relaxed)
             {
-                Ok(_) => {
-                    self.peak.fetch_max(end, Ordering::Relaxed);
-                    break start;
-                }
+                Ok(_) => break start,
                 Err(actual) => cur = actual,
             }
         };
@@ -194,7 +193,9 @@ unsafe impl MemoryAllocator for ArenaAllocator {
     }
 
     fn reset(&mut self) {
-        *self.cursor.get_mut() = 0;
+        let cursor = self.cursor.get_mut();
+        self.peak_before_reset = self.peak_before_reset.max(*cursor);
+        *cursor = 0;
         self.resets += 1;
     }
 
@@ -202,7 +203,7 @@ unsafe impl MemoryAllocator for ArenaAllocator {
         AllocatorStats {
             allocations: self.allocations.load(Ordering::Relaxed),
             bytes_live: self.used(),
-            peak_bytes_live: self.peak.load(Ordering::Relaxed),
+            peak_bytes_live: self.peak_before_reset.max(self.used()),
             resets: self.resets,
             ..AllocatorStats::default()
         }

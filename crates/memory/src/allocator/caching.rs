@@ -326,7 +326,6 @@ unsafe impl MemoryAllocator for CachingAllocator {
         let align = align.max(DEFAULT_CACHING_ALIGNMENT);
         let overflow = AllocError::SizeOverflow { size, align };
         let (class, capacity) = class_of(size).ok_or(overflow.clone())?;
-        let layout = Layout::from_size_align(capacity, align).map_err(|_| overflow)?;
 
         {
             let mut inner = self.lock();
@@ -339,6 +338,7 @@ unsafe impl MemoryAllocator for CachingAllocator {
         }
 
         // Miss: ask the system without holding the lock.
+        let layout = Layout::from_size_align(capacity, align).map_err(|_| overflow)?;
         // SAFETY: the layout has a non-zero size (capacity >= 64).
         let raw = unsafe { std::alloc::alloc(layout) };
         let ptr = NonNull::new(raw).ok_or(AllocError::SystemOutOfMemory { size })?;
