@@ -20,6 +20,20 @@
 //! Errors are [`FormatError`]s naming the bad field's path, e.g.
 //! `execution_plan[0].values[17].tensor.sizes[2]`.
 //!
+//! ```
+//! use etch_format::{ProgramFile, Value};
+//! let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/xnnpack_linear.pte");
+//! let file = ProgramFile::read(path)?;
+//! let forward = file.plan("forward").expect("a forward method");
+//! assert_eq!(forward.delegates[0].id, "XnnpackBackend");
+//! let Some(Value::Tensor(input)) = forward.values.get(forward.inputs[0]) else { panic!() };
+//! assert_eq!(input.sizes, [2, 8]);
+//! // Bytes are never copied: ranges index the file's bytes.
+//! let blob = file.delegate_data(&forward.delegates[0].processed)?;
+//! assert_eq!(&file.bytes().as_slice()[blob.offset + 4..blob.offset + 8], b"XH00");
+//! # Ok::<(), etch_format::FormatError>(())
+//! ```
+//!
 //! [`DataFile`] loads `.ptd` (FlatTensor) named-data files the same way, and
 //! [`inspect`] summarises a program for `etch inspect`.
 
