@@ -27,16 +27,22 @@ pub const DATA_FILE_HEADER_LEN: u32 = 40;
 /// The `FH01` header of a `.ptd` file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FlatTensorHeader {
+    /// Bytes of the header including magic and this field (>= 40).
     pub header_length: u32,
+    /// Offset of the FlatBuffers data after the header (the data itself is parsed from file offset 0).
     pub flatbuffer_offset: u64,
+    /// Bytes of FlatBuffers data, not counting the inserted header.
     pub flatbuffer_size: u64,
+    /// File offset of the first segment.
     pub segment_base_offset: u64,
+    /// Bytes from `segment_base_offset` to the end of the last segment.
     pub segment_data_size: u64,
 }
 
 /// Shape and dtype stored next to a named tensor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorLayout {
+    /// Element type.
     pub scalar_type: ScalarType,
     /// Sizes, each >= 0.
     pub sizes: Vec<usize>,
@@ -54,9 +60,11 @@ impl TensorLayout {
 /// One named-data entry of a `.ptd` file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataEntry {
+    /// The key (a tensor's fully qualified name, or an opaque blob name).
     pub key: String,
     /// Index into [`DataFile::segments`] (checked at load).
     pub segment_index: usize,
+    /// Shape and dtype, when the data is a tensor.
     pub tensor_layout: Option<TensorLayout>,
 }
 

@@ -20,77 +20,132 @@ pub enum FormatError {
     /// The file could not be read or mapped.
     #[error("cannot read {}: {source}", file.display())]
     Io {
+        /// The file that failed.
         file: PathBuf,
+        /// The underlying I/O error.
         #[source]
         source: std::io::Error,
     },
     /// The file identifier is not the one expected: not a `.pte`/`.ptd` at all.
     #[error("{path}: not {expected_kind}: expected identifier {expected:?}, found {found:?}")]
     BadIdentifier {
+        /// Path of the offending field (`execution_plan[0].values[3].tensor.sizes`).
         path: String,
+        /// What kind of file was expected.
         expected_kind: &'static str,
+        /// The identifier expected.
         expected: &'static str,
+        /// What the file holds instead.
         found: String,
     },
     /// The identifier names another version of the format.
     #[error("{path}: incompatible format version {found:?} (this reader supports {supported:?})")]
     IncompatibleVersion {
+        /// Path of the offending field (`execution_plan[0].values[3].tensor.sizes`).
         path: String,
+        /// What the file holds instead.
         found: String,
+        /// The version this reader supports.
         supported: &'static str,
     },
     /// A binary header field is inconsistent (sizes, lengths, magic).
     #[error("{path}: {reason}")]
-    Header { path: String, reason: String },
+    Header {
+        /// Path of the offending field (`execution_plan[0].values[3].tensor.sizes`).
+        path: String,
+        /// What is wrong, with the numbers involved.
+        reason: String,
+    },
     /// An offset or length points outside its buffer.
     #[error("{path}: {reason}")]
-    OutOfBounds { path: String, reason: String },
+    OutOfBounds {
+        /// Path of the offending field (`execution_plan[0].values[3].tensor.sizes`).
+        path: String,
+        /// What is wrong, with the numbers involved.
+        reason: String,
+    },
     /// A string field is not UTF-8.
     #[error("{path}: string is not valid UTF-8")]
-    InvalidUtf8 { path: String },
+    InvalidUtf8 {
+        /// Path of the offending field (`execution_plan[0].values[3].tensor.sizes`).
+        path: String,
+    },
     /// A field the loader needs is absent.
     #[error("{path}: required field is missing")]
-    MissingField { path: String },
+    MissingField {
+        /// Path of the offending field (`execution_plan[0].values[3].tensor.sizes`).
+        path: String,
+    },
     /// A union tag or enum value the format does not define.
     #[error("{path}: unknown {what} {tag}")]
     UnknownTag {
+        /// Path of the offending field (`execution_plan[0].values[3].tensor.sizes`).
         path: String,
+        /// What was counted or looked up.
         what: &'static str,
+        /// The unknown value.
         tag: i64,
     },
     /// An index does not fit the table it indexes.
     #[error("{path}: index {index} is out of range for {target} of length {len}")]
     IndexOutOfRange {
+        /// Path of the offending field (`execution_plan[0].values[3].tensor.sizes`).
         path: String,
+        /// The offending index.
         index: i64,
+        /// The table the index refers to.
         target: String,
+        /// Length of that table.
         len: usize,
     },
     /// A value index refers to a value of the wrong kind.
     #[error("{path}: value {index} is {found}, expected {expected}")]
     WrongValueType {
+        /// Path of the offending field (`execution_plan[0].values[3].tensor.sizes`).
         path: String,
+        /// The offending index.
         index: usize,
+        /// The identifier expected.
         expected: &'static str,
+        /// What the file holds instead.
         found: &'static str,
     },
     /// A count exceeds one of the limits in [`crate::limits`].
     #[error("{path}: {what} {count} exceeds the limit of {limit}")]
     LimitExceeded {
+        /// Path of the offending field (`execution_plan[0].values[3].tensor.sizes`).
         path: String,
+        /// What was counted or looked up.
         what: &'static str,
+        /// The count found.
         count: u64,
+        /// The limit.
         limit: u64,
     },
     /// A field has a value the format forbids.
     #[error("{path}: {reason}")]
-    Invalid { path: String, reason: String },
+    Invalid {
+        /// Path of the offending field (`execution_plan[0].values[3].tensor.sizes`).
+        path: String,
+        /// What is wrong, with the numbers involved.
+        reason: String,
+    },
     /// A field has a value the format allows but etch (like ExecuTorch) does not support.
     #[error("{path}: not supported: {reason}")]
-    Unsupported { path: String, reason: String },
+    Unsupported {
+        /// Path of the offending field (`execution_plan[0].values[3].tensor.sizes`).
+        path: String,
+        /// What is wrong, with the numbers involved.
+        reason: String,
+    },
     /// A lookup by name or key found nothing.
     #[error("{path}: {what} not found")]
-    NotFound { path: String, what: String },
+    NotFound {
+        /// Path of the offending field (`execution_plan[0].values[3].tensor.sizes`).
+        path: String,
+        /// What was counted or looked up.
+        what: String,
+    },
 }
 
 impl FormatError {

@@ -35,21 +35,27 @@ pub struct ProgramSummary {
     pub constants: usize,
     /// Named-data keys (weights shared with delegates).
     pub named_data: usize,
+    /// One entry per method, in file order.
     pub methods: Vec<MethodSummary>,
 }
 
 /// One segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct SegmentSummary {
+    /// Absolute file offset.
     pub offset: usize,
+    /// Bytes.
     pub size: usize,
 }
 
 /// One method (execution plan).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MethodSummary {
+    /// Method name.
     pub name: String,
+    /// Method inputs, in order.
     pub inputs: Vec<IoSummary>,
+    /// Method outputs, in order.
     pub outputs: Vec<IoSummary>,
     /// `namespace::name.overload`, in operator-table order.
     pub operators: Vec<String>,
@@ -65,6 +71,7 @@ pub struct MethodSummary {
     pub memory_plan_total: u64,
     /// Bytes of the distinct constant tensors this method uses.
     pub constants_bytes: u64,
+    /// Delegates (backend payloads) of this method.
     pub delegates: Vec<DelegateSummary>,
 }
 
@@ -102,7 +109,10 @@ impl ProgramSummary {
                 .and_then(|c| program.segments.get(c.segment_index))
                 .map_or(0, |s| s.len)
         } else {
-            program.constant_buffers.iter().map(|b| b.len).sum()
+            program
+                .constant_buffers
+                .iter()
+                .fold(0usize, |acc, b| acc.saturating_add(b.len))
         };
         ProgramSummary {
             version: program.version,
@@ -205,7 +215,7 @@ impl MethodSummary {
                     && !external
                     && constants.insert(t.data_buffer_idx)
                 {
-                    constants_bytes += t.nbytes() as u64;
+                    constants_bytes = constants_bytes.saturating_add(t.nbytes() as u64);
                 }
             }
         }
@@ -227,7 +237,9 @@ impl MethodSummary {
             operator_calls,
             instructions,
             values: plan.values.len(),
-            memory_plan_total: memory_plan_bytes.iter().sum(),
+            memory_plan_total: memory_plan_bytes
+                .iter()
+                .fold(0u64, |acc, b| acc.saturating_add(*b)),
             memory_plan_bytes,
             constants_bytes,
             delegates: plan

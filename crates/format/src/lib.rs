@@ -23,6 +23,8 @@
 //! [`DataFile`] loads `.ptd` (FlatTensor) named-data files the same way, and
 //! [`inspect`] summarises a program for `etch inspect`.
 
+#![warn(missing_docs)]
+
 mod data_file;
 mod error;
 mod flatbuf;

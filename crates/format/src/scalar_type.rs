@@ -13,29 +13,52 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(i8)]
 pub enum ScalarType {
+    /// `u8`.
     Byte = 0,
+    /// `i8`.
     Char = 1,
+    /// `i16`.
     Short = 2,
+    /// `i32`.
     Int = 3,
+    /// `i64`.
     Long = 4,
+    /// IEEE half, `f16`.
     Half = 5,
     #[default]
+    /// `f32`.
     Float = 6,
+    /// `f64`.
     Double = 7,
+    /// Boolean stored as one byte.
     Bool = 11,
+    /// Quantized `i8`.
     QInt8 = 12,
+    /// Quantized `u8`.
     QUInt8 = 13,
+    /// Quantized `i32`.
     QInt32 = 14,
+    /// bfloat16.
     BFloat16 = 15,
+    /// Two 4-bit values per byte.
     QUInt4x2 = 16,
+    /// Four 2-bit values per byte.
     QUInt2x4 = 17,
+    /// 16 opaque bits.
     Bits16 = 22,
+    /// 8-bit float, 5 exponent bits.
     Float8E5M2 = 23,
+    /// 8-bit float, 4 exponent bits, finite.
     Float8E4M3FN = 24,
+    /// 8-bit float, 5 exponent bits, finite, unsigned zero.
     Float8E5M2FNUZ = 25,
+    /// 8-bit float, 4 exponent bits, finite, unsigned zero.
     Float8E4M3FNUZ = 26,
+    /// `u16`.
     UInt16 = 27,
+    /// `u32`.
     UInt32 = 28,
+    /// `u64`.
     UInt64 = 29,
 }
 

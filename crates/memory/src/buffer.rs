@@ -32,7 +32,8 @@ impl AlignedBuffer {
         check_alignment(align)?;
         if len == 0 {
             // A dangling, well-aligned pointer is valid for zero-length slices.
-            let ptr = NonNull::new(align as *mut u8).unwrap_or(NonNull::dangling());
+            let ptr = NonNull::new(std::ptr::without_provenance_mut::<u8>(align))
+                .unwrap_or(NonNull::dangling());
             return Ok(Self {
                 ptr,
                 len,

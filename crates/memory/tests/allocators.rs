@@ -520,5 +520,6 @@ fn caching_concurrent_stress() {
     }
     let s = c.stats();
     assert_eq!(s.allocations as usize, rounds * threads * per_thread);
-    assert!(s.hits > s.misses, "{s:?}");
+    // Under Miri the run is too short for hits to dominate.
+    assert!(cfg!(miri) || s.hits > s.misses, "{s:?}");
 }

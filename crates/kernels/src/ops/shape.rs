@@ -1,6 +1,0 @@
-//! shape kernels.
-
-use crate::Registry;
-
-/// Registers this family's kernels.
-pub fn register(_r: &mut Registry) {}

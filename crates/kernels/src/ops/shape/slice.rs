@@ -1,0 +1,441 @@
+//! `slice_copy.Tensor_out` and `select_copy.int_out`.
+//!
+//! Both copy, for every "leading" index (the dims before `dim`), `length` blocks of
+//! `trailing` elements (the dims after `dim`) picked `step` apart along `dim`. As
+//! upstream, the copy runs on the pool when there are at least 8 leading rows and
+//! [`crate::GRAIN_SIZE`] elements, in chunks of at least 8 rows, and a step of 1 copies
+//! each leading row with one `memcpy`.
+
+use crate::ops::shape::common::{for_rows, require_contiguous, with_bits_type, worth_parallel};
+use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
+
+pub(super) fn register(r: &mut Registry) {
+    r.register("aten::slice_copy.Tensor_out", slice_copy);
+    r.register("aten::select_copy.int_out", select_copy);
+}
+
+/// Upstream's `adjust_slice_indices`: wraps negative indices, clamps to `[0, size]`
+/// and returns `(start, length)`.
+pub(crate) fn adjust_slice(size: usize, start: i64, end: i64, step: i64) -> (usize, usize) {
+    let n = size as i64;
+    let wrap = |v: i64| if v < 0 { v.saturating_add(n) } else { v };
+    let start = wrap(start).clamp(0, n);
+    let end = wrap(end).clamp(0, n);
+    let length = if start >= n || end <= 0 || start >= end {
+        0
+    } else {
+        (end - 1 - start) / step + 1
+    };
+    (start as usize, length as usize)
+}
+
+/// A slice of one dim: `length` indices from `start`, `step` apart.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct DimSlice {
+    pub dim: usize,
+    pub start: usize,
+    pub length: usize,
+    pub step: usize,
+}
+
+/// Copies the slice `s` of `input` into `out` (already resized; same element size),
+/// checking every bound.
+pub(crate) fn copy_slice(
+    ctx: &KernelContext<'_>,
+    input: &Tensor,
+    out: &Tensor,
+    s: DimSlice,
+) -> Result<(), KernelError> {
+    if input.dtype() != out.dtype() {
+        return Err(KernelError::DtypeMismatch {
+            expected: input.dtype(),
+            found: out.dtype(),
+        });
+    }
+    require_contiguous(input, "input")?;
+    require_contiguous(out, "out")?;
+    let sizes = input.sizes();
+    let size = *sizes.get(s.dim).ok_or_else(|| {
+        KernelError::invalid(format!("slice dim {} of rank {}", s.dim, sizes.len()))
+    })?;
+    let leading: usize = sizes[..s.dim].iter().product();
+    let trailing: usize = sizes[s.dim + 1..].iter().product();
+    let total = leading * s.length * trailing;
+    if out.numel() != total {
+        return Err(KernelError::invalid(format!(
+            "slice of {total} elements into an out tensor of {}",
+            out.numel()
+        )));
+    }
+    if total == 0 {
+        return Ok(());
+    }
+    let last = s.start + (s.length - 1) * s.step;
+    if last >= size {
+        return Err(KernelError::invalid(format!(
+            "slice index {last} out of range for size {size}"
+        )));
+    }
+    with_bits_type!(input.dtype().element_size(), T => {
+        let src = ctx.read_raw::<T>(input)?;
+        let dst = ctx.write_raw::<T>(out)?;
+        slice_rows(ctx, src, dst, leading, size, trailing, s);
+        Ok(())
+    })
+}
+
+/// The copy itself; `src` is `[leading, size, trailing]`, `dst` is
+/// `[leading, s.length, trailing]`, all bounds already checked.
+fn slice_rows<T: Copy + Send + Sync>(
+    ctx: &KernelContext<'_>,
+    src: &[T],
+    dst: &mut [T],
+    leading: usize,
+    size: usize,
+    trailing: usize,
+    s: DimSlice,
+) {
+    let out_row = s.length * trailing;
+    let in_row = size * trailing;
+    let run = |first: usize, chunk: &mut [T]| {
+        for (i, row) in chunk.chunks_exact_mut(out_row).enumerate() {
+            let base = (first + i) * in_row + s.start * trailing;
+            if s.step == 1 {
+                row.copy_from_slice(&src[base..base + out_row]);
+            } else if trailing == 1 {
+                for (j, d) in row.iter_mut().enumerate() {
+                    *d = src[base + j * s.step];
+                }
+            } else {
+                for (j, d) in row.chunks_exact_mut(trailing).enumerate() {
+                    let b = base + j * s.step * trailing;
+                    d.copy_from_slice(&src[b..b + trailing]);
+                }
+            }
+        }
+    };
+    let parallel = worth_parallel(leading, leading * out_row);
+    for_rows(ctx.pool(), dst, out_row, leading, 8, parallel, run);
+}
+
+/// `slice_copy.Tensor_out(Tensor self, int dim=0, SymInt? start=None, SymInt? end=None,
+/// SymInt step=1, *, Tensor(a!) out)`.
+fn slice_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(7)?;
+    let input = a.tensor(0)?;
+    if input.rank() == 0 {
+        return Err(KernelError::invalid("slice_copy of a 0-d tensor"));
+    }
+    let dim = input.normalize_dim(a.int(1)?)?;
+    let size = input.sizes()[dim];
+    let start = a.opt_int(2)?.unwrap_or(0);
+    let end = a.opt_int(3)?.unwrap_or(size as i64);
+    let step = a.int(4)?;
+    if step <= 0 {
+        return Err(KernelError::invalid(format!(
+            "slice step must be positive, got {step}"
+        )));
+    }
+    let (start, length) = adjust_slice(size, start, end, step);
+    let mut sizes = [0usize; MAX_RANK];
+    sizes[..input.rank()].copy_from_slice(input.sizes());
+    sizes[dim] = length;
+    let out = a.tensor(5)?;
+    if out.dtype() != input.dtype() {
+        return Err(KernelError::DtypeMismatch {
+            expected: input.dtype(),
+            found: out.dtype(),
+        });
+    }
+    let out = a.resize_tensor(5, &sizes[..input.rank()])?;
+    let s = DimSlice {
+        dim,
+        start,
+        length,
+        step: step as usize,
+    };
+    copy_slice(ctx, &input, &out, s)
+}
+
+/// `select_copy.int_out(Tensor self, int dim, SymInt index, *, Tensor(a!) out)`.
+fn select_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(5)?;
+    let input = a.tensor(0)?;
+    if input.rank() == 0 {
+        return Err(KernelError::invalid("select_copy of a 0-d tensor"));
+    }
+    let dim = input.normalize_dim(a.int(1)?)?;
+    let size = input.sizes()[dim];
+    let index = a.int(2)?;
+    let i = if index < 0 {
+        index + size as i64
+    } else {
+        index
+    };
+    if i < 0 || i >= size as i64 {
+        return Err(KernelError::invalid(format!(
+            "select index {index} out of range for size {size}"
+        )));
+    }
+    let mut sizes = [0usize; MAX_RANK];
+    let rank = input.rank();
+    sizes[..dim].copy_from_slice(&input.sizes()[..dim]);
+    sizes[dim..rank - 1].copy_from_slice(&input.sizes()[dim + 1..]);
+    let out = a.tensor(3)?;
+    if out.dtype() != input.dtype() {
+        return Err(KernelError::DtypeMismatch {
+            expected: input.dtype(),
+            found: out.dtype(),
+        });
+    }
+    let out = a.resize_tensor(3, &sizes[..rank - 1])?;
+    let s = DimSlice {
+        dim,
+        start: i as usize,
+        length: 1,
+        step: 1,
+    };
+    copy_slice(ctx, &input, &out, s)
+}
+
+#[cfg(test)]
+mod tests {
+    use etch_format::ScalarType;
+    use proptest::prelude::*;
+
+    use super::adjust_slice;
+    use crate::ThreadPool;
+    use crate::testing::Harness;
+
+    /// Python's `range(size)[start:end:step]` for positive steps.
+    fn python_slice(size: usize, start: Option<i64>, end: Option<i64>, step: i64) -> Vec<usize> {
+        let n = size as i64;
+        let norm = |v: i64| if v < 0 { (v + n).max(0) } else { v.min(n) };
+        let s = start.map(norm).unwrap_or(0);
+        let e = end.map(norm).unwrap_or(n);
+        let mut v = Vec::new();
+        let mut i = s;
+        while i < e {
+            v.push(i as usize);
+            i += step;
+        }
+        v
+    }
+
+    /// Naive slice of a row-major tensor along `dim` at the given indices.
+    fn reference(data: &[f32], sizes: &[usize], dim: usize, idx: &[usize]) -> Vec<f32> {
+        let lead: usize = sizes[..dim].iter().product();
+        let trail: usize = sizes[dim + 1..].iter().product();
+        let mut out = Vec::new();
+        for l in 0..lead {
+            for &i in idx {
+                for t in 0..trail {
+                    out.push(data[(l * sizes[dim] + i) * trail + t]);
+                }
+            }
+        }
+        out
+    }
+
+    fn call_slice(
+        h: &mut Harness,
+        x: usize,
+        dim: i64,
+        start: Option<i64>,
+        end: Option<i64>,
+        step: i64,
+        bound: &[usize],
+    ) -> Result<usize, crate::KernelError> {
+        let d = h.int(dim);
+        let s = match start {
+            Some(v) => h.int(v),
+            None => h.none(),
+        };
+        let e = match end {
+            Some(v) => h.int(v),
+            None => h.none(),
+        };
+        let st = h.int(step);
+        let dtype = h.tensor_meta(x).dtype();
+        let out = h.out(dtype, bound);
+        h.call("aten::slice_copy.Tensor_out", &[x, d, s, e, st, out, out])?;
+        Ok(out)
+    }
+
+    #[test]
+    fn adjust_matches_python() {
+        for size in 0..6usize {
+            for start in -8i64..8 {
+                for end in -8i64..8 {
+                    for step in 1..4 {
+                        let want = python_slice(size, Some(start), Some(end), step);
+                        let (s, len) = adjust_slice(size, start, end, step);
+                        assert_eq!(len, want.len(), "{size} {start} {end} {step}");
+                        if len > 0 {
+                            assert_eq!(s, want[0]);
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(adjust_slice(5, 2, i64::MAX, 1), (2, 3));
+        assert_eq!(adjust_slice(5, i64::MIN, 3, 1), (0, 3));
+    }
+
+    #[test]
+    fn slice_rope_table_rows() {
+        let mut h = Harness::new();
+        let data: Vec<f32> = (0..64 * 4).map(|i| i as f32).collect();
+        let x = h.tensor(&[64, 4], &data);
+        let out = call_slice(&mut h, x, 0, Some(7), Some(10), 1, &[63, 4]).unwrap();
+        assert_eq!(h.tensor_meta(out).sizes(), &[3, 4]);
+        assert_eq!(h.read::<f32>(out), data[28..40].to_vec());
+    }
+
+    #[test]
+    fn slice_bad_calls() {
+        let mut h = Harness::new();
+        let x = h.tensor(&[2, 3], &[0f32; 6]);
+        assert!(call_slice(&mut h, x, 2, None, None, 1, &[2, 3]).is_err());
+        assert!(call_slice(&mut h, x, 1, None, None, 0, &[2, 3]).is_err());
+        assert!(call_slice(&mut h, x, 1, None, None, -1, &[2, 3]).is_err());
+        let s = h.tensor(&[], &[0f32]);
+        assert!(call_slice(&mut h, s, 0, None, None, 1, &[]).is_err());
+        // Out too small for the slice.
+        assert!(call_slice(&mut h, x, 1, None, None, 1, &[2, 2]).is_err());
+        // Wrong out dtype.
+        let d = h.int(0);
+        let n = h.none();
+        let st = h.int(1);
+        let oi = h.out(ScalarType::Int, &[2, 3]);
+        assert!(
+            h.call("aten::slice_copy.Tensor_out", &[x, d, n, n, st, oi, oi])
+                .is_err()
+        );
+        // Wrong arg count and kinds.
+        assert!(
+            h.call("aten::slice_copy.Tensor_out", &[x, d, n, n, st, oi])
+                .is_err()
+        );
+        assert!(
+            h.call("aten::slice_copy.Tensor_out", &[x, x, n, n, st, oi, oi])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn select_copy_cases() {
+        let mut h = Harness::new();
+        let data: Vec<i64> = (0..24).collect();
+        let x = h.tensor(&[2, 3, 4], &data);
+        for (dim, index, want) in [
+            (1i64, -1i64, vec![8i64, 9, 10, 11, 20, 21, 22, 23]),
+            (0, 1, (12..24).collect()),
+            (2, 0, vec![0, 4, 8, 12, 16, 20]),
+        ] {
+            let d = h.int(dim);
+            let i = h.int(index);
+            let out = h.out(ScalarType::Long, &[12, 2]);
+            h.call("aten::select_copy.int_out", &[x, d, i, out, out])
+                .unwrap();
+            assert_eq!(h.read::<i64>(out), want);
+        }
+        // input_pos[0] into a 0-d tensor.
+        let pos = h.tensor(&[1], &[7i64]);
+        let d = h.int(0);
+        let i = h.int(0);
+        let o0 = h.out(ScalarType::Long, &[]);
+        h.call("aten::select_copy.int_out", &[pos, d, i, o0, o0])
+            .unwrap();
+        assert_eq!(h.read::<i64>(o0), vec![7]);
+        let bad = h.int(1);
+        assert!(
+            h.call("aten::select_copy.int_out", &[pos, d, bad, o0, o0])
+                .is_err()
+        );
+        let bad = h.int(-2);
+        assert!(
+            h.call("aten::select_copy.int_out", &[pos, d, bad, o0, o0])
+                .is_err()
+        );
+        let s = h.tensor(&[], &[1i64]);
+        assert!(
+            h.call("aten::select_copy.int_out", &[s, d, i, o0, o0])
+                .is_err()
+        );
+        let bad_dim = h.int(1);
+        assert!(
+            h.call("aten::select_copy.int_out", &[pos, bad_dim, i, o0, o0])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn parallel_slice_matches_serial() {
+        // RoPE-like [1, 128, 9, 32, 2] sliced on the last dim, and a big row slice.
+        for (sizes, dim, start, step) in [
+            (vec![1usize, 128, 9, 32, 2], 4usize, 1i64, 2i64),
+            (vec![1, 128, 9, 32, 2], 4, 0, 1),
+            (vec![16, 4096], 1, 5, 3),
+            (vec![64, 40, 16], 1, 3, 1),
+            (vec![64, 40, 16], 1, 3, 4),
+        ] {
+            let n: usize = sizes.iter().product();
+            let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let idx = python_slice(sizes[dim], Some(start), None, step);
+            let want = reference(&data, &sizes, dim, &idx);
+            for threads in [1, 2, 3] {
+                let mut h = Harness::with_pool(ThreadPool::new(threads).unwrap());
+                let x = h.tensor(&sizes, &data);
+                let out =
+                    call_slice(&mut h, x, dim as i64, Some(start), None, step, &sizes).unwrap();
+                assert_eq!(h.read::<f32>(out), want, "{sizes:?} {threads}");
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        #[test]
+        fn slice_matches_python(
+            sizes in proptest::collection::vec(0usize..5, 1..5),
+            dim_pick in 0usize..8,
+            start in proptest::option::of(-7i64..7),
+            end in proptest::option::of(-7i64..7),
+            step in 1i64..4,
+            width in 0usize..3,
+        ) {
+            let dim = dim_pick % sizes.len();
+            let n: usize = sizes.iter().product();
+            let idx = python_slice(sizes[dim], start, end, step);
+            let mut h = Harness::new();
+            // Exercise 1, 2, 4 and 8-byte elements.
+            let dtypes = [ScalarType::Float, ScalarType::Half, ScalarType::Char, ScalarType::Long];
+            let dtype = dtypes[width % dtypes.len()];
+            let data: Vec<f32> = (0..n).map(|i| i as f32).collect();
+            let want = reference(&data, &sizes, dim, &idx);
+            let x = match dtype {
+                ScalarType::Half => h.tensor(&sizes, &data.iter().map(|&v| half::f16::from_f32(v)).collect::<Vec<_>>()),
+                ScalarType::Char => h.tensor(&sizes, &data.iter().map(|&v| v as i8).collect::<Vec<_>>()),
+                ScalarType::Long => h.tensor(&sizes, &data.iter().map(|&v| v as i64).collect::<Vec<_>>()),
+                _ => h.tensor(&sizes, &data),
+            };
+            let out = call_slice(&mut h, x, dim as i64 - sizes.len() as i64 * (dim_pick % 2) as i64, start, end, step, &sizes).unwrap();
+            let mut want_sizes = sizes.clone();
+            want_sizes[dim] = idx.len();
+            prop_assert_eq!(h.tensor_meta(out).sizes().to_vec(), want_sizes.clone());
+            let got: Vec<f32> = match dtype {
+                ScalarType::Half => h.read::<half::f16>(out).iter().map(|v| v.to_f32()).collect(),
+                ScalarType::Char => h.read::<i8>(out).iter().map(|&v| v as f32).collect(),
+                ScalarType::Long => h.read::<i64>(out).iter().map(|&v| v as f32).collect(),
+                _ => h.read::<f32>(out),
+            };
+            let want: Vec<f32> = match dtype {
+                ScalarType::Char => want.iter().map(|&v| v as i8 as f32).collect(),
+                ScalarType::Half => want.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(),
+                _ => want,
+            };
+            prop_assert_eq!(got, want);
+        }
+    }
+}
