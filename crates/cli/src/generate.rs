@@ -43,7 +43,8 @@ pub struct GenerateArgs {
     /// Chat template to use with --chat: chatml or llama3 (default: detected).
     #[arg(long, value_name = "NAME")]
     chat_template: Option<String>,
-    /// System message for --chat.
+    /// System message for --chat (default: the one the model's chat template adds, read
+    /// from chat_template.jinja or tokenizer_config.json beside the tokenizer).
     #[arg(long, value_name = "TEXT")]
     system: Option<String>,
     /// Kernel threads (0: one per available core).
@@ -55,12 +56,42 @@ pub struct GenerateArgs {
     /// Print one JSON object (token ids, text, stats) instead of streaming text.
     #[arg(long)]
     json: bool,
+    /// Use these token ids as the prompt (comma-separated) instead of text; for
+    /// benchmarks and exact comparisons.
+    #[arg(long, value_name = "IDS", conflicts_with_all = ["prompt", "chat"])]
+    prompt_token_ids: Option<String>,
+    /// Keep generating past end-of-sequence tokens (fixed-length benchmarks).
+    #[arg(long)]
+    ignore_eos: bool,
+}
+
+/// The default system message of the chat template stored beside the tokenizer
+/// (`chat_template.jinja`, or `chat_template` in `tokenizer_config.json`), if any.
+fn default_system(tokenizer: &std::path::Path) -> Option<String> {
+    let dir = tokenizer.parent()?;
+    let template = std::fs::read_to_string(dir.join("chat_template.jinja")).ok().or_else(|| {
+        let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&config).ok()?;
+        v.get("chat_template")?.as_str().map(str::to_string)
+    })?;
+    ChatTemplate::default_system_prompt(&template)
+}
+
+fn parse_ids(text: &str) -> anyhow::Result<Vec<u64>> {
+    text.split(',')
+        .map(|t| {
+            t.trim()
+                .parse::<u64>()
+                .with_context(|| format!("--prompt-token-ids: {t:?} is not a token id"))
+        })
+        .collect()
 }
 
 pub fn main(args: GenerateArgs) -> anyhow::Result<()> {
-    let prompt = match &args.prompt {
-        Some(p) => p.clone(),
-        None => {
+    let prompt = match (&args.prompt, &args.prompt_token_ids) {
+        (_, Some(_)) => String::from("(token ids)"),
+        (Some(p), None) => p.clone(),
+        (None, None) => {
             if std::io::stdin().is_terminal() {
                 eprintln!("reading the prompt from stdin (end with Ctrl-D); or pass --prompt TEXT");
             }
@@ -100,11 +131,18 @@ pub fn main(args: GenerateArgs) -> anyhow::Result<()> {
                 runner.add_eos_id(id as u64);
             }
         }
-        template.render(args.system.as_deref(), &prompt)
+        let system = args.system.clone().or_else(|| default_system(&args.tokenizer));
+        template.render(system.as_deref(), &prompt)
     } else {
         prompt
     };
-    let ids = runner.encode(&text)?;
+    let ids = match &args.prompt_token_ids {
+        Some(list) => parse_ids(list)?,
+        None => runner.encode(&text)?,
+    };
+    if args.ignore_eos {
+        runner.clear_eos_ids();
+    }
     let sampling = SamplingConfig {
         temperature: args.temperature,
         top_k: args.top_k,

@@ -66,6 +66,25 @@ impl ChatTemplate {
         }
     }
 
+    /// The system message a Jinja chat template inserts when the conversation has none
+    /// (SmolLM2's and Qwen's templates do), read from the template's literal text.
+    ///
+    /// ```
+    /// use etch_llm::ChatTemplate;
+    /// let t = "{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\nBe brief.<|im_end|>\n' }}{% endif %}";
+    /// assert_eq!(ChatTemplate::default_system_prompt(t).as_deref(), Some("Be brief."));
+    /// ```
+    pub fn default_system_prompt(template: &str) -> Option<String> {
+        if !template.contains("!= 'system'") && !template.contains("!= \"system\"") {
+            return None;
+        }
+        let start = template.find("<|im_start|>system\n")? + "<|im_start|>system\n".len();
+        let rest = &template[start..];
+        let end = rest.find("<|im_end|>")?;
+        let text = &rest[..end];
+        (!text.is_empty() && !text.contains("{{") && !text.contains('\'')).then(|| text.to_string())
+    }
+
     /// Tokens that end an assistant turn in this format.
     pub fn stop_tokens(self) -> &'static [&'static str] {
         match self {

@@ -191,6 +191,12 @@ impl Runner {
         }
     }
 
+    /// Removes every stop token (generation then ends at `max_new_tokens` or when the
+    /// context is full).
+    pub fn clear_eos_ids(&mut self) {
+        self.eos_ids.clear();
+    }
+
     /// Forgets the context (the next generate starts at position 0).
     pub fn reset(&mut self) {
         self.pos = 0;

@@ -1,0 +1,24 @@
+//! Prints this machine's memory bandwidth (STREAM-like triad) and f32 FMA peak as JSON.
+//!
+//! `cargo run --release -p etch-bench --bin hwlimits [-- THREADS]`
+
+fn main() {
+    let threads = std::env::args()
+        .nth(1)
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    // 3 arrays of 64 Mi floats (768 MiB): far beyond any cache.
+    let n = 64 << 20;
+    let bw = etch_bench::triad_bandwidth(n, 5, threads);
+    let flops = etch_bench::fma_peak(threads);
+    println!(
+        "{}",
+        serde_json::json!({
+            "threads": threads,
+            "triad_bytes_per_second": bw,
+            "triad_gb_per_second": bw / 1e9,
+            "fma_f32_flops": flops,
+            "fma_f32_gflops": flops / 1e9,
+        })
+    );
+}

@@ -1,0 +1,94 @@
+//! Measurements of what the hardware allows, to put etch's figures in proportion:
+//! a STREAM-like triad for memory bandwidth and an FMA loop for f32 compute peak.
+
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+/// Best-of-`reps` bandwidth of `a[i] = b[i] + s * c[i]` over `n` f32 elements per array,
+/// in bytes per second (12 bytes move per element), on `threads` threads.
+pub fn triad_bandwidth(n: usize, reps: usize, threads: usize) -> f64 {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("thread pool");
+    let mut a = vec![0f32; n];
+    let b = vec![1f32; n];
+    let c = vec![2f32; n];
+    let chunk = 1 << 16;
+    let mut best = f64::MAX;
+    pool.install(|| {
+        for _ in 0..reps {
+            let start = Instant::now();
+            a.par_chunks_mut(chunk)
+                .zip(b.par_chunks(chunk))
+                .zip(c.par_chunks(chunk))
+                .for_each(|((a, b), c)| {
+                    for ((x, y), z) in a.iter_mut().zip(b).zip(c) {
+                        *x = y + 3.0 * z;
+                    }
+                });
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+    });
+    std::hint::black_box(&a);
+    (12 * n) as f64 / best
+}
+
+/// f32 FLOP/s of independent fused multiply-adds on `threads` threads (2 FLOPs each).
+pub fn fma_peak(threads: usize) -> f64 {
+    let iters = 20_000_000usize;
+    let start = Instant::now();
+    let total: f32 = (0..threads)
+        .into_par_iter()
+        .map(|t| fma_loop(iters, t as f32))
+        .sum();
+    let secs = start.elapsed().as_secs_f64();
+    std::hint::black_box(total);
+    (threads * iters * LANES * 2) as f64 / secs
+}
+
+/// Independent accumulators: enough to hide FMA latency on 2 FMA ports x 16 lanes.
+const LANES: usize = 128;
+
+fn fma_loop(iters: usize, seed: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU supports AVX-512F (checked just above).
+            return unsafe { fma_loop_avx512(iters, seed) };
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: the CPU supports AVX2 and FMA (checked just above).
+            return unsafe { fma_loop_avx2(iters, seed) };
+        }
+    }
+    fma_loop_generic(iters, seed)
+}
+
+#[inline(always)]
+fn fma_loop_generic(iters: usize, seed: f32) -> f32 {
+    let mut acc = [0f32; LANES];
+    for (i, a) in acc.iter_mut().enumerate() {
+        *a = seed + i as f32 * 1e-3;
+    }
+    let (x, y) = (0.999_999f32, 1e-7f32);
+    for _ in 0..iters {
+        for a in acc.iter_mut() {
+            *a = a.mul_add(x, y);
+        }
+    }
+    acc.iter().sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn fma_loop_avx512(iters: usize, seed: f32) -> f32 {
+    fma_loop_generic(iters, seed)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn fma_loop_avx2(iters: usize, seed: f32) -> f32 {
+    fma_loop_generic(iters, seed)
+}
