@@ -69,11 +69,13 @@ pub struct GenerateArgs {
 /// (`chat_template.jinja`, or `chat_template` in `tokenizer_config.json`), if any.
 fn default_system(tokenizer: &std::path::Path) -> Option<String> {
     let dir = tokenizer.parent()?;
-    let template = std::fs::read_to_string(dir.join("chat_template.jinja")).ok().or_else(|| {
-        let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok()?;
-        let v: serde_json::Value = serde_json::from_str(&config).ok()?;
-        v.get("chat_template")?.as_str().map(str::to_string)
-    })?;
+    let template = std::fs::read_to_string(dir.join("chat_template.jinja"))
+        .ok()
+        .or_else(|| {
+            let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok()?;
+            let v: serde_json::Value = serde_json::from_str(&config).ok()?;
+            v.get("chat_template")?.as_str().map(str::to_string)
+        })?;
     ChatTemplate::default_system_prompt(&template)
 }
 
@@ -131,7 +133,10 @@ pub fn main(args: GenerateArgs) -> anyhow::Result<()> {
                 runner.add_eos_id(id as u64);
             }
         }
-        let system = args.system.clone().or_else(|| default_system(&args.tokenizer));
+        let system = args
+            .system
+            .clone()
+            .or_else(|| default_system(&args.tokenizer));
         template.render(system.as_deref(), &prompt)
     } else {
         prompt
@@ -177,15 +182,20 @@ pub fn main(args: GenerateArgs) -> anyhow::Result<()> {
         s.threads
     );
     if generation.stop_reason == etch_llm::StopReason::ContextFull {
-        eprintln!("stopped: the model's context ({} tokens) is full", runner.metadata().max_context_len);
+        eprintln!(
+            "stopped: the model's context ({} tokens) is full",
+            runner.metadata().max_context_len
+        );
     }
     eprintln!(
         "memory: planned {} bytes, peak RSS {}, temp allocator {} hits / {} misses, heap allocations per decoded token: {}",
         s.planned_bytes,
-        s.peak_rss_bytes.map_or("?".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
+        s.peak_rss_bytes
+            .map_or("?".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
         s.temp_allocator_hits,
         s.temp_allocator_misses,
-        s.heap_allocations_per_decoded_token.map_or("?".into(), |a| format!("{a:.2}"))
+        s.heap_allocations_per_decoded_token
+            .map_or("?".into(), |a| format!("{a:.2}"))
     );
     Ok(())
 }

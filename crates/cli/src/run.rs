@@ -187,9 +187,8 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
     for (k, r) in results.iter().enumerate() {
         for (j, v) in r.outputs.iter().enumerate() {
             if let Value::Tensor(t) = v {
-                std::fs::create_dir_all(&args.output_dir).with_context(|| {
-                    format!("cannot create {}", args.output_dir.display())
-                })?;
+                std::fs::create_dir_all(&args.output_dir)
+                    .with_context(|| format!("cannot create {}", args.output_dir.display()))?;
                 let name = if multi {
                     format!("step{k}.out{j}.npy")
                 } else {
@@ -215,7 +214,12 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
                     .outputs
                     .iter()
                     .enumerate()
-                    .map(|(j, v)| output_json(v, written.iter().find(|w| w.0 == k && w.1 == j).map(|w| &w.2)))
+                    .map(|(j, v)| {
+                        output_json(
+                            v,
+                            written.iter().find(|w| w.0 == k && w.1 == j).map(|w| &w.2),
+                        )
+                    })
                     .collect();
                 json!({
                     "outputs": outputs,
@@ -245,11 +249,20 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         return Ok(());
     }
     for (k, r) in results.iter().enumerate() {
-        let prefix = if multi { format!("step {k}: ") } else { String::new() };
+        let prefix = if multi {
+            format!("step {k}: ")
+        } else {
+            String::new()
+        };
         for (j, v) in r.outputs.iter().enumerate() {
             match (v, written.iter().find(|w| w.0 == k && w.1 == j)) {
                 (Value::Tensor(t), Some((_, _, path))) => {
-                    println!("{prefix}output {j}: {} {:?} -> {}", t.dtype, t.sizes, path.display())
+                    println!(
+                        "{prefix}output {j}: {} {:?} -> {}",
+                        t.dtype,
+                        t.sizes,
+                        path.display()
+                    )
                 }
                 (other, _) => println!("{prefix}output {j}: {}", scalar_text(other)),
             }

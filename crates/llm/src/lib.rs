@@ -8,6 +8,9 @@
 //!   `tokenizer.bin`; [`StreamDecoder`] for streaming text.
 //! * [`ChatTemplate`]: ChatML and Llama 3 prompts.
 
+// Errors wrap the runtime's, which carry their context by value; they are cold.
+#![allow(clippy::result_large_err)]
+
 mod chat;
 mod error;
 mod metadata;

@@ -52,8 +52,8 @@ fn positive(name: &'static str, v: i64) -> Result<usize, LlmError> {
 impl LlmMetadata {
     /// Reads the metadata methods of `module`; `method` is the forward method's name.
     pub fn read(module: &mut Module, method: &str) -> Result<Self, LlmError> {
-        let max_seq_len = int(module, "get_max_seq_len")?
-            .ok_or(LlmError::MissingMetadata("get_max_seq_len"))?;
+        let max_seq_len =
+            int(module, "get_max_seq_len")?.ok_or(LlmError::MissingMetadata("get_max_seq_len"))?;
         let max_seq_len = positive("get_max_seq_len", max_seq_len)?;
         let max_context_len = match int(module, "get_max_context_len")? {
             Some(v) => positive("get_max_context_len", v)?,
@@ -88,7 +88,8 @@ impl LlmMetadata {
             meta.inputs.get(1),
             Some(ValueInfo::Tensor(t)) if t.sizes.iter().product::<usize>() > 1
         );
-        let enable_dynamic_shape = int(module, "enable_dynamic_shape")?.map_or(dynamic_tokens, |v| v != 0);
+        let enable_dynamic_shape =
+            int(module, "enable_dynamic_shape")?.map_or(dynamic_tokens, |v| v != 0);
         Ok(Self {
             max_seq_len,
             max_context_len,
@@ -100,7 +101,11 @@ impl LlmMetadata {
                 || meta.inputs.len() > 1,
             use_sdpa_with_kv_cache: int(module, "use_sdpa_with_kv_cache")?.is_some_and(|v| v != 0),
             enable_dynamic_shape,
-            max_prefill_chunk: if enable_dynamic_shape { max_prefill_chunk } else { 1 },
+            max_prefill_chunk: if enable_dynamic_shape {
+                max_prefill_chunk
+            } else {
+                1
+            },
             forward_inputs: meta.inputs.len(),
             position_is_vector,
         })

@@ -10,7 +10,9 @@ use etch_memory::counting::CountingAllocator;
 use etch_runtime::{LoadMode, Module};
 use half::{bf16, f16};
 
-use crate::{LlmError, LlmMetadata, Sampler, SamplingConfig, StreamDecoder, Tokenizer, load_tokenizer};
+use crate::{
+    LlmError, LlmMetadata, Sampler, SamplingConfig, StreamDecoder, Tokenizer, load_tokenizer,
+};
 
 /// Default cache budget of the runner's caching temp allocator.
 pub const DEFAULT_TEMP_CACHE_BYTES: usize = 16 * 1024 * 1024;
@@ -139,7 +141,9 @@ impl Runner {
             )));
         };
         let metadata = LlmMetadata::read(&mut module, &method)?;
-        let vocab = metadata.vocab_size.unwrap_or_else(|| tokenizer.vocab_size());
+        let vocab = metadata
+            .vocab_size
+            .unwrap_or_else(|| tokenizer.vocab_size());
         if tokenizer.vocab_size() > vocab.max(1) + 1024 || vocab > tokenizer.vocab_size() + 1024 {
             return Err(LlmError::Model(format!(
                 "the tokenizer ({} ids, {}) does not match the model ({vocab} ids)",
@@ -206,7 +210,12 @@ impl Runner {
     /// Tokenises a prompt as given: no BOS is added (write it in the text, or use a
     /// chat template that has it).
     pub fn encode(&self, text: &str) -> Result<Vec<u64>, LlmError> {
-        Ok(self.tokenizer.encode(text)?.into_iter().map(u64::from).collect())
+        Ok(self
+            .tokenizer
+            .encode(text)?
+            .into_iter()
+            .map(u64::from)
+            .collect())
     }
 
     /// One forward call on `tokens` at the current position; the last position's logits
@@ -216,20 +225,39 @@ impl Runner {
         self.token_buf.clear();
         for &t in tokens {
             if t as usize >= self.vocab {
-                return Err(LlmError::TokenOutOfRange { id: t, vocab: self.vocab });
+                return Err(LlmError::TokenOutOfRange {
+                    id: t,
+                    vocab: self.vocab,
+                });
             }
             self.token_buf.push(t as i64);
         }
         let method = self.module.method_mut(&self.method)?;
-        method.set_input_tensor(0, ScalarType::Long, &[1, n], bytemuck::cast_slice(&self.token_buf))?;
+        method.set_input_tensor(
+            0,
+            ScalarType::Long,
+            &[1, n],
+            bytemuck::cast_slice(&self.token_buf),
+        )?;
         if self.metadata.forward_inputs > 1 {
             self.pos_buf.clear();
             if self.metadata.position_is_vector {
-                self.pos_buf.extend((self.pos..self.pos + n).map(|p| p as i64));
-                method.set_input_tensor(1, ScalarType::Long, &[n], bytemuck::cast_slice(&self.pos_buf))?;
+                self.pos_buf
+                    .extend((self.pos..self.pos + n).map(|p| p as i64));
+                method.set_input_tensor(
+                    1,
+                    ScalarType::Long,
+                    &[n],
+                    bytemuck::cast_slice(&self.pos_buf),
+                )?;
             } else {
                 self.pos_buf.push(self.pos as i64);
-                method.set_input_tensor(1, ScalarType::Long, &[1], bytemuck::cast_slice(&self.pos_buf))?;
+                method.set_input_tensor(
+                    1,
+                    ScalarType::Long,
+                    &[1],
+                    bytemuck::cast_slice(&self.pos_buf),
+                )?;
             }
         }
         self.module.run(&self.method)?;
@@ -263,7 +291,9 @@ impl Runner {
                 }
             }
             other => {
-                return Err(LlmError::Model(format!("logits of dtype {other} are not supported")));
+                return Err(LlmError::Model(format!(
+                    "logits of dtype {other} are not supported"
+                )));
             }
         }
         self.pos += n;
@@ -353,7 +383,9 @@ impl Runner {
             let t = Instant::now();
             token = sampler.sample(&mut self.logits, &self.history) as u64;
             stats.sampling_ms += t.elapsed().as_secs_f64() * 1e3;
-            let allocs = CountingAllocator::global_counts().since(&before).allocations;
+            let allocs = CountingAllocator::global_counts()
+                .since(&before)
+                .allocations;
             // The first steps warm up caches (temp allocator, thread-pool queues).
             if generated.len() > 2 {
                 counted_steps += 1;
@@ -374,7 +406,8 @@ impl Runner {
         } else {
             0.0
         };
-        stats.heap_allocations_per_decoded_token = (CountingAllocator::is_installed() && counted_steps > 0)
+        stats.heap_allocations_per_decoded_token = (CountingAllocator::is_installed()
+            && counted_steps > 0)
             .then(|| counted_allocs as f64 / counted_steps as f64);
         stats.peak_rss_bytes = peak_rss_bytes();
         stats.planned_bytes = self.module.planned_bytes();

@@ -270,7 +270,9 @@ mod tests {
         }
         let draw = |seed| {
             let mut s = sampler(0.8, 0, 0.9, seed);
-            (0..50).map(|_| s.sample(&mut logits.clone(), &[])).collect::<Vec<_>>()
+            (0..50)
+                .map(|_| s.sample(&mut logits.clone(), &[]))
+                .collect::<Vec<_>>()
         };
         assert_eq!(draw(3), draw(3));
         assert_ne!(draw(3), draw(4));
@@ -293,9 +295,18 @@ mod tests {
     #[test]
     fn bad_settings_are_errors() {
         for c in [
-            SamplingConfig { temperature: -1.0, ..Default::default() },
-            SamplingConfig { top_p: 0.0, ..Default::default() },
-            SamplingConfig { repetition_penalty: 0.0, ..Default::default() },
+            SamplingConfig {
+                temperature: -1.0,
+                ..Default::default()
+            },
+            SamplingConfig {
+                top_p: 0.0,
+                ..Default::default()
+            },
+            SamplingConfig {
+                repetition_penalty: 0.0,
+                ..Default::default()
+            },
         ] {
             assert!(Sampler::new(3, c).is_err());
         }

@@ -44,7 +44,11 @@ fn fixtures() -> PathBuf {
 
 fn tokens(file: &Path) -> Vec<u64> {
     let t = etch_runtime::npy::read_npy_file(file).expect("fixture npy");
-    t.as_slice::<i64>().expect("i64 tokens").into_iter().map(|v| v as u64).collect()
+    t.as_slice::<i64>()
+        .expect("i64 tokens")
+        .into_iter()
+        .map(|v| v as u64)
+        .collect()
 }
 
 fn runner(threads: usize) -> Runner {
@@ -61,16 +65,25 @@ fn greedy_tokens_match_the_official_runtime_and_decode_does_not_allocate() {
     let dir = fixtures().join("tiny_llama_fp32");
     let prompt = tokens(&dir.join("call0.in0.npy"));
     // The fixture's decode inputs are the official runtime's greedy tokens.
-    let official: Vec<u64> = (1..=4).flat_map(|k| tokens(&dir.join(format!("call{k}.in0.npy")))).collect();
+    let official: Vec<u64> = (1..=4)
+        .flat_map(|k| tokens(&dir.join(format!("call{k}.in0.npy"))))
+        .collect();
     for threads in [1, 2] {
         let mut r = runner(threads);
         let meta = r.metadata().clone();
         assert_eq!((meta.max_seq_len, meta.max_context_len), (32, 64));
-        assert_eq!(meta.max_prefill_chunk, 31, "bounded by the token input, not get_max_seq_len");
+        assert_eq!(
+            meta.max_prefill_chunk, 31,
+            "bounded by the token input, not get_max_seq_len"
+        );
         let g = r
             .generate(&prompt, 24, SamplingConfig::default(), &mut |_| {})
             .expect("generation");
-        assert_eq!(&g.generated_token_ids[..official.len()], &official[..], "{threads} threads");
+        assert_eq!(
+            &g.generated_token_ids[..official.len()],
+            &official[..],
+            "{threads} threads"
+        );
         assert_eq!(g.stop_reason, StopReason::MaxNewTokens);
         assert_eq!(
             g.stats.heap_allocations_per_decoded_token,
@@ -84,7 +97,9 @@ fn greedy_tokens_match_the_official_runtime_and_decode_does_not_allocate() {
 fn long_prompts_are_chunked_and_the_context_limit_is_reported() {
     let mut r = runner(1);
     let prompt: Vec<u64> = (0..40).map(|i| (i * 7 % 256) as u64).collect();
-    let g = r.generate(&prompt, 100, SamplingConfig::default(), &mut |_| {}).expect("generation");
+    let g = r
+        .generate(&prompt, 100, SamplingConfig::default(), &mut |_| {})
+        .expect("generation");
     assert_eq!(g.stats.prefill_calls, 2, "40 tokens in chunks of 31");
     assert_eq!(g.stop_reason, StopReason::ContextFull);
     assert_eq!(prompt.len() + g.generated_token_ids.len(), 64 + 1);

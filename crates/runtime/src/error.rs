@@ -43,7 +43,9 @@ pub enum RuntimeError {
         #[source]
         source: KernelError,
     },
-    #[error("method {method:?}, instruction {instruction}: delegate backend {backend:?} is not available in etch")]
+    #[error(
+        "method {method:?}, instruction {instruction}: delegate backend {backend:?} is not available in etch"
+    )]
     DelegateUnavailable {
         method: String,
         instruction: usize,

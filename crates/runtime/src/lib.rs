@@ -4,6 +4,9 @@
 //!   lazily and cached, `forward` / `execute`.
 //! * [`Method`] is one loaded method: its values, planned memory and resolved kernels.
 
+// Errors carry their context (method, instruction, operator) by value; they are cold.
+#![allow(clippy::result_large_err)]
+
 mod error;
 mod host;
 pub mod method;

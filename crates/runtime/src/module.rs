@@ -95,7 +95,8 @@ impl ModuleBuilder {
             },
             Source::Bytes(b) => ProgramFile::from_bytes(b)?,
         };
-        let pool = ThreadPool::new(self.threads).map_err(|e| RuntimeError::ThreadPool(e.to_string()))?;
+        let pool =
+            ThreadPool::new(self.threads).map_err(|e| RuntimeError::ThreadPool(e.to_string()))?;
         Ok(Module {
             file: Arc::new(file),
             registry: self
@@ -211,10 +212,12 @@ impl Module {
     /// outputs without copies.
     pub fn method_mut(&mut self, name: &str) -> Result<&mut Method, RuntimeError> {
         self.load_method(name)?;
-        self.methods.get_mut(name).ok_or_else(|| RuntimeError::MethodNotFound {
-            name: name.to_string(),
-            available: String::new(),
-        })
+        self.methods
+            .get_mut(name)
+            .ok_or_else(|| RuntimeError::MethodNotFound {
+                name: name.to_string(),
+                available: String::new(),
+            })
     }
 
     /// Runs a loaded method with the inputs already set, using the module's temp

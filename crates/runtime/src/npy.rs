@@ -24,7 +24,9 @@ pub enum NpyError {
     },
     #[error("{path}: not a valid .npy file: {message}")]
     Header { path: String, message: String },
-    #[error("{path}: unsupported dtype {dtype:?} (supported: <f4 <f8 <f2 <i8 <i4 <i2 |i1 |u1 |b1 <u2 <u4 <u8)")]
+    #[error(
+        "{path}: unsupported dtype {dtype:?} (supported: <f4 <f8 <f2 <i8 <i4 <i2 |i1 |u1 |b1 <u2 <u4 <u8)"
+    )]
     Dtype { path: String, dtype: String },
     #[error("{path}: Fortran-order arrays are not supported; save with np.ascontiguousarray")]
     FortranOrder { path: String },
@@ -185,10 +187,14 @@ pub fn write_npy(t: &HostTensor) -> Result<Vec<u8>, NpyError> {
         [d] => format!("({d},)"),
         dims => format!(
             "({})",
-            dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+            dims.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     };
-    let mut header = format!("{{'descr': '{type_str}', 'fortran_order': False, 'shape': {shape}, }}");
+    let mut header =
+        format!("{{'descr': '{type_str}', 'fortran_order': False, 'shape': {shape}, }}");
     // Magic (6) + version (2) + length (2) + header + '\n', padded to 64 bytes.
     let unpadded = 10 + header.len() + 1;
     header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
@@ -242,20 +248,32 @@ mod tests {
     fn rejects_bad_files() {
         let good = write_npy(&HostTensor::from_slice(&[2], &[1f32, 2.])).unwrap();
         assert!(read_npy(&good[..5], "t").is_err());
-        assert!(matches!(read_npy(&good[..good.len() - 2], "t"), Err(NpyError::Truncated { .. })));
+        assert!(matches!(
+            read_npy(&good[..good.len() - 2], "t"),
+            Err(NpyError::Truncated { .. })
+        ));
         let mut extra = good.clone();
         extra.push(0);
-        assert!(matches!(read_npy(&extra, "t"), Err(NpyError::TrailingBytes { .. })));
+        assert!(matches!(
+            read_npy(&extra, "t"),
+            Err(NpyError::TrailingBytes { .. })
+        ));
         let patch = |from: &[u8], to: &[u8]| {
             let at = good.windows(from.len()).position(|w| w == from).unwrap();
             let mut v = good.clone();
             v.splice(at..at + from.len(), to.iter().copied());
             v
         };
-        assert!(matches!(read_npy(&patch(b"(2,)", b"(9,)"), "t"), Err(NpyError::Truncated { .. })));
+        assert!(matches!(
+            read_npy(&patch(b"(2,)", b"(9,)"), "t"),
+            Err(NpyError::Truncated { .. })
+        ));
         let huge = patch(b"(2,)", b"(99999999999999,)");
         assert!(read_npy(&huge, "t").is_err());
-        assert!(matches!(read_npy(&patch(b"<f4", b">f4"), "t"), Err(NpyError::Dtype { .. })));
+        assert!(matches!(
+            read_npy(&patch(b"<f4", b">f4"), "t"),
+            Err(NpyError::Dtype { .. })
+        ));
         let mut bad_bool = write_npy(&HostTensor {
             dtype: ScalarType::Bool,
             sizes: vec![1],

@@ -48,7 +48,8 @@ fn root() -> PathBuf {
 fn load_io(dir: &Path, io: &Io) -> Result<Value, String> {
     if let Some(npy) = &io.npy {
         let dtype_name = io.dtype.as_deref().unwrap_or("f32");
-        let dtype = ScalarType::from_name(dtype_name).ok_or(format!("unknown dtype {dtype_name}"))?;
+        let dtype =
+            ScalarType::from_name(dtype_name).ok_or(format!("unknown dtype {dtype_name}"))?;
         let path = dir.join(npy);
         let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         let t = etch_runtime::npy::read_npy_as(&bytes, npy, dtype).map_err(|e| e.to_string())?;
@@ -70,10 +71,19 @@ fn as_f64(t: &HostTensor) -> Option<Vec<f64>> {
     use half::{bf16, f16};
     let d = &t.data;
     Some(match t.dtype {
-        ScalarType::Float => bytemuck::pod_collect_to_vec::<u8, f32>(d).iter().map(|&x| x as f64).collect(),
+        ScalarType::Float => bytemuck::pod_collect_to_vec::<u8, f32>(d)
+            .iter()
+            .map(|&x| x as f64)
+            .collect(),
         ScalarType::Double => bytemuck::pod_collect_to_vec::<u8, f64>(d),
-        ScalarType::Half => bytemuck::pod_collect_to_vec::<u8, f16>(d).iter().map(|x| x.to_f64()).collect(),
-        ScalarType::BFloat16 => bytemuck::pod_collect_to_vec::<u8, bf16>(d).iter().map(|x| x.to_f64()).collect(),
+        ScalarType::Half => bytemuck::pod_collect_to_vec::<u8, f16>(d)
+            .iter()
+            .map(|x| x.to_f64())
+            .collect(),
+        ScalarType::BFloat16 => bytemuck::pod_collect_to_vec::<u8, bf16>(d)
+            .iter()
+            .map(|x| x.to_f64())
+            .collect(),
         _ => return None,
     })
 }
@@ -115,7 +125,12 @@ fn compare(got: &Value, want: &Value, rtol: f64, atol: f64) -> Result<(), String
                 }
                 _ if g.data == w.data => Ok(()),
                 _ => {
-                    let i = g.data.iter().zip(&w.data).position(|(a, b)| a != b).unwrap_or(0);
+                    let i = g
+                        .data
+                        .iter()
+                        .zip(&w.data)
+                        .position(|(a, b)| a != b)
+                        .unwrap_or(0);
                     Err(format!("{} data differs from byte {i}", g.dtype))
                 }
             }
@@ -133,16 +148,25 @@ fn run_fixture(dir: &Path, f: &Fixture, threads: usize) -> Result<(), String> {
         .build()
         .map_err(|e| format!("load: {e}"))?;
     for (k, call) in f.calls.iter().enumerate() {
-        let inputs: Vec<Value> = call.inputs.iter().map(|io| load_io(dir, io)).collect::<Result<_, _>>()?;
+        let inputs: Vec<Value> = call
+            .inputs
+            .iter()
+            .map(|io| load_io(dir, io))
+            .collect::<Result<_, _>>()?;
         let outputs = module
             .execute(&call.method, &inputs)
             .map_err(|e| format!("call {k} ({}): {e}", call.method))?;
         if outputs.len() != call.outputs.len() {
-            return Err(format!("call {k}: {} outputs, expected {}", outputs.len(), call.outputs.len()));
+            return Err(format!(
+                "call {k}: {} outputs, expected {}",
+                outputs.len(),
+                call.outputs.len()
+            ));
         }
         for (j, (got, want)) in outputs.iter().zip(&call.outputs).enumerate() {
             let want = load_io(dir, want)?;
-            compare(got, &want, f.rtol, f.atol).map_err(|e| format!("call {k} ({}) output {j}: {e}", call.method))?;
+            compare(got, &want, f.rtol, f.atol)
+                .map_err(|e| format!("call {k} ({}) output {j}: {e}", call.method))?;
         }
     }
     Ok(())
@@ -154,7 +178,9 @@ fn conformance() {
     let manifest_path = dir.join("manifest.json");
     let text = std::fs::read_to_string(&manifest_path).expect("tests/fixtures/manifest.json");
     let manifest: Manifest = serde_json::from_str(&text).expect("valid manifest");
-    let expected_text = std::fs::read_to_string(root().join("tests/conformance/expected_failures.txt")).unwrap_or_default();
+    let expected_text =
+        std::fs::read_to_string(root().join("tests/conformance/expected_failures.txt"))
+            .unwrap_or_default();
     let expected: BTreeSet<&str> = expected_text
         .lines()
         .map(|l| l.split('#').next().unwrap_or("").trim())
@@ -180,9 +206,15 @@ fn conformance() {
     }
     for name in &expected {
         if !manifest.fixtures.iter().any(|f| f.name == *name) {
-            problems.push(format!("{name}: listed as an expected failure but not in the manifest"));
+            problems.push(format!(
+                "{name}: listed as an expected failure but not in the manifest"
+            ));
         }
     }
     println!("conformance: {passed} passed, {expected_failures} expected failures");
-    assert!(problems.is_empty(), "conformance problems:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "conformance problems:\n{}",
+        problems.join("\n")
+    );
 }

@@ -18,10 +18,17 @@ impl HfTokenizer {
             .map_err(|e| tokenizer_error(name, format!("invalid tokenizer.json: {e}")))?;
         let find = |candidates: &[&str]| candidates.iter().find_map(|t| inner.token_to_id(t));
         let bos = find(&["<|begin_of_text|>", "<s>", "<bos>"]);
-        let eos: Vec<u32> = ["<|end_of_text|>", "<|eot_id|>", "</s>", "<eos>", "<|endoftext|>", "<|im_end|>"]
-            .iter()
-            .filter_map(|t| inner.token_to_id(t))
-            .collect();
+        let eos: Vec<u32> = [
+            "<|end_of_text|>",
+            "<|eot_id|>",
+            "</s>",
+            "<eos>",
+            "<|endoftext|>",
+            "<|im_end|>",
+        ]
+        .iter()
+        .filter_map(|t| inner.token_to_id(t))
+        .collect();
         Ok(Self {
             inner,
             name: name.to_string(),

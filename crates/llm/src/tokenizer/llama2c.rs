@@ -26,9 +26,16 @@ struct Reader<'a> {
 
 impl Reader<'_> {
     fn take(&mut self, n: usize) -> Result<&[u8], LlmError> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len()).ok_or_else(|| {
-            tokenizer_error(self.name, format!("truncated at byte {} (wanted {n} more)", self.at))
-        })?;
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or_else(|| {
+                tokenizer_error(
+                    self.name,
+                    format!("truncated at byte {} (wanted {n} more)", self.at),
+                )
+            })?;
         let s = &self.bytes[self.at..end];
         self.at = end;
         Ok(s)
@@ -56,7 +63,10 @@ fn parse_pieces(
         if len > max_len {
             return Err(tokenizer_error(
                 r.name,
-                format!("token {} has length {len}, above the declared maximum {max_len}", pieces.len()),
+                format!(
+                    "token {} has length {len}, above the declared maximum {max_len}",
+                    pieces.len()
+                ),
             ));
         }
         pieces.push(r.take(len)?.to_vec());
@@ -74,7 +84,8 @@ impl Llama2cTokenizer {
         let mut r = header(0);
         if let (Ok(vocab), Ok(bos), Ok(eos), Ok(max_len)) = (r.u32(), r.u32(), r.u32(), r.u32()) {
             let (vocab, max_len) = (vocab as usize, max_len as usize);
-            if (1..=MAX_VOCAB).contains(&vocab) && (bos as usize) < vocab && (eos as usize) < vocab {
+            if (1..=MAX_VOCAB).contains(&vocab) && (bos as usize) < vocab && (eos as usize) < vocab
+            {
                 if let Ok((pieces, scores)) = parse_pieces(&mut r, Some(vocab), max_len) {
                     if r.at == bytes.len() {
                         return Ok(Self::build(pieces, scores, bos, eos));
@@ -137,8 +148,10 @@ impl Tokenizer for Llama2cTokenizer {
         loop {
             let mut best: Option<(f32, usize, u32)> = None;
             for i in 0..ids.len().saturating_sub(1) {
-                let (Some(a), Some(b)) = (self.pieces.get(ids[i] as usize), self.pieces.get(ids[i + 1] as usize))
-                else {
+                let (Some(a), Some(b)) = (
+                    self.pieces.get(ids[i] as usize),
+                    self.pieces.get(ids[i + 1] as usize),
+                ) else {
                     continue;
                 };
                 merged.clear();
@@ -166,10 +179,13 @@ impl Tokenizer for Llama2cTokenizer {
                 prev = Some(id);
                 continue;
             }
-            let piece = self.pieces.get(id as usize).ok_or(LlmError::TokenOutOfRange {
-                id: id as u64,
-                vocab: self.pieces.len(),
-            })?;
+            let piece = self
+                .pieces
+                .get(id as usize)
+                .ok_or(LlmError::TokenOutOfRange {
+                    id: id as u64,
+                    vocab: self.pieces.len(),
+                })?;
             let piece = match (prev, piece.first()) {
                 (Some(p), Some(b' ')) if p == self.bos => &piece[1..],
                 _ => piece.as_slice(),
@@ -218,7 +234,13 @@ mod tests {
         for b in 0..=255u8 {
             pieces.push((format!("<0x{b:02X}>").into_bytes(), 0.0));
         }
-        for (p, s) in [(" ", -1.0), ("h", -2.0), ("i", -2.0), ("hi", -0.5), (" hi", -0.1)] {
+        for (p, s) in [
+            (" ", -1.0),
+            ("h", -2.0),
+            ("i", -2.0),
+            ("hi", -0.5),
+            (" hi", -0.1),
+        ] {
             pieces.push((p.as_bytes().to_vec(), s));
         }
         let mut out = Vec::new();

@@ -53,7 +53,10 @@ pub fn load_tokenizer(path: &Path) -> Result<Box<dyn Tokenizer>, LlmError> {
         .map_err(|e| tokenizer_error(&shown, e.to_string()))?
         .len();
     if len > MAX_TOKENIZER_BYTES {
-        return Err(tokenizer_error(&shown, format!("{len} bytes is too large for a tokenizer")));
+        return Err(tokenizer_error(
+            &shown,
+            format!("{len} bytes is too large for a tokenizer"),
+        ));
     }
     let bytes = std::fs::read(path).map_err(|e| tokenizer_error(&shown, e.to_string()))?;
     load_tokenizer_bytes(&bytes, &shown)

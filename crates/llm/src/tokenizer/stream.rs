@@ -26,7 +26,10 @@ impl StreamDecoder {
         self.ids.push(id);
         let prefix = tokenizer.decode(&self.ids[self.prefix_offset..self.read_offset])?;
         let text = tokenizer.decode(&self.ids[self.prefix_offset..])?;
-        if text.len() > prefix.len() && !text.ends_with('\u{FFFD}') && text.is_char_boundary(prefix.len()) {
+        if text.len() > prefix.len()
+            && !text.ends_with('\u{FFFD}')
+            && text.is_char_boundary(prefix.len())
+        {
             let new = text[prefix.len()..].to_string();
             self.prefix_offset = self.read_offset;
             self.read_offset = self.ids.len();

@@ -61,12 +61,19 @@ impl TiktokenTokenizer {
 
     /// Parses a tiktoken file; `name` labels errors.
     pub fn from_bytes(bytes: &[u8], name: &str) -> Result<Self, LlmError> {
-        let text = std::str::from_utf8(bytes).map_err(|e| tokenizer_error(name, format!("not UTF-8: {e}")))?;
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| tokenizer_error(name, format!("not UTF-8: {e}")))?;
         let mut ranks = HashMap::new();
         let mut max_rank = 0u32;
-        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        for (n, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
             let bad = |what: &str| tokenizer_error(name, format!("line {}: {what}", n + 1));
-            let (tok, rank) = line.split_once(' ').ok_or_else(|| bad("expected `base64 rank`"))?;
+            let (tok, rank) = line
+                .split_once(' ')
+                .ok_or_else(|| bad("expected `base64 rank`"))?;
             let tok = base64::engine::general_purpose::STANDARD
                 .decode(tok)
                 .map_err(|e| bad(&format!("bad base64: {e}")))?;
@@ -121,7 +128,11 @@ impl TiktokenTokenizer {
         for (a, b) in parts {
             match self.ranks.get(&piece[a..b]) {
                 Some(&r) => out.push(r),
-                None => out.extend(piece[a..b].iter().filter_map(|byte| self.ranks.get(&[*byte][..]).copied())),
+                None => out.extend(
+                    piece[a..b]
+                        .iter()
+                        .filter_map(|byte| self.ranks.get(&[*byte][..]).copied()),
+                ),
             }
         }
     }
@@ -213,11 +224,17 @@ mod tests {
         let mut lines = Vec::new();
         let mut rank = 0;
         for b in 0..=255u8 {
-            lines.push(format!("{} {rank}", base64::engine::general_purpose::STANDARD.encode([b])));
+            lines.push(format!(
+                "{} {rank}",
+                base64::engine::general_purpose::STANDARD.encode([b])
+            ));
             rank += 1;
         }
         for t in ["he", "ll", "hell", "hello", " w", "or", " wor", " world"] {
-            lines.push(format!("{} {rank}", base64::engine::general_purpose::STANDARD.encode(t)));
+            lines.push(format!(
+                "{} {rank}",
+                base64::engine::general_purpose::STANDARD.encode(t)
+            ));
             rank += 1;
         }
         lines.join("\n").into_bytes()

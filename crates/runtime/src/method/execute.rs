@@ -12,7 +12,10 @@ impl Method {
     /// Kernel scratch comes from `temp` (heap fallback, counted, when `None`), which is
     /// reset at the start and after every instruction, as upstream: scratch never
     /// outlives one kernel call.
-    pub fn execute(&mut self, mut temp: Option<&mut dyn MemoryAllocator>) -> Result<(), RuntimeError> {
+    pub fn execute(
+        &mut self,
+        mut temp: Option<&mut dyn MemoryAllocator>,
+    ) -> Result<(), RuntimeError> {
         if let Some(index) = self.input_set.iter().position(|set| !set) {
             return Err(RuntimeError::InputNotSet {
                 method: self.name.clone(),
@@ -121,7 +124,9 @@ fn condition(v: Option<&EValue>, storage: &mut etch_memory::Storage) -> Result<b
                 len: t.nbytes(),
                 ..span
             };
-            let bytes = storage.bytes(span).map_err(|_| "condition tensor out of bounds")?;
+            let bytes = storage
+                .bytes(span)
+                .map_err(|_| "condition tensor out of bounds")?;
             Ok(bytes.iter().all(|&b| b != 0))
         }
         _ => Err("jump condition is neither a Bool nor a bool tensor"),

@@ -119,7 +119,10 @@ impl Method {
             })?;
         let dst = self
             .storage
-            .bytes_mut(Span { len: nbytes, ..span })
+            .bytes_mut(Span {
+                len: nbytes,
+                ..span
+            })
             .map_err(|e| RuntimeError::InputValue {
                 method: method.clone(),
                 index,

@@ -37,7 +37,12 @@ impl Loader<'_> {
             .get_or_insert_with(|| self.storage.add_shared(self.file.bytes().clone()))
     }
 
-    fn tensor(&mut self, index: usize, meta: &TensorMeta, is_input: bool) -> Result<Tensor, RuntimeError> {
+    fn tensor(
+        &mut self,
+        index: usize,
+        meta: &TensorMeta,
+        is_input: bool,
+    ) -> Result<Tensor, RuntimeError> {
         let nbytes = meta.nbytes();
         let external = meta
             .extra_tensor_info
@@ -112,7 +117,12 @@ impl Loader<'_> {
         .map_err(|e| self.err(index, e.to_string()))
     }
 
-    fn value(&mut self, index: usize, v: &FileValue, is_input: bool) -> Result<EValue, RuntimeError> {
+    fn value(
+        &mut self,
+        index: usize,
+        v: &FileValue,
+        is_input: bool,
+    ) -> Result<EValue, RuntimeError> {
         Ok(match v {
             FileValue::Null => EValue::None,
             FileValue::Int(i) => EValue::Int(*i),
@@ -142,13 +152,16 @@ impl Method {
         memory_allocator: &Arc<dyn MemoryAllocator>,
         pool: Arc<ThreadPool>,
     ) -> Result<Method, RuntimeError> {
-        let plan = file.plan(name).ok_or_else(|| RuntimeError::MethodNotFound {
-            name: name.to_string(),
-            available: file.method_names().collect::<Vec<_>>().join(", "),
-        })?;
+        let plan = file
+            .plan(name)
+            .ok_or_else(|| RuntimeError::MethodNotFound {
+                name: name.to_string(),
+                available: file.method_names().collect::<Vec<_>>().join(", "),
+            })?;
 
         // Resolve operators first: a program etch cannot run fails before any allocation.
-        let operator_names: Vec<String> = plan.operators.iter().map(|o| o.qualified_name()).collect();
+        let operator_names: Vec<String> =
+            plan.operators.iter().map(|o| o.qualified_name()).collect();
         let mut used = vec![false; operator_names.len()];
         for chain in &plan.chains {
             for ins in &chain.instructions {
@@ -174,8 +187,9 @@ impl Method {
         }
 
         let mut storage = Storage::new();
-        let planned = PlannedMemory::allocate(&mut storage, &plan.non_const_buffer_sizes, memory_allocator)
-            .map_err(|source| RuntimeError::Plan {
+        let planned =
+            PlannedMemory::allocate(&mut storage, &plan.non_const_buffer_sizes, memory_allocator)
+                .map_err(|source| RuntimeError::Plan {
                 method: name.to_string(),
                 source,
             })?;
@@ -252,7 +266,12 @@ impl Method {
         let input_spans = plan
             .inputs
             .iter()
-            .map(|&i| values.get(i).and_then(|v| v.as_tensor()).and_then(|t| t.data()))
+            .map(|&i| {
+                values
+                    .get(i)
+                    .and_then(|v| v.as_tensor())
+                    .and_then(|t| t.data())
+            })
             .collect();
         Ok(Method {
             name: name.to_string(),
