@@ -2,7 +2,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use etch_format::ProgramFile;
 use etch_format::inspect::ProgramSummary;
 
@@ -17,8 +16,7 @@ pub struct InspectArgs {
 }
 
 pub fn main(args: InspectArgs) -> anyhow::Result<()> {
-    let file = ProgramFile::map(&args.file, false)
-        .with_context(|| format!("cannot load {}", args.file.display()))?;
+    let file = ProgramFile::map(&args.file, false)?;
     let summary = ProgramSummary::new(&file);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);

@@ -122,8 +122,7 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
     let mut module = Module::from_path(&args.file)
         .load_mode(LoadMode::Mmap)
         .threads(args.threads)
-        .build()
-        .with_context(|| format!("cannot load {}", args.file.display()))?;
+        .build()?;
     let meta = module.method_meta(&args.method)?;
     for (k, call) in calls.iter().enumerate() {
         if call.len() != meta.inputs.len() {

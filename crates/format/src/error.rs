@@ -18,7 +18,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum FormatError {
     /// The file could not be read or mapped.
-    #[error("cannot read {}: {source}", file.display())]
+    #[error("cannot read {}", file.display())]
     Io {
         /// The file that failed.
         file: PathBuf,
