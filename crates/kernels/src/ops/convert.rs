@@ -1,6 +1,301 @@
-//! convert kernels.
+//! Copies and dtype conversions: `_to_copy`, `clone`, and the dim-order variants
+//! `_to_dim_order_copy` and `_clone_dim_order`.
+//!
+//! Each element is cast straight from the input dtype to the out dtype with PyTorch's
+//! conversions (float to int truncates toward zero, to bool tests `!= 0`, f32 to
+//! f16/bf16 rounds to nearest even). Out may have a different dim order than the
+//! input: elements are matched by logical index.
 
-use crate::Registry;
+use super::elementwise::dtype::{is_supported, unsupported, with_elem};
+use super::elementwise::{Operand, Spec, Src, map, zip1};
+use crate::{Args, EValue, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
 /// Registers this family's kernels.
-pub fn register(_r: &mut Registry) {}
+pub fn register(r: &mut Registry) {
+    r.register("aten::_to_copy.out", to_copy);
+    r.register("aten::clone.out", clone);
+    r.register("dim_order_ops::_to_dim_order_copy.out", |c, a| {
+        dim_order_copy(c, a, false)
+    });
+    r.register("dim_order_ops::_clone_dim_order.out", |c, a| {
+        dim_order_copy(c, a, true)
+    });
+}
+
+fn memory_format_arg(a: &Args<'_>, i: usize) -> Result<(), KernelError> {
+    match a.value(i)? {
+        EValue::None | EValue::Int(_) => Ok(()),
+        other => Err(KernelError::ArgType {
+            index: i,
+            expected: "MemoryFormat or None",
+            found: other.kind(),
+        }),
+    }
+}
+
+/// Copies `x` into `out` (resized to `x`'s shape), casting to `out`'s dtype.
+pub fn copy_cast(ctx: &KernelContext<'_>, x: &Tensor, out: &Tensor) -> Result<(), KernelError> {
+    for t in [x.dtype(), out.dtype()] {
+        if !is_supported(t) {
+            return Err(unsupported(t, "copy"));
+        }
+    }
+    if x.sizes() != out.sizes() {
+        return Err(KernelError::invalid(format!(
+            "copy of shape {:?} into {:?}",
+            x.sizes(),
+            out.sizes()
+        )));
+    }
+    if x.numel() == 0 {
+        return Ok(());
+    }
+    if x.dtype() == out.dtype() && x.dim_order() == out.dim_order() {
+        let src = ctx.read_bytes(x)?;
+        let dst = ctx.write_bytes(out)?;
+        if src.len() != dst.len() {
+            return Err(KernelError::invalid("copy: byte lengths differ"));
+        }
+        dst.copy_from_slice(src);
+        return Ok(());
+    }
+    let spec = Spec {
+        common: x.dtype(),
+        narrow_result: false,
+    };
+    with_elem!(x.dtype(), E => map::<1, E, E, _>(ctx, &[Operand::Tensor(*x)], out, spec, |s: &[Src<'_, E>; 1], o: &mut [E]| zip1(s[0], o, |v| v)),
+        Err(unsupported(x.dtype(), "copy")))
+}
+
+/// `_to_copy.out(self, *, bool non_blocking=False, MemoryFormat? memory_format=None,
+/// out)`: a cast to out's dtype.
+fn to_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(5)?;
+    let x = a.tensor(0)?;
+    a.bool(1)?;
+    memory_format_arg(a, 2)?;
+    let out = a.resize_tensor(3, x.sizes())?;
+    copy_cast(ctx, &x, &out)
+}
+
+/// `clone.out(self, *, MemoryFormat? memory_format=None, out)`.
+fn clone(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(4)?;
+    let x = a.tensor(0)?;
+    memory_format_arg(a, 1)?;
+    let out = a.resize_tensor(2, x.sizes())?;
+    if out.dtype() != x.dtype() {
+        return Err(KernelError::DtypeMismatch {
+            expected: x.dtype(),
+            found: out.dtype(),
+        });
+    }
+    copy_cast(ctx, &x, &out)
+}
+
+/// `_to_dim_order_copy.out(self, *, bool non_blocking=False, int[]? dim_order=None, out)`
+/// and `_clone_dim_order.out` (same dtype): the out tensor's dim order must be the
+/// requested one (contiguous when absent).
+fn dim_order_copy(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
+    same_dtype: bool,
+) -> Result<(), KernelError> {
+    a.expect_len(5)?;
+    let x = a.tensor(0)?;
+    a.bool(1)?;
+    let out = a.resize_tensor(3, x.sizes())?;
+    match a.opt_int_list(2)? {
+        Some(list) => {
+            let mut buf = [0i64; MAX_RANK];
+            let order = list.read_into(&mut buf)?;
+            let matches = order.len() == out.rank()
+                && order
+                    .iter()
+                    .zip(out.dim_order())
+                    .all(|(&d, &o)| d == o as i64);
+            if !matches {
+                return Err(KernelError::invalid(format!(
+                    "dim_order {order:?} does not match the out tensor's {:?}",
+                    out.dim_order()
+                )));
+            }
+        }
+        None => {
+            if !out.is_contiguous() {
+                return Err(KernelError::invalid(
+                    "dim_order None asks for a contiguous out tensor",
+                ));
+            }
+        }
+    }
+    if same_dtype && out.dtype() != x.dtype() {
+        return Err(KernelError::DtypeMismatch {
+            expected: x.dtype(),
+            found: out.dtype(),
+        });
+    }
+    copy_cast(ctx, &x, &out)
+}
+
+#[cfg(test)]
+mod tests {
+    use etch_format::{ScalarType, ShapeDynamism};
+    use proptest::prelude::*;
+
+    use crate::ops::elementwise::testutil::{DTYPES, Lcg, read, round_through, tensor};
+    use crate::testing::Harness;
+    use crate::{EValue, Tensor};
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Every dtype pair: each element cast once, as PyTorch does.
+        #[test]
+        fn casts(from in 0usize..10, to in 0usize..10, shape in proptest::collection::vec(0usize..4, 0..4), seed in any::<u64>()) {
+            let (from, to) = (DTYPES[from], DTYPES[to]);
+            let n: usize = shape.iter().product();
+            let mut rng = Lcg(seed);
+            let vals: Vec<f64> = rng.vec(n, 300.0).into_iter().map(|v| round_through(from, v)).collect();
+            let mut h = Harness::new();
+            let x = tensor(&mut h, from, &shape, &vals);
+            let f = h.bool(false);
+            let none = h.none();
+            let out = h.out(to, &shape);
+            h.call("aten::_to_copy.out", &[x, f, none, out, out]).unwrap();
+            let want: Vec<f64> = vals.iter().map(|&v| {
+                if to == ScalarType::Bool {
+                    (v != 0.0) as u8 as f64
+                } else if from.is_floating_point() && !to.is_floating_point() {
+                    round_through(to, v.trunc())
+                } else if to == ScalarType::Half || to == ScalarType::BFloat16 {
+                    round_through(to, v as f32 as f64)
+                } else {
+                    round_through(to, v)
+                }
+            }).collect();
+            prop_assert_eq!(read(&mut h, out), want);
+        }
+    }
+
+    #[test]
+    fn specific_casts() {
+        let mut h = Harness::new();
+        let f = h.bool(false);
+        let none = h.none();
+        let x = tensor(&mut h, ScalarType::Double, &[3], &[0.1, -2.7, 1e10]);
+        let out = h.out(ScalarType::Float, &[3]);
+        h.call("aten::_to_copy.out", &[x, f, none, out, out])
+            .unwrap();
+        assert_eq!(h.read::<f32>(out), vec![0.1f32, -2.7f32, 1e10f32]);
+        let l = h.tensor(&[3], &[300i64, -129, 5]);
+        let out8 = h.out(ScalarType::Char, &[3]);
+        h.call("aten::_to_copy.out", &[l, f, none, out8, out8])
+            .unwrap();
+        assert_eq!(h.read::<i8>(out8), vec![44, 127, 5]);
+        let fl = h.tensor(&[3], &[-2.7f32, 2.7, 0.0]);
+        let outi = h.out(ScalarType::Int, &[3]);
+        h.call("aten::_to_copy.out", &[fl, f, none, outi, outi])
+            .unwrap();
+        assert_eq!(h.read::<i32>(outi), vec![-2, 2, 0]);
+        let outh = h.out(ScalarType::Half, &[3]);
+        let r = h.tensor(&[3], &[1.0f32 + 1.0 / 2048.0, 65520.0, 1e-8]);
+        h.call("aten::_to_copy.out", &[r, f, none, outh, outh])
+            .unwrap();
+        let got = h.read::<half::f16>(outh);
+        assert_eq!(got[0], half::f16::from_f32(1.0));
+        assert!(got[1].is_infinite());
+        let outbf = h.out(ScalarType::BFloat16, &[3]);
+        h.call("aten::_to_copy.out", &[r, f, none, outbf, outbf])
+            .unwrap();
+        assert_eq!(h.read::<half::bf16>(outbf)[0], half::bf16::from_f32(1.0));
+    }
+
+    #[test]
+    fn dim_orders_and_clones() {
+        let mut h = Harness::new();
+        let vals: Vec<f32> = (0..24).map(|v| v as f32).collect();
+        let x = h.tensor(&[2, 3, 4], &vals);
+        // A channels-last-style out: dim order [0, 2, 1].
+        let region = h
+            .storage
+            .add_buffer(etch_memory::AlignedBuffer::zeroed(96, 64).unwrap());
+        let span = etch_memory::Span {
+            region,
+            offset: 0,
+            len: 96,
+        };
+        let t = Tensor::with_layout(
+            ScalarType::Float,
+            &[2, 3, 4],
+            &[0, 2, 1],
+            ShapeDynamism::Static,
+            Some(span),
+        )
+        .unwrap();
+        let out = h.push(EValue::Tensor(t));
+        let f = h.bool(false);
+        let order = h.int_list(&[0, 2, 1]);
+        h.call(
+            "dim_order_ops::_to_dim_order_copy.out",
+            &[x, f, order, out, out],
+        )
+        .unwrap();
+        let raw = h.read::<f32>(out);
+        // Memory order of out is [n][w][c]: element (n, c, w) at n*12 + w*3 + c.
+        for n in 0..2 {
+            for c in 0..3 {
+                for w in 0..4 {
+                    assert_eq!(raw[n * 12 + w * 3 + c], vals[n * 12 + c * 4 + w]);
+                }
+            }
+        }
+        // And back to contiguous.
+        let back = h.out(ScalarType::Float, &[2, 3, 4]);
+        let none = h.none();
+        h.call(
+            "dim_order_ops::_clone_dim_order.out",
+            &[out, f, none, back, back],
+        )
+        .unwrap();
+        assert_eq!(h.read::<f32>(back), vals);
+        // Mismatched dim order, or a dtype change in a clone.
+        let wrong = h.int_list(&[0, 1, 2]);
+        assert!(
+            h.call(
+                "dim_order_ops::_to_dim_order_copy.out",
+                &[x, f, wrong, out, out]
+            )
+            .is_err()
+        );
+        let outd = h.out(ScalarType::Double, &[2, 3, 4]);
+        assert!(
+            h.call(
+                "dim_order_ops::_clone_dim_order.out",
+                &[x, f, none, outd, outd]
+            )
+            .is_err()
+        );
+        h.call(
+            "dim_order_ops::_to_dim_order_copy.out",
+            &[x, f, none, outd, outd],
+        )
+        .unwrap();
+        assert_eq!(
+            h.read::<f64>(outd),
+            vals.iter().map(|&v| v as f64).collect::<Vec<_>>()
+        );
+        h.call("aten::clone.out", &[x, none, back, back]).unwrap();
+        assert_eq!(h.read::<f32>(back), vals);
+        assert!(h.call("aten::clone.out", &[x, none, outd, outd]).is_err());
+        let small = h.out(ScalarType::Float, &[2, 3]);
+        assert!(h.call("aten::clone.out", &[x, none, small, small]).is_err());
+        let q = h.tensor_raw(ScalarType::QInt8, &[2], &[0, 0]);
+        let outq = h.out(ScalarType::Float, &[2]);
+        assert!(
+            h.call("aten::_to_copy.out", &[q, f, none, outq, outq])
+                .is_err()
+        );
+        assert!(h.call("aten::_to_copy.out", &[x, f, none, back]).is_err());
+    }
+}

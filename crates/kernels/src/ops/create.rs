@@ -1,6 +1,255 @@
-//! create kernels.
+//! Tensor creation: `arange`, `full`, `full_like`, `zeros`, `ones`, `scalar_tensor`.
+//! Fill values are cast to the out dtype with PyTorch's conversions.
 
-use crate::Registry;
+use super::elementwise::dtype::{Out, is_supported, unsupported};
+use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
 
 /// Registers this family's kernels.
-pub fn register(_r: &mut Registry) {}
+pub fn register(r: &mut Registry) {
+    r.register("aten::arange.start_out", arange_start);
+    r.register("aten::arange.out", arange_end);
+    r.register("aten::full.out", full);
+    r.register("aten::full_like.out", full_like);
+    r.register("aten::zeros.out", |c, a| fill_sized(c, a, Scalar::Int(0)));
+    r.register("aten::ones.out", |c, a| fill_sized(c, a, Scalar::Int(1)));
+    r.register("aten::scalar_tensor.out", scalar_tensor);
+}
+
+fn fill(ctx: &KernelContext<'_>, out: &Tensor, v: Scalar) -> Result<(), KernelError> {
+    if !is_supported(out.dtype()) {
+        return Err(unsupported(out.dtype(), "fill"));
+    }
+    if out.numel() == 0 {
+        return Ok(());
+    }
+    Out::write(ctx, out)?.fill_scalar(v);
+    Ok(())
+}
+
+/// Sizes from an int-list argument.
+fn sizes_arg<'b>(
+    a: &Args<'_>,
+    i: usize,
+    buf: &'b mut [usize; MAX_RANK],
+) -> Result<&'b [usize], KernelError> {
+    let mut ints = [0i64; MAX_RANK];
+    let list = a.int_list(i)?.read_into(&mut ints)?;
+    for (b, &v) in buf.iter_mut().zip(list) {
+        *b = usize::try_from(v)
+            .map_err(|_| KernelError::invalid(format!("negative size {v} in {list:?}")))?;
+    }
+    Ok(&buf[..list.len()])
+}
+
+/// `full.out(SymInt[] size, Scalar fill_value, *, out)`.
+fn full(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(4)?;
+    let mut buf = [0usize; MAX_RANK];
+    let sizes = sizes_arg(a, 0, &mut buf)?;
+    let v = a.scalar(1)?;
+    let out = a.resize_tensor(2, sizes)?;
+    fill(ctx, &out, v)
+}
+
+/// `zeros.out(SymInt[] size, *, out)` and `ones.out`.
+fn fill_sized(ctx: &KernelContext<'_>, a: &mut Args<'_>, v: Scalar) -> Result<(), KernelError> {
+    a.expect_len(3)?;
+    let mut buf = [0usize; MAX_RANK];
+    let sizes = sizes_arg(a, 0, &mut buf)?;
+    let out = a.resize_tensor(1, sizes)?;
+    fill(ctx, &out, v)
+}
+
+/// `full_like.out(self, Scalar fill_value, *, MemoryFormat? memory_format, out)`.
+fn full_like(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(5)?;
+    let x = a.tensor(0)?;
+    let v = a.scalar(1)?;
+    match a.value(2)? {
+        crate::EValue::None | crate::EValue::Int(_) => {}
+        other => {
+            return Err(KernelError::ArgType {
+                index: 2,
+                expected: "MemoryFormat or None",
+                found: other.kind(),
+            });
+        }
+    }
+    let out = a.resize_tensor(3, x.sizes())?;
+    fill(ctx, &out, v)
+}
+
+/// `scalar_tensor.out(Scalar s, *, out)`: a 0-d tensor.
+fn scalar_tensor(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(3)?;
+    let v = a.scalar(0)?;
+    let out = a.resize_tensor(1, &[])?;
+    fill(ctx, &out, v)
+}
+
+/// `arange.out(Scalar end, *, out)`.
+fn arange_end(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(3)?;
+    let end = a.scalar(0)?;
+    arange(ctx, a, Scalar::Int(0), end, Scalar::Int(1), 1)
+}
+
+/// `arange.start_out(Scalar start, Scalar end, Scalar step=1, *, out)`.
+fn arange_start(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(5)?;
+    let (start, end, step) = (a.scalar(0)?, a.scalar(1)?, a.scalar(2)?);
+    arange(ctx, a, start, end, step, 3)
+}
+
+fn arange(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
+    start: Scalar,
+    end: Scalar,
+    step: Scalar,
+    out_i: usize,
+) -> Result<(), KernelError> {
+    let (s, e, st) = (start.to_f64(), end.to_f64(), step.to_f64());
+    if st == 0.0 || st.is_nan() {
+        return Err(KernelError::invalid("arange: step must be nonzero"));
+    }
+    if !s.is_finite() || !e.is_finite() {
+        return Err(KernelError::invalid(format!(
+            "arange: unsupported range {s} -> {e}"
+        )));
+    }
+    if (st > 0.0 && e < s) || (st < 0.0 && e > s) {
+        return Err(KernelError::invalid(
+            "arange: upper bound and larger bound inconsistent with step sign",
+        ));
+    }
+    let size_f = ((e - s) / st).ceil();
+    if !(0.0..=(isize::MAX as f64)).contains(&size_f) {
+        return Err(KernelError::invalid(format!(
+            "arange: invalid length {size_f}"
+        )));
+    }
+    let n = size_f as usize;
+    let out = a.resize_tensor(out_i, &[n])?;
+    if out.rank() != 1 {
+        return Err(KernelError::invalid("arange: out must be 1-D"));
+    }
+    let all_int = [start, end, step]
+        .iter()
+        .all(|v| !matches!(v, Scalar::Double(_)));
+    let dtype = out.dtype();
+    if !is_supported(dtype) {
+        return Err(unsupported(dtype, "arange"));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let mut dst = Out::write(ctx, &out)?;
+    if dtype.is_floating_point() || !all_int {
+        // Accumulate in f64, as ATen's accscalar for float outputs.
+        for i in 0..n {
+            dst.set(i, s + i as f64 * st);
+        }
+    } else {
+        let (si, sti) = (start.to_i64(), step.to_i64());
+        for i in 0..n {
+            dst.set(i, si.wrapping_add((i as i64).wrapping_mul(sti)));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use etch_format::ScalarType;
+
+    use crate::ops::elementwise::testutil::read;
+    use crate::testing::Harness;
+
+    #[test]
+    fn arange_variants() {
+        let mut h = Harness::new();
+        let (s, e, st) = (h.int(2), h.int(11), h.int(3));
+        let out = h.out(ScalarType::Long, &[8]);
+        h.call("aten::arange.start_out", &[s, e, st, out, out])
+            .unwrap();
+        assert_eq!(h.read::<i64>(out), vec![2, 5, 8]);
+        let e5 = h.int(5);
+        h.call("aten::arange.out", &[e5, out, out]).unwrap();
+        assert_eq!(h.read::<i64>(out), vec![0, 1, 2, 3, 4]);
+        let (fs, fe, fst) = (h.double(0.0), h.double(1.0), h.double(0.25));
+        let outf = h.out(ScalarType::Float, &[8]);
+        h.call("aten::arange.start_out", &[fs, fe, fst, outf, outf])
+            .unwrap();
+        assert_eq!(h.read::<f32>(outf), vec![0.0, 0.25, 0.5, 0.75]);
+        let neg = h.int(-2);
+        h.call("aten::arange.start_out", &[e5, s, neg, out, out])
+            .unwrap();
+        assert_eq!(h.read::<i64>(out), vec![5, 3]);
+        // Float bounds into an int out truncate each value.
+        let fe2 = h.double(2.5);
+        let half = h.double(0.5);
+        let out2 = h.out(ScalarType::Int, &[8]);
+        h.call("aten::arange.start_out", &[fs, fe2, half, out2, out2])
+            .unwrap();
+        assert_eq!(h.read::<i32>(out2), vec![0, 0, 1, 1, 2]);
+        // Errors: zero step, wrong sign, too long for the bound.
+        let zero = h.int(0);
+        assert!(
+            h.call("aten::arange.start_out", &[s, e, zero, out, out])
+                .is_err()
+        );
+        assert!(
+            h.call("aten::arange.start_out", &[e, s, st, out, out])
+                .is_err()
+        );
+        let big = h.int(100);
+        assert!(h.call("aten::arange.out", &[big, out, out]).is_err());
+        let empty = h.out(ScalarType::Long, &[1]);
+        h.call("aten::arange.start_out", &[s, s, st, empty, empty])
+            .unwrap();
+        assert_eq!(h.tensor_meta(empty).sizes(), &[0]);
+    }
+
+    #[test]
+    fn fills() {
+        let mut h = Harness::new();
+        let size = h.int_list(&[2, 3]);
+        let v = h.double(2.5);
+        let out = h.out(ScalarType::Float, &[6, 1]);
+        h.call("aten::full.out", &[size, v, out, out]).unwrap();
+        assert_eq!(h.tensor_meta(out).sizes(), &[2, 3]);
+        assert_eq!(h.read::<f32>(out), vec![2.5; 6]);
+        let outi = h.out(ScalarType::Int, &[2, 3]);
+        h.call("aten::full.out", &[size, v, outi, outi]).unwrap();
+        assert_eq!(h.read::<i32>(outi), vec![2; 6]);
+        h.call("aten::zeros.out", &[size, outi, outi]).unwrap();
+        assert_eq!(h.read::<i32>(outi), vec![0; 6]);
+        h.call("aten::ones.out", &[size, outi, outi]).unwrap();
+        assert_eq!(h.read::<i32>(outi), vec![1; 6]);
+        let x = h.tensor(&[3], &[1i64, 2, 3]);
+        let b = h.bool(true);
+        let none = h.none();
+        let outb = h.out(ScalarType::Bool, &[3]);
+        h.call("aten::full_like.out", &[x, b, none, outb, outb])
+            .unwrap();
+        assert_eq!(read(&mut h, outb), vec![1.0; 3]);
+        let ninf = h.double(f64::NEG_INFINITY);
+        let out0 = h.out(ScalarType::Float, &[]);
+        h.call("aten::scalar_tensor.out", &[ninf, out0, out0])
+            .unwrap();
+        assert_eq!(h.read::<f32>(out0), vec![f32::NEG_INFINITY]);
+        let outh = h.out(ScalarType::Half, &[]);
+        h.call("aten::scalar_tensor.out", &[v, outh, outh]).unwrap();
+        assert_eq!(read(&mut h, outh), vec![2.5]);
+        // Bad calls.
+        let negsize = h.int_list(&[-1, 3]);
+        assert!(h.call("aten::full.out", &[negsize, v, out, out]).is_err());
+        let big = h.int_list(&[4, 3]);
+        assert!(h.call("aten::full.out", &[big, v, out, out]).is_err());
+        assert!(h.call("aten::full.out", &[size, size, out, out]).is_err());
+        assert!(h.call("aten::scalar_tensor.out", &[v, out, out]).is_err());
+        let q = h.tensor_raw(ScalarType::QInt8, &[], &[0]);
+        assert!(h.call("aten::scalar_tensor.out", &[v, q, q]).is_err());
+    }
+}

@@ -4,6 +4,7 @@ pub mod binary;
 pub mod compare;
 pub mod convert;
 pub mod create;
+pub mod elementwise;
 pub mod embedding;
 pub mod index;
 pub mod llama;

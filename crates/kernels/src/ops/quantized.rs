@@ -1,6 +1,763 @@
-//! quantized kernels.
+//! The `quantized_decomposed` kernels: quantized embeddings (8, 4 and 2 bit),
+//! per-token asymmetric qparams, and per-token / per-tensor (de)quantization.
+//!
+//! Numerics follow ExecuTorch's quantized kernels exactly: qparams are computed with
+//! an f64 scale and an integer zero point (`SMALL_SCALE_THRESHOLD` applied),
+//! quantization multiplies by the f32 reciprocal of the scale and rounds half to even,
+//! dequantization is `(q - zp) * scale` in f32.
 
-use crate::Registry;
+use etch_format::ScalarType;
+
+use super::elementwise::BLOCK;
+use super::elementwise::dtype::{In, Out};
+use crate::{Args, GRAIN_SIZE, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
 /// Registers this family's kernels.
-pub fn register(_r: &mut Registry) {}
+pub fn register(r: &mut Registry) {
+    r.register("quantized_decomposed::embedding_byte.out", |c, a| {
+        embedding(c, a, 8, false)
+    });
+    r.register("quantized_decomposed::embedding_byte.dtype_out", |c, a| {
+        embedding(c, a, 8, true)
+    });
+    r.register("quantized_decomposed::embedding_4bit.out", |c, a| {
+        embedding(c, a, 4, false)
+    });
+    r.register("quantized_decomposed::embedding_4bit.dtype_out", |c, a| {
+        embedding(c, a, 4, true)
+    });
+    r.register("quantized_decomposed::embedding_2bit.out", |c, a| {
+        embedding(c, a, 2, false)
+    });
+    r.register("quantized_decomposed::embedding_2bit.dtype_out", |c, a| {
+        embedding(c, a, 2, true)
+    });
+    r.register(
+        "quantized_decomposed::choose_qparams_per_token_asymmetric.out",
+        choose_qparams_per_token_asymmetric,
+    );
+    r.register(
+        "quantized_decomposed::quantize_per_token.out",
+        quantize_per_token,
+    );
+    r.register(
+        "quantized_decomposed::dequantize_per_token.out",
+        dequantize_per_token,
+    );
+    r.register("quantized_decomposed::quantize_per_tensor.out", |c, a| {
+        quantize_per_tensor(c, a, false)
+    });
+    r.register(
+        "quantized_decomposed::quantize_per_tensor.tensor_out",
+        |c, a| quantize_per_tensor(c, a, true),
+    );
+    r.register("quantized_decomposed::dequantize_per_tensor.out", |c, a| {
+        dequantize_per_tensor(c, a, false)
+    });
+    r.register(
+        "quantized_decomposed::dequantize_per_tensor.tensor_out",
+        |c, a| dequantize_per_tensor(c, a, true),
+    );
+}
+
+/// ExecuTorch's smallest scale `choose_qparams` returns.
+pub const SMALL_SCALE_THRESHOLD: f32 = 6.1e-5;
+
+fn is_float(t: ScalarType) -> bool {
+    t.is_floating_point()
+}
+
+fn dtype_err(dtype: ScalarType, what: &'static str) -> KernelError {
+    KernelError::UnsupportedDtype { dtype, what }
+}
+
+// ---------------------------------------------------------------------------------
+// Quantized embeddings
+// ---------------------------------------------------------------------------------
+
+/// `embedding_{byte,4bit,2bit}.out(weight, weight_scales, weight_zero_points?,
+/// weight_quant_min, weight_quant_max, indices, out)`; `.dtype_out` adds
+/// `ScalarType? dtype` before out.
+fn embedding(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
+    bits: usize,
+    with_dtype: bool,
+) -> Result<(), KernelError> {
+    a.expect_len(if with_dtype { 9 } else { 8 })?;
+    let weight = a.tensor(0)?;
+    let scales = a.tensor(1)?;
+    let zps = a.opt_tensor(2)?;
+    let (qmin, qmax) = (a.int(3)?, a.int(4)?);
+    let indices = a.tensor(5)?;
+    let dtype = if with_dtype { a.opt_dtype(6)? } else { None };
+    let out_i = if with_dtype { 7 } else { 6 };
+    if qmin > qmax {
+        return Err(KernelError::invalid(format!(
+            "weight quant min {qmin} is greater than quant max {qmax}"
+        )));
+    }
+    let wd = weight.dtype();
+    let weight_ok = if bits == 8 {
+        matches!(wd, ScalarType::Byte | ScalarType::Char)
+    } else {
+        wd == ScalarType::Byte
+    };
+    if !weight_ok {
+        return Err(dtype_err(wd, "quantized embedding weight"));
+    }
+    if weight.rank() != 2 {
+        return Err(KernelError::invalid(format!(
+            "quantized embedding weight must be 2-D, got {:?}",
+            weight.sizes()
+        )));
+    }
+    if !weight.is_contiguous() || !indices.is_contiguous() {
+        return Err(KernelError::invalid(
+            "quantized embedding: tensors must be contiguous",
+        ));
+    }
+    let vocab = weight.sizes()[0];
+    let packed = weight.sizes()[1];
+    let dim = packed * (8 / bits);
+    if scales.rank() == 0 || scales.rank() > 2 || scales.sizes()[0] != vocab {
+        return Err(KernelError::invalid(format!(
+            "weight_scales of shape {:?} for a vocabulary of {vocab}",
+            scales.sizes()
+        )));
+    }
+    let groups = if scales.rank() == 2 {
+        scales.sizes()[1]
+    } else {
+        1
+    };
+    if groups == 0 || dim % groups != 0 {
+        return Err(KernelError::invalid(format!(
+            "{groups} groups do not divide the embedding dim {dim}"
+        )));
+    }
+    if !is_float(scales.dtype()) {
+        return Err(dtype_err(scales.dtype(), "weight_scales"));
+    }
+    if let Some(z) = &zps {
+        if z.sizes() != scales.sizes() {
+            return Err(KernelError::invalid(format!(
+                "weight_zero_points of shape {:?}, expected {:?}",
+                z.sizes(),
+                scales.sizes()
+            )));
+        }
+        if !super::elementwise::dtype::is_supported(z.dtype()) {
+            return Err(dtype_err(z.dtype(), "weight_zero_points"));
+        }
+    }
+    if !matches!(indices.dtype(), ScalarType::Long | ScalarType::Int) {
+        return Err(dtype_err(
+            indices.dtype(),
+            "embedding indices (Long or Int)",
+        ));
+    }
+    if indices.rank() + 1 > MAX_RANK {
+        return Err(KernelError::invalid("embedding indices rank too large"));
+    }
+    let mut sizes = [0usize; MAX_RANK];
+    sizes[..indices.rank()].copy_from_slice(indices.sizes());
+    sizes[indices.rank()] = dim;
+    let out = a.resize_tensor(out_i, &sizes[..indices.rank() + 1])?;
+    if let Some(d) = dtype {
+        if d != out.dtype() {
+            return Err(KernelError::DtypeMismatch {
+                expected: d,
+                found: out.dtype(),
+            });
+        }
+    }
+    if !is_float(out.dtype()) {
+        return Err(dtype_err(out.dtype(), "quantized embedding out"));
+    }
+    let idx = In::read(ctx, &indices)?;
+    let n = indices.numel();
+    for i in 0..n {
+        let v: i64 = idx.get(i);
+        if v < 0 || v as usize >= vocab {
+            return Err(KernelError::invalid(format!(
+                "embedding index {v} out of range for {vocab} rows"
+            )));
+        }
+    }
+    if n == 0 || dim == 0 {
+        return Ok(());
+    }
+    let w = ctx.read_raw::<u8>(&weight)?;
+    let sc = In::read(ctx, &scales)?;
+    let zp = zps.map(|z| In::read(ctx, &z)).transpose()?;
+    if w.len() != vocab * packed || sc.len() != vocab * groups {
+        return Err(KernelError::invalid(
+            "quantized embedding: unexpected storage length",
+        ));
+    }
+    let signed = wd == ScalarType::Char;
+    let job = EmbedJob {
+        w,
+        scales: sc,
+        zps: zp,
+        idx,
+        packed,
+        dim,
+        groups,
+        bits,
+        signed,
+    };
+    let mut dst = Out::write(ctx, &out)?;
+    let threads = ctx.pool().threads();
+    if threads > 1 && n >= 2 && n * dim >= GRAIN_SIZE {
+        let per = n.div_ceil(threads * 4).max(1);
+        dst.par_chunks(ctx.pool(), per * dim, &|start, mut part| {
+            job.rows(start / dim, &mut part)
+        });
+    } else {
+        job.rows(0, &mut dst);
+    }
+    Ok(())
+}
+
+struct EmbedJob<'a> {
+    w: &'a [u8],
+    scales: In<'a>,
+    zps: Option<In<'a>>,
+    idx: In<'a>,
+    packed: usize,
+    dim: usize,
+    groups: usize,
+    bits: usize,
+    signed: bool,
+}
+
+impl EmbedJob<'_> {
+    /// The quantized value of column `j` of a row's packed bytes.
+    #[inline(always)]
+    fn value(&self, row: &[u8], j: usize) -> f32 {
+        match self.bits {
+            8 => {
+                if self.signed {
+                    row[j] as i8 as f32
+                } else {
+                    row[j] as f32
+                }
+            }
+            4 => {
+                let b = row[j >> 1];
+                let nib = if j & 1 == 0 { b >> 4 } else { b & 0x0F };
+                nib as f32 - 8.0
+            }
+            _ => {
+                let b = row[j >> 2];
+                ((b >> (2 * (j & 3))) & 3) as f32 - 2.0
+            }
+        }
+    }
+
+    /// Dequantizes output rows `first..` into `out` (whole rows).
+    fn rows(&self, first: usize, out: &mut Out<'_>) {
+        let n = out.len() / self.dim;
+        let group = self.dim / self.groups;
+        let mut buf = [0f32; BLOCK];
+        for r in 0..n {
+            let v = self.idx.get::<i64>(first + r) as usize;
+            let row = &self.w[v * self.packed..(v + 1) * self.packed];
+            for g in 0..self.groups {
+                let scale: f32 = self.scales.get(v * self.groups + g);
+                let zp: f32 = self
+                    .zps
+                    .as_ref()
+                    .map_or(0.0, |z| z.get(v * self.groups + g));
+                let mut j = g * group;
+                let end = (g + 1) * group;
+                while j < end {
+                    let m = BLOCK.min(end - j);
+                    for (k, o) in buf[..m].iter_mut().enumerate() {
+                        *o = (self.value(row, j + k) - zp) * scale;
+                    }
+                    out.store(r * self.dim + j, 1, &buf[..m]);
+                    j += m;
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Per-token qparams and (de)quantization
+// ---------------------------------------------------------------------------------
+
+/// ExecuTorch's `calculate_scale_and_zero_point` for one range.
+pub fn scale_and_zero_point(
+    min: f32,
+    max: f32,
+    qmin: i32,
+    qmax: i32,
+) -> Result<(f64, i64), KernelError> {
+    // std::min(min, 0.f) / std::max(max, 0.f), NaN-preserving as in C++.
+    let mut min = if 0.0 < min { 0.0 } else { min };
+    let mut max = if max < 0.0 { 0.0 } else { max };
+    let range = (qmax - qmin) as f64;
+    let mut scale = (max as f64 - min as f64) / range;
+    if scale as f32 == 0.0 || (1.0f32 / scale as f32).is_infinite() {
+        scale = 0.1;
+    }
+    if scale.is_nan() || scale <= 0.0 {
+        return Err(KernelError::invalid(format!(
+            "quantization scale should be > 0, got {scale} (range {min} .. {max})"
+        )));
+    }
+    let small = SMALL_SCALE_THRESHOLD as f64;
+    if scale < small {
+        let org = scale as f32;
+        scale = small;
+        let span = (qmax - qmin) as f32;
+        if min == 0.0 {
+            max = SMALL_SCALE_THRESHOLD * span;
+        } else if max == 0.0 {
+            min = -SMALL_SCALE_THRESHOLD * span;
+        } else {
+            let amp = SMALL_SCALE_THRESHOLD / org;
+            min *= amp;
+            max *= amp;
+        }
+    }
+    let (qmin_f, qmax_f) = (qmin as f64, qmax as f64);
+    let zp_from_min = qmin_f - min as f64 / scale;
+    let zp_from_max = qmax_f - max as f64 / scale;
+    let err_min = qmin_f.abs() - (min as f64 / scale).abs();
+    let err_max = qmax_f.abs() - (max as f64 / scale).abs();
+    let initial = if err_min < err_max {
+        zp_from_min
+    } else {
+        zp_from_max
+    };
+    let zp = if initial < qmin_f {
+        qmin as i64
+    } else if initial > qmax_f {
+        qmax as i64
+    } else {
+        (initial as f32).round_ties_even() as i64
+    };
+    Ok((scale, zp))
+}
+
+/// Tokens (all dims but the last) and the token length of a rank >= 1 tensor.
+fn tokens(t: &Tensor) -> Result<(usize, usize), KernelError> {
+    let Some((&last, lead)) = t.sizes().split_last() else {
+        return Err(KernelError::invalid(
+            "per-token ops need a tensor of rank >= 1",
+        ));
+    };
+    Ok((lead.iter().product(), last))
+}
+
+/// `choose_qparams_per_token_asymmetric.out(input, ScalarType dtype, *, scale_out,
+/// zero_point_out)` plus the TensorList of both outs: range [-128, 127].
+fn choose_qparams_per_token_asymmetric(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
+) -> Result<(), KernelError> {
+    a.expect_len(5)?;
+    let x = a.tensor(0)?;
+    a.dtype(1)?;
+    if !is_float(x.dtype()) {
+        return Err(dtype_err(x.dtype(), "choose_qparams input (float)"));
+    }
+    if !x.is_contiguous() {
+        return Err(KernelError::invalid(
+            "choose_qparams: input must be contiguous",
+        ));
+    }
+    let (n_tok, len) = tokens(&x)?;
+    let mut sizes = [0usize; MAX_RANK];
+    sizes[..x.rank()].copy_from_slice(x.sizes());
+    sizes[x.rank() - 1] = 1;
+    let scale_t = a.resize_tensor(2, &sizes[..x.rank()])?;
+    let zp_t = a.resize_tensor(3, &sizes[..x.rank()])?;
+    if scale_t.dtype() != ScalarType::Double {
+        return Err(KernelError::DtypeMismatch {
+            expected: ScalarType::Double,
+            found: scale_t.dtype(),
+        });
+    }
+    if zp_t.dtype() != ScalarType::Long {
+        return Err(KernelError::DtypeMismatch {
+            expected: ScalarType::Long,
+            found: zp_t.dtype(),
+        });
+    }
+    if n_tok == 0 {
+        return Ok(());
+    }
+    if len == 0 {
+        return Err(KernelError::invalid("choose_qparams: tokens of length 0"));
+    }
+    let data = In::read(ctx, &x)?;
+    let scales = ctx.write::<f64>(&scale_t)?;
+    let zps = ctx.write::<i64>(&zp_t)?;
+    if data.len() != n_tok * len || scales.len() != n_tok || zps.len() != n_tok {
+        return Err(KernelError::invalid(
+            "choose_qparams: unexpected storage length",
+        ));
+    }
+    let mut buf = [0f32; BLOCK];
+    for t in 0..n_tok {
+        let (mut mn, mut mx) = (f32::INFINITY, f32::NEG_INFINITY);
+        let mut j = 0;
+        while j < len {
+            let m = BLOCK.min(len - j);
+            data.load(t * len + j, 1, &mut buf[..m]);
+            for &v in &buf[..m] {
+                if v < mn {
+                    mn = v;
+                }
+                if v > mx {
+                    mx = v;
+                }
+                if v.is_nan() {
+                    mn = v;
+                    mx = v;
+                }
+            }
+            j += m;
+        }
+        let (s, z) = scale_and_zero_point(mn, mx, -128, 127)?;
+        scales[t] = s;
+        zps[t] = z;
+    }
+    Ok(())
+}
+
+/// The representable range of a quantized dtype.
+fn quant_range(dtype: ScalarType) -> Result<(i64, i64), KernelError> {
+    Ok(match dtype {
+        ScalarType::Byte => (0, 255),
+        ScalarType::Char => (-128, 127),
+        ScalarType::UInt16 | ScalarType::Bits16 => (0, 65535),
+        ScalarType::Short => (-32768, 32767),
+        ScalarType::Int => (i32::MIN as i64, i32::MAX as i64),
+        other => return Err(dtype_err(other, "quantized dtype")),
+    })
+}
+
+/// `q = clamp(zp + round_half_even(x * (1 / scale_f32)), qmin, qmax)`.
+#[inline(always)]
+fn quantize_one(x: f32, inv_scale: f32, zp: i32, qmin: i64, qmax: i64) -> i64 {
+    let q = (zp as f32 + (x * inv_scale).round_ties_even()) as i64;
+    q.clamp(qmin, qmax)
+}
+
+fn check_quant_args(
+    x: &Tensor,
+    qmin: i64,
+    qmax: i64,
+    dtype: ScalarType,
+    out: &Tensor,
+) -> Result<(), KernelError> {
+    if !is_float(x.dtype()) {
+        return Err(dtype_err(x.dtype(), "quantize input (float)"));
+    }
+    if out.dtype() != dtype {
+        return Err(KernelError::DtypeMismatch {
+            expected: dtype,
+            found: out.dtype(),
+        });
+    }
+    let (lo, hi) = quant_range(dtype)?;
+    if qmin < lo || qmax > hi || qmin > qmax {
+        return Err(KernelError::invalid(format!(
+            "quant range [{qmin}, {qmax}] does not fit {dtype} ([{lo}, {hi}])"
+        )));
+    }
+    if !x.is_contiguous() || !out.is_contiguous() {
+        return Err(KernelError::invalid("quantize: tensors must be contiguous"));
+    }
+    Ok(())
+}
+
+/// Per-row qparams: `scales` and `zero_points` hold one value per row (or one for all).
+struct QParams<'a> {
+    scales: In<'a>,
+    zps: Option<In<'a>>,
+    scale: f64,
+    zp: i64,
+}
+
+impl QParams<'_> {
+    #[inline]
+    fn row(&self, r: usize) -> (f64, i64) {
+        if self.scales.is_empty() {
+            return (self.scale, self.zp);
+        }
+        let s: f64 = self.scales.get(r);
+        let z: i64 = self.zps.as_ref().map_or(0, |z| z.get(r));
+        (s, z)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn quantize_rows(
+    ctx: &KernelContext<'_>,
+    x: &Tensor,
+    out: &Tensor,
+    rows: usize,
+    len: usize,
+    qp: &QParams<'_>,
+    qmin: i64,
+    qmax: i64,
+) -> Result<(), KernelError> {
+    if rows == 0 || len == 0 {
+        return Ok(());
+    }
+    let data = In::read(ctx, x)?;
+    let mut dst = Out::write(ctx, out)?;
+    if data.len() != rows * len || dst.len() != rows * len {
+        return Err(KernelError::invalid("quantize: unexpected storage length"));
+    }
+    let mut xb = [0f32; BLOCK];
+    let mut qb = [0i64; BLOCK];
+    for r in 0..rows {
+        let (s, z) = qp.row(r);
+        let inv = 1.0f32 / s as f32;
+        let zp = z as i32;
+        let mut j = 0;
+        while j < len {
+            let m = BLOCK.min(len - j);
+            data.load(r * len + j, 1, &mut xb[..m]);
+            for (q, &v) in qb[..m].iter_mut().zip(&xb[..m]) {
+                *q = quantize_one(v, inv, zp, qmin, qmax);
+            }
+            dst.store(r * len + j, 1, &qb[..m]);
+            j += m;
+        }
+    }
+    Ok(())
+}
+
+fn check_params(t: &Tensor, n: usize, what: &'static str, float: bool) -> Result<(), KernelError> {
+    if t.numel() != n {
+        return Err(KernelError::invalid(format!(
+            "{what} has {} elements, expected {n}",
+            t.numel()
+        )));
+    }
+    let ok = if float {
+        is_float(t.dtype())
+    } else {
+        t.dtype().is_integral()
+    };
+    if !ok {
+        return Err(dtype_err(t.dtype(), what));
+    }
+    Ok(())
+}
+
+/// `quantize_per_token.out(input, scales, zero_points, quant_min, quant_max,
+/// ScalarType dtype, *, out)`.
+fn quantize_per_token(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(8)?;
+    let x = a.tensor(0)?;
+    let scales = a.tensor(1)?;
+    let zps = a.tensor(2)?;
+    let (qmin, qmax) = (a.int(3)?, a.int(4)?);
+    let dtype = a.dtype(5)?;
+    let out = a.resize_tensor(6, x.sizes())?;
+    check_quant_args(&x, qmin, qmax, dtype, &out)?;
+    let (rows, len) = tokens(&x)?;
+    check_params(&scales, rows, "per-token scales", true)?;
+    check_params(&zps, rows, "per-token zero points", false)?;
+    let qp = QParams {
+        scales: In::read(ctx, &scales)?,
+        zps: Some(In::read(ctx, &zps)?),
+        scale: 0.0,
+        zp: 0,
+    };
+    quantize_rows(ctx, &x, &out, rows, len, &qp, qmin, qmax)
+}
+
+/// A scalar qparam from a one-element tensor or a number argument.
+fn scalar_param(
+    ctx: &KernelContext<'_>,
+    a: &Args<'_>,
+    i: usize,
+    tensor: bool,
+    float: bool,
+) -> Result<(f64, i64), KernelError> {
+    if !tensor {
+        return Ok(if float {
+            (a.double(i)?, 0)
+        } else {
+            (0.0, a.int(i)?)
+        });
+    }
+    let t = a.tensor(i)?;
+    check_params(&t, 1, if float { "scale" } else { "zero_point" }, float)?;
+    let v = In::read(ctx, &t)?;
+    Ok((v.get::<f64>(0), v.get::<i64>(0)))
+}
+
+/// `quantize_per_tensor.out(input, float scale, int zero_point, quant_min, quant_max,
+/// ScalarType dtype, *, out)`; `.tensor_out` takes scale and zero point as tensors.
+fn quantize_per_tensor(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
+    tensor_params: bool,
+) -> Result<(), KernelError> {
+    a.expect_len(8)?;
+    let x = a.tensor(0)?;
+    let (scale, _) = scalar_param(ctx, a, 1, tensor_params, true)?;
+    let (_, zp) = scalar_param(ctx, a, 2, tensor_params, false)?;
+    let (qmin, qmax) = (a.int(3)?, a.int(4)?);
+    let dtype = a.dtype(5)?;
+    let out = a.resize_tensor(6, x.sizes())?;
+    check_quant_args(&x, qmin, qmax, dtype, &out)?;
+    let qp = QParams {
+        scales: In::I64(&[]),
+        zps: None,
+        scale,
+        zp,
+    };
+    quantize_rows(ctx, &x, &out, 1, x.numel(), &qp, qmin, qmax)
+}
+
+fn check_dequant_args(
+    x: &Tensor,
+    qmin: i64,
+    qmax: i64,
+    dtype: ScalarType,
+    out_dtype: Option<ScalarType>,
+    out: &Tensor,
+) -> Result<(), KernelError> {
+    if !matches!(
+        x.dtype(),
+        ScalarType::Byte
+            | ScalarType::Char
+            | ScalarType::Short
+            | ScalarType::Int
+            | ScalarType::UInt16
+    ) {
+        return Err(dtype_err(x.dtype(), "dequantize input"));
+    }
+    if x.dtype() != dtype {
+        return Err(KernelError::DtypeMismatch {
+            expected: dtype,
+            found: x.dtype(),
+        });
+    }
+    if let Some(d) = out_dtype {
+        if out.dtype() != d {
+            return Err(KernelError::DtypeMismatch {
+                expected: d,
+                found: out.dtype(),
+            });
+        }
+    }
+    if !is_float(out.dtype()) {
+        return Err(dtype_err(out.dtype(), "dequantize out (float)"));
+    }
+    if qmin > qmax {
+        return Err(KernelError::invalid(format!(
+            "quant min {qmin} is greater than quant max {qmax}"
+        )));
+    }
+    if !x.is_contiguous() || !out.is_contiguous() {
+        return Err(KernelError::invalid(
+            "dequantize: tensors must be contiguous",
+        ));
+    }
+    Ok(())
+}
+
+fn dequantize_rows(
+    ctx: &KernelContext<'_>,
+    x: &Tensor,
+    out: &Tensor,
+    rows: usize,
+    len: usize,
+    qp: &QParams<'_>,
+) -> Result<(), KernelError> {
+    if rows == 0 || len == 0 {
+        return Ok(());
+    }
+    let data = In::read(ctx, x)?;
+    let mut dst = Out::write(ctx, out)?;
+    if data.len() != rows * len || dst.len() != rows * len {
+        return Err(KernelError::invalid(
+            "dequantize: unexpected storage length",
+        ));
+    }
+    let mut qb = [0i64; BLOCK];
+    let mut fb = [0f32; BLOCK];
+    for r in 0..rows {
+        let (s, z) = qp.row(r);
+        let (scale, zp) = (s as f32, z as i32 as i64);
+        let mut j = 0;
+        while j < len {
+            let m = BLOCK.min(len - j);
+            data.load(r * len + j, 1, &mut qb[..m]);
+            for (f, &q) in fb[..m].iter_mut().zip(&qb[..m]) {
+                *f = (q - zp) as f32 * scale;
+            }
+            dst.store(r * len + j, 1, &fb[..m]);
+            j += m;
+        }
+    }
+    Ok(())
+}
+
+/// `dequantize_per_token.out(input, scales, zero_points, quant_min, quant_max,
+/// ScalarType dtype, ScalarType output_dtype, *, out)`.
+fn dequantize_per_token(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(9)?;
+    let x = a.tensor(0)?;
+    let scales = a.tensor(1)?;
+    let zps = a.tensor(2)?;
+    let (qmin, qmax) = (a.int(3)?, a.int(4)?);
+    let dtype = a.dtype(5)?;
+    let out_dtype = a.dtype(6)?;
+    let out = a.resize_tensor(7, x.sizes())?;
+    check_dequant_args(&x, qmin, qmax, dtype, Some(out_dtype), &out)?;
+    let (rows, len) = tokens(&x)?;
+    check_params(&scales, rows, "per-token scales", true)?;
+    check_params(&zps, rows, "per-token zero points", false)?;
+    let qp = QParams {
+        scales: In::read(ctx, &scales)?,
+        zps: Some(In::read(ctx, &zps)?),
+        scale: 0.0,
+        zp: 0,
+    };
+    dequantize_rows(ctx, &x, &out, rows, len, &qp)
+}
+
+/// `dequantize_per_tensor.out(input, float scale, int zero_point, quant_min,
+/// quant_max, ScalarType dtype, *, ScalarType? out_dtype, out)`; `.tensor_out` takes
+/// scale and zero point as tensors.
+fn dequantize_per_tensor(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
+    tensor_params: bool,
+) -> Result<(), KernelError> {
+    a.expect_len(9)?;
+    let x = a.tensor(0)?;
+    let (scale, _) = scalar_param(ctx, a, 1, tensor_params, true)?;
+    let (_, zp) = scalar_param(ctx, a, 2, tensor_params, false)?;
+    let (qmin, qmax) = (a.int(3)?, a.int(4)?);
+    let dtype = a.dtype(5)?;
+    let out_dtype = a.opt_dtype(6)?;
+    let out = a.resize_tensor(7, x.sizes())?;
+    check_dequant_args(&x, qmin, qmax, dtype, out_dtype, &out)?;
+    let qp = QParams {
+        scales: In::I64(&[]),
+        zps: None,
+        scale,
+        zp,
+    };
+    dequantize_rows(ctx, &x, &out, 1, x.numel(), &qp)
+}
+
+#[cfg(test)]
+mod tests;

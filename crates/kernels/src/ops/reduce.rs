@@ -1,6 +1,721 @@
-//! reduce kernels.
+//! Reductions: `sum`, `mean`, `amax`, `amin`, `any`, `argmax`, `argmin`, `var`.
+//!
+//! Each output element streams its reduced elements, in row-major order, through a
+//! [`Reducer`] in blocks: contiguous runs of the accumulator type are read in place
+//! (the RMSNorm `mean(x², -1)` case), anything else is converted through a stack
+//! buffer. Sums are pairwise over blocks with eight lanes inside a block, so their
+//! error grows like PyTorch's cascade sum, not linearly. Outputs are split across
+//! the pool when there are many of them.
 
-use crate::Registry;
+use etch_format::ScalarType;
+
+use super::elementwise::dtype::{Bool8, Elem, In, Out, narrow_slice, narrows, with_compute};
+use super::elementwise::num::Num;
+use super::elementwise::{BLOCK, opt_scalar};
+use crate::{
+    Args, GRAIN_SIZE, KernelContext, KernelError, MAX_RANK, Registry, Tensor, normalize_dim,
+};
 
 /// Registers this family's kernels.
-pub fn register(_r: &mut Registry) {}
+pub fn register(r: &mut Registry) {
+    r.register("aten::sum.IntList_out", sum_out);
+    r.register("aten::mean.out", mean_out);
+    r.register("aten::amax.out", |c, a| extremum(c, a, true));
+    r.register("aten::amin.out", |c, a| extremum(c, a, false));
+    r.register("aten::any.out", any_dim);
+    r.register("aten::any.dims_out", any_dims);
+    r.register("aten::any.all_out", any_all);
+    r.register("aten::argmax.out", |c, a| arg_extremum(c, a, true));
+    r.register("aten::argmin.out", |c, a| arg_extremum(c, a, false));
+    r.register("aten::var.correction_out", var_correction);
+}
+
+/// Streams the reduced elements of one output.
+pub trait Reducer<A: Elem>: Sync {
+    type State;
+    type Out: Elem;
+    fn start(&self) -> Self::State;
+    /// `xs` are the reduced elements at flat positions `pos..pos + xs.len()`.
+    fn feed(&self, state: &mut Self::State, pos: usize, xs: &[A]);
+    fn finish(&self, state: Self::State, count: usize) -> Self::Out;
+}
+
+/// Which dims a reduction folds, from an optional dim list (absent or empty: all).
+pub fn dim_mask(rank: usize, dims: Option<&[i64]>) -> Result<[bool; MAX_RANK], KernelError> {
+    let mut mask = [false; MAX_RANK];
+    match dims {
+        None | Some([]) => mask[..rank].iter_mut().for_each(|m| *m = true),
+        Some(list) => {
+            for &d in list {
+                let d = normalize_dim(d, rank)?;
+                if rank == 0 {
+                    continue;
+                }
+                if std::mem::replace(&mut mask[d], true) {
+                    return Err(KernelError::invalid(format!(
+                        "dim {d} appears multiple times in the list of dims"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(mask)
+}
+
+/// The output sizes of reducing `sizes` over `mask`.
+pub fn reduced_sizes<'b>(
+    sizes: &[usize],
+    mask: &[bool; MAX_RANK],
+    keepdim: bool,
+    buf: &'b mut [usize; MAX_RANK],
+) -> &'b [usize] {
+    let mut n = 0;
+    for (d, &s) in sizes.iter().enumerate() {
+        if mask[d] {
+            if keepdim {
+                buf[n] = 1;
+                n += 1;
+            }
+        } else {
+            buf[n] = s;
+            n += 1;
+        }
+    }
+    &buf[..n]
+}
+
+/// The walk of one reduction: kept dims (with input and output strides) and
+/// coalesced reduced dims.
+struct RPlan {
+    k_rank: usize,
+    k_sizes: [usize; MAX_RANK],
+    k_in: [usize; MAX_RANK],
+    k_out: [usize; MAX_RANK],
+    r_rank: usize,
+    r_sizes: [usize; MAX_RANK],
+    r_in: [usize; MAX_RANK],
+    count: usize,
+}
+
+impl RPlan {
+    fn new(input: &Tensor, mask: &[bool; MAX_RANK], keepdim: bool, out: &Tensor) -> Self {
+        let mut p = RPlan {
+            k_rank: 0,
+            k_sizes: [0; MAX_RANK],
+            k_in: [0; MAX_RANK],
+            k_out: [0; MAX_RANK],
+            r_rank: 0,
+            r_sizes: [0; MAX_RANK],
+            r_in: [0; MAX_RANK],
+            count: 1,
+        };
+        let mut od = 0;
+        for (d, (&s, &st)) in input.sizes().iter().zip(input.strides()).enumerate() {
+            if mask[d] {
+                p.count *= s;
+                if keepdim {
+                    od += 1;
+                }
+                if s == 1 {
+                    continue;
+                }
+                if p.r_rank > 0 && p.r_in[p.r_rank - 1] == st * s {
+                    p.r_sizes[p.r_rank - 1] *= s;
+                    p.r_in[p.r_rank - 1] = st;
+                } else {
+                    p.r_sizes[p.r_rank] = s;
+                    p.r_in[p.r_rank] = st;
+                    p.r_rank += 1;
+                }
+            } else {
+                p.k_sizes[p.k_rank] = s;
+                p.k_in[p.k_rank] = st;
+                p.k_out[p.k_rank] = out.strides().get(od).copied().unwrap_or(0);
+                p.k_rank += 1;
+                od += 1;
+            }
+        }
+        if p.r_rank == 0 {
+            p.r_rank = 1;
+            p.r_sizes[0] = if p.count == 0 { 0 } else { 1 };
+            p.r_in[0] = 0;
+        }
+        p
+    }
+
+    fn out_numel(&self) -> usize {
+        self.k_sizes[..self.k_rank].iter().product()
+    }
+
+    /// Input and output offsets of output element `i` (kept dims row-major).
+    fn kept_offsets(&self, mut i: usize) -> (usize, usize) {
+        let (mut inp, mut out) = (0, 0);
+        for d in (0..self.k_rank).rev() {
+            let s = self.k_sizes[d];
+            let j = i % s;
+            i /= s;
+            inp += j * self.k_in[d];
+            out += j * self.k_out[d];
+        }
+        (inp, out)
+    }
+
+    fn max_in_offset(&self) -> usize {
+        let k: usize = (0..self.k_rank)
+            .map(|d| self.k_sizes[d].saturating_sub(1) * self.k_in[d])
+            .sum();
+        let r: usize = (0..self.r_rank)
+            .map(|d| self.r_sizes[d].saturating_sub(1) * self.r_in[d])
+            .sum();
+        k + r
+    }
+
+    fn max_out_offset(&self) -> usize {
+        (0..self.k_rank)
+            .map(|d| self.k_sizes[d].saturating_sub(1) * self.k_out[d])
+            .sum()
+    }
+}
+
+/// Reduces `input` over `mask` into `out` (already resized): one [`Reducer`] pass per
+/// output element. Inputs are converted to `A`, rounded through `narrow` if given.
+pub fn reduce<A: Elem, R: Reducer<A>>(
+    ctx: &KernelContext<'_>,
+    input: &Tensor,
+    mask: &[bool; MAX_RANK],
+    keepdim: bool,
+    out: &Tensor,
+    narrow: Option<ScalarType>,
+    reducer: &R,
+) -> Result<(), KernelError> {
+    let plan = RPlan::new(input, mask, keepdim, out);
+    let n_out = plan.out_numel();
+    if n_out != out.numel() {
+        return Err(KernelError::invalid(format!(
+            "reduction out has {} elements, expected {n_out}",
+            out.numel()
+        )));
+    }
+    if n_out == 0 {
+        return Ok(());
+    }
+    let data = In::read(ctx, input)?;
+    if plan.count > 0 && plan.max_in_offset() >= data.len() {
+        return Err(KernelError::invalid("input strides exceed its storage"));
+    }
+    let mut dst = Out::write(ctx, out)?;
+    if plan.max_out_offset() >= dst.len() {
+        return Err(KernelError::invalid("out strides exceed its storage"));
+    }
+    let narrow = narrow.filter(|&t| t != input.dtype() && narrows::<A>(t));
+    let direct = if narrow.is_none() {
+        data.as_slice::<A>()
+    } else {
+        None
+    };
+    let job = Job {
+        plan: &plan,
+        data,
+        direct,
+        narrow,
+        reducer,
+    };
+    let threads = ctx.pool().threads();
+    let total = n_out.saturating_mul(plan.count.max(1));
+    if threads > 1 && n_out >= 2 && total >= GRAIN_SIZE && out.is_contiguous() {
+        let per_task = n_out.div_ceil(threads * 4).max(1);
+        dst.par_chunks(ctx.pool(), per_task, &|start, mut part| {
+            for i in 0..part.len() {
+                let (inp, _) = plan.kept_offsets(start + i);
+                part.set(i, job.one(inp));
+            }
+        });
+    } else {
+        for i in 0..n_out {
+            let (inp, o) = plan.kept_offsets(i);
+            dst.set(o, job.one(inp));
+        }
+    }
+    Ok(())
+}
+
+struct Job<'a, 'p, A: Elem, R> {
+    plan: &'p RPlan,
+    data: In<'a>,
+    direct: Option<&'a [A]>,
+    narrow: Option<ScalarType>,
+    reducer: &'p R,
+}
+
+impl<A: Elem, R: Reducer<A>> Job<'_, '_, A, R> {
+    /// The reduction of the output element whose kept index starts at `base`.
+    fn one(&self, base: usize) -> R::Out {
+        let p = self.plan;
+        let mut st = self.reducer.start();
+        if p.count == 0 {
+            return self.reducer.finish(st, 0);
+        }
+        let last = p.r_rank - 1;
+        let inner = p.r_sizes[last];
+        let stride = p.r_in[last];
+        let rows: usize = p.r_sizes[..last].iter().product();
+        let mut idx = [0usize; MAX_RANK];
+        let mut off = base;
+        let mut pos = 0;
+        let mut buf = [A::default(); BLOCK];
+        for _ in 0..rows {
+            match self.direct {
+                Some(d) if stride == 1 => {
+                    for (j, chunk) in d[off..off + inner].chunks(BLOCK).enumerate() {
+                        self.reducer.feed(&mut st, pos + j * BLOCK, chunk);
+                    }
+                }
+                _ => {
+                    let mut j = 0;
+                    while j < inner {
+                        let n = BLOCK.min(inner - j);
+                        let b = &mut buf[..n];
+                        self.data.load(off + j * stride, stride, b);
+                        if let Some(t) = self.narrow {
+                            narrow_slice(t, b);
+                        }
+                        self.reducer.feed(&mut st, pos + j, b);
+                        j += n;
+                    }
+                }
+            }
+            pos += inner;
+            // Next reduced row.
+            for d in (0..last).rev() {
+                idx[d] += 1;
+                off += p.r_in[d];
+                if idx[d] < p.r_sizes[d] {
+                    break;
+                }
+                off -= p.r_in[d] * p.r_sizes[d];
+                idx[d] = 0;
+            }
+        }
+        self.reducer.finish(st, p.count)
+    }
+}
+
+/// Eight-lane sum of a block, combined pairwise.
+#[inline]
+pub fn block_sum<A: Num>(xs: &[A]) -> A {
+    let mut acc = [A::ZERO; 8];
+    let mut chunks = xs.chunks_exact(8);
+    for c in &mut chunks {
+        for i in 0..8 {
+            acc[i] = acc[i].add(c[i]);
+        }
+    }
+    let mut tail = A::ZERO;
+    for &x in chunks.remainder() {
+        tail = tail.add(x);
+    }
+    let a = acc[0].add(acc[1]).add(acc[2].add(acc[3]));
+    let b = acc[4].add(acc[5]).add(acc[6].add(acc[7]));
+    a.add(b).add(tail)
+}
+
+/// Sums pushed block sums pairwise, like a binary counter.
+pub struct Pairwise<A> {
+    levels: [A; 64],
+    used: u64,
+}
+
+impl<A: Num> Pairwise<A> {
+    pub fn new() -> Self {
+        Self {
+            levels: [A::ZERO; 64],
+            used: 0,
+        }
+    }
+
+    pub fn push(&mut self, mut v: A) {
+        let mut l = 0;
+        while l < 63 && self.used & (1 << l) != 0 {
+            v = self.levels[l].add(v);
+            self.used &= !(1 << l);
+            l += 1;
+        }
+        self.levels[l] = v;
+        self.used |= 1 << l;
+    }
+
+    pub fn total(&self) -> A {
+        let mut t = A::ZERO;
+        for l in 0..64 {
+            if self.used & (1 << l) != 0 {
+                t = self.levels[l].add(t);
+            }
+        }
+        t
+    }
+}
+
+impl<A: Num> Default for Pairwise<A> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The pairwise sum of a slice (blocks of [`BLOCK`]).
+pub fn pairwise_sum<A: Num>(xs: &[A]) -> A {
+    let mut p = Pairwise::new();
+    for c in xs.chunks(BLOCK) {
+        p.push(block_sum(c));
+    }
+    p.total()
+}
+
+struct Sum {
+    mean: bool,
+}
+
+impl<A: Num> Reducer<A> for Sum {
+    type State = Pairwise<A>;
+    type Out = A;
+    fn start(&self) -> Self::State {
+        Pairwise::new()
+    }
+    fn feed(&self, st: &mut Self::State, _: usize, xs: &[A]) {
+        st.push(block_sum(xs));
+    }
+    fn finish(&self, st: Self::State, count: usize) -> A {
+        let s = st.total();
+        if self.mean {
+            s.div(A::from_i64(count as i64))
+        } else {
+            s
+        }
+    }
+}
+
+struct Extremum {
+    max: bool,
+}
+
+impl<A: Num> Reducer<A> for Extremum {
+    type State = Option<A>;
+    type Out = A;
+    fn start(&self) -> Self::State {
+        None
+    }
+    fn feed(&self, st: &mut Self::State, _: usize, xs: &[A]) {
+        let Some((&first, rest)) = xs.split_first() else {
+            return;
+        };
+        let mut m = st.unwrap_or(first);
+        if self.max {
+            for &x in rest {
+                m = m.maximum(x);
+            }
+            m = m.maximum(first);
+        } else {
+            for &x in rest {
+                m = m.minimum(x);
+            }
+            m = m.minimum(first);
+        }
+        *st = Some(m);
+    }
+    fn finish(&self, st: Self::State, _: usize) -> A {
+        st.unwrap_or(A::ZERO)
+    }
+}
+
+struct ArgExtremum {
+    max: bool,
+}
+
+impl<A: Num> Reducer<A> for ArgExtremum {
+    type State = Option<(A, usize)>;
+    type Out = i64;
+    fn start(&self) -> Self::State {
+        None
+    }
+    fn feed(&self, st: &mut Self::State, pos: usize, xs: &[A]) {
+        for (j, &x) in xs.iter().enumerate() {
+            let better = match st {
+                None => true,
+                Some((b, _)) => {
+                    if b.is_nan() {
+                        false
+                    } else if x.is_nan() {
+                        true
+                    } else if self.max {
+                        x > *b
+                    } else {
+                        x < *b
+                    }
+                }
+            };
+            if better {
+                *st = Some((x, pos + j));
+            }
+        }
+    }
+    fn finish(&self, st: Self::State, _: usize) -> i64 {
+        st.map(|(_, i)| i as i64).unwrap_or(0)
+    }
+}
+
+struct Any;
+
+impl Reducer<Bool8> for Any {
+    type State = bool;
+    type Out = Bool8;
+    fn start(&self) -> bool {
+        false
+    }
+    fn feed(&self, st: &mut bool, _: usize, xs: &[Bool8]) {
+        if !*st {
+            *st = xs.iter().any(|b| b.0 != 0);
+        }
+    }
+    fn finish(&self, st: bool, _: usize) -> Bool8 {
+        Bool8(st as u8)
+    }
+}
+
+/// Welford's streaming mean and variance, in f64.
+struct Var {
+    correction: f64,
+}
+
+impl Reducer<f64> for Var {
+    type State = (f64, f64, f64);
+    type Out = f64;
+    fn start(&self) -> Self::State {
+        (0.0, 0.0, 0.0)
+    }
+    fn feed(&self, st: &mut Self::State, _: usize, xs: &[f64]) {
+        let (n, mean, m2) = st;
+        for &x in xs {
+            *n += 1.0;
+            let d = x - *mean;
+            *mean += d / *n;
+            *m2 += d * (x - *mean);
+        }
+    }
+    fn finish(&self, st: Self::State, _: usize) -> f64 {
+        let (n, _, m2) = st;
+        m2 / (n - self.correction).max(0.0)
+    }
+}
+
+fn int_list_arg(
+    a: &Args<'_>,
+    i: usize,
+    buf: &mut [i64; MAX_RANK],
+) -> Result<Option<usize>, KernelError> {
+    match a.opt_int_list(i)? {
+        None => Ok(None),
+        Some(list) => Ok(Some(list.read_into(buf)?.len())),
+    }
+}
+
+/// Parses `(self, int[]? dim, keepdim)` at 0, 1, 2 and resizes the out at `out_i`.
+fn setup(
+    a: &mut Args<'_>,
+    dims_at: usize,
+    keepdim_at: usize,
+    out_i: usize,
+) -> Result<(Tensor, [bool; MAX_RANK], bool, Tensor), KernelError> {
+    let x = a.tensor(0)?;
+    let mut buf = [0i64; MAX_RANK];
+    let n = int_list_arg(a, dims_at, &mut buf)?;
+    let mask = dim_mask(x.rank(), n.map(|n| &buf[..n]))?;
+    let keepdim = a.bool(keepdim_at)?;
+    let mut sb = [0usize; MAX_RANK];
+    let sizes = reduced_sizes(x.sizes(), &mask, keepdim, &mut sb);
+    let out = a.resize_tensor(out_i, sizes)?;
+    Ok((x, mask, keepdim, out))
+}
+
+fn supported(t: ScalarType, what: &'static str) -> Result<(), KernelError> {
+    if super::elementwise::dtype::is_supported(t) {
+        Ok(())
+    } else {
+        Err(super::elementwise::dtype::unsupported(t, what))
+    }
+}
+
+/// `sum.IntList_out(self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype, out)`.
+fn sum_out(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(6)?;
+    let dtype = a.opt_dtype(3)?;
+    let (x, mask, keepdim, out) = setup(a, 1, 2, 4)?;
+    supported(x.dtype(), "sum")?;
+    supported(out.dtype(), "sum")?;
+    if let Some(d) = dtype {
+        if d != out.dtype() {
+            return Err(KernelError::DtypeMismatch {
+                expected: d,
+                found: out.dtype(),
+            });
+        }
+    }
+    let r = Sum { mean: false };
+    with_compute!(out.dtype(), A => reduce::<A, _>(ctx, &x, &mask, keepdim, &out, None, &r))
+}
+
+/// `mean.out(self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype, out)`.
+fn mean_out(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(6)?;
+    let dtype = a.opt_dtype(3)?;
+    let (x, mask, keepdim, out) = setup(a, 1, 2, 4)?;
+    supported(x.dtype(), "mean")?;
+    if let Some(d) = dtype {
+        if d != out.dtype() {
+            return Err(KernelError::DtypeMismatch {
+                expected: d,
+                found: out.dtype(),
+            });
+        }
+    } else if !x.dtype().is_floating_point() {
+        return Err(KernelError::UnsupportedDtype {
+            dtype: x.dtype(),
+            what: "mean (floating point input, or a dtype argument)",
+        });
+    }
+    if !out.dtype().is_floating_point() {
+        return Err(KernelError::UnsupportedDtype {
+            dtype: out.dtype(),
+            what: "mean (floating point out)",
+        });
+    }
+    let r = Sum { mean: true };
+    with_compute!(out.dtype(), A => reduce::<A, _>(ctx, &x, &mask, keepdim, &out, None, &r))
+}
+
+fn check_nonempty(x: &Tensor, mask: &[bool; MAX_RANK], out: &Tensor) -> Result<(), KernelError> {
+    let empty = x
+        .sizes()
+        .iter()
+        .enumerate()
+        .any(|(d, &s)| mask[d] && s == 0);
+    if empty && out.numel() > 0 {
+        return Err(KernelError::invalid(
+            "cannot reduce over a zero-size dimension (no identity)",
+        ));
+    }
+    Ok(())
+}
+
+/// `amax.out(self, int[1] dim=[], bool keepdim=False, out)` (and `amin`).
+fn extremum(ctx: &KernelContext<'_>, a: &mut Args<'_>, max: bool) -> Result<(), KernelError> {
+    a.expect_len(5)?;
+    let (x, mask, keepdim, out) = setup(a, 1, 2, 3)?;
+    supported(x.dtype(), "amax/amin")?;
+    if out.dtype() != x.dtype() {
+        return Err(KernelError::DtypeMismatch {
+            expected: x.dtype(),
+            found: out.dtype(),
+        });
+    }
+    check_nonempty(&x, &mask, &out)?;
+    let r = Extremum { max };
+    with_compute!(x.dtype(), A => reduce::<A, _>(ctx, &x, &mask, keepdim, &out, None, &r))
+}
+
+fn check_any_out(x: &Tensor, out: &Tensor) -> Result<(), KernelError> {
+    supported(x.dtype(), "any")?;
+    let ok = out.dtype() == ScalarType::Bool
+        || (out.dtype() == ScalarType::Byte && x.dtype() == ScalarType::Byte);
+    if ok {
+        Ok(())
+    } else {
+        Err(KernelError::UnsupportedDtype {
+            dtype: out.dtype(),
+            what: "any out (bool, or uint8 for a uint8 input)",
+        })
+    }
+}
+
+/// `any.out(self, int dim, bool keepdim=False, out)`.
+fn any_dim(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(5)?;
+    let x = a.tensor(0)?;
+    let dim = a.int(1)?;
+    let mask = dim_mask(x.rank(), Some(std::slice::from_ref(&dim)))?;
+    let keepdim = a.bool(2)?;
+    let mut sb = [0usize; MAX_RANK];
+    let sizes = reduced_sizes(x.sizes(), &mask, keepdim, &mut sb);
+    let out = a.resize_tensor(3, sizes)?;
+    check_any_out(&x, &out)?;
+    reduce::<Bool8, _>(ctx, &x, &mask, keepdim, &out, None, &Any)
+}
+
+/// `any.dims_out(self, int[]? dim=None, bool keepdim=False, out)`.
+fn any_dims(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(5)?;
+    let (x, mask, keepdim, out) = setup(a, 1, 2, 3)?;
+    check_any_out(&x, &out)?;
+    reduce::<Bool8, _>(ctx, &x, &mask, keepdim, &out, None, &Any)
+}
+
+/// `any.all_out(self, out)`: a 0-d result.
+fn any_all(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(3)?;
+    let x = a.tensor(0)?;
+    let mask = dim_mask(x.rank(), None)?;
+    let out = a.resize_tensor(1, &[])?;
+    check_any_out(&x, &out)?;
+    reduce::<Bool8, _>(ctx, &x, &mask, false, &out, None, &Any)
+}
+
+/// `argmax.out(self, int? dim=None, bool keepdim=False, out)` (and `argmin`).
+fn arg_extremum(ctx: &KernelContext<'_>, a: &mut Args<'_>, max: bool) -> Result<(), KernelError> {
+    a.expect_len(5)?;
+    let x = a.tensor(0)?;
+    supported(x.dtype(), "argmax/argmin")?;
+    let dim = a.opt_int(1)?;
+    let keepdim = a.bool(2)?;
+    let mask = match dim {
+        Some(d) => dim_mask(x.rank(), Some(std::slice::from_ref(&d)))?,
+        None => dim_mask(x.rank(), None)?,
+    };
+    let mut sb = [0usize; MAX_RANK];
+    let sizes = if dim.is_none() && !keepdim {
+        &sb[..0]
+    } else {
+        reduced_sizes(x.sizes(), &mask, keepdim, &mut sb)
+    };
+    let out = a.resize_tensor(3, sizes)?;
+    if out.dtype() != ScalarType::Long {
+        return Err(KernelError::DtypeMismatch {
+            expected: ScalarType::Long,
+            found: out.dtype(),
+        });
+    }
+    check_nonempty(&x, &mask, &out)?;
+    if x.numel() == 0 && out.numel() > 0 {
+        return Err(KernelError::invalid("argmax/argmin of an empty tensor"));
+    }
+    // The flattened position is the reduction position because dims keep their order.
+    let r = ArgExtremum { max };
+    with_compute!(x.dtype(), A => reduce::<A, _>(ctx, &x, &mask, keepdim, &out, None, &r))
+}
+
+/// `var.correction_out(self, int[1]? dim=None, *, Scalar? correction=None,
+/// bool keepdim=False, out)`.
+fn var_correction(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(6)?;
+    let correction = opt_scalar(a, 2)?.map(|s| s.to_f64()).unwrap_or(1.0);
+    let (x, mask, keepdim, out) = setup(a, 1, 3, 4)?;
+    supported(x.dtype(), "var")?;
+    if !x.dtype().is_floating_point() || !out.dtype().is_floating_point() {
+        return Err(KernelError::UnsupportedDtype {
+            dtype: x.dtype(),
+            what: "var (floating point only)",
+        });
+    }
+    let r = Var { correction };
+    reduce::<f64, _>(ctx, &x, &mask, keepdim, &out, None, &r)
+}
+
+#[cfg(test)]
+mod tests;
