@@ -1,6 +1,36 @@
-//! The LLM custom ops of ExecuTorch's `llama` namespace.
+//! The LLM custom ops of ExecuTorch's `llama` namespace: KV-cache updates and
+//! scaled dot-product attention over `[B, S, H, D]` caches (float and int8-quantized).
+//!
+//! * `update_cache`: `update_cache.out`, `update_cache_with_indices.out` (in-place,
+//!   dtype-agnostic row copies into the cache).
+//! * `sdpa`: `custom_sdpa.out` and `sdpa_with_kv_cache.out` (f32, f16, bf16).
+//! * `quantized_sdpa`: `custom_quantized_sdpa.out` (int8 q/k/v with per-token,
+//!   per-head scales and zero points; f32 out).
+//! * `flash`: the shared blocked attention engine (online softmax, query/key
+//!   blocks, split-K for decode), with its inner loops in `math`.
+
+mod flash;
+mod math;
+mod quantized_sdpa;
+mod sdpa;
+mod update_cache;
 
 use crate::Registry;
 
 /// Registers this family's kernels.
-pub fn register(_r: &mut Registry) {}
+pub fn register(r: &mut Registry) {
+    r.register("llama::update_cache.out", update_cache::update_cache_out);
+    r.register(
+        "llama::update_cache_with_indices.out",
+        update_cache::update_cache_with_indices_out,
+    );
+    r.register("llama::custom_sdpa.out", sdpa::custom_sdpa_out);
+    r.register(
+        "llama::sdpa_with_kv_cache.out",
+        sdpa::sdpa_with_kv_cache_out,
+    );
+    r.register(
+        "llama::custom_quantized_sdpa.out",
+        quantized_sdpa::custom_quantized_sdpa_out,
+    );
+}

@@ -1,0 +1,306 @@
+//! Inner loops of the attention engine: dot products, multiply-adds of value rows,
+//! row maxima and a vectorisable `exp`.
+//!
+//! Each loop is written once, generic over [`Arith`] (how `a * b + c` is computed), and
+//! kept `#[inline(always)]` so that it is compiled twice: as portable code with a
+//! separate multiply and add ([`Plain`], the scalar twin), and inside the engine's
+//! `#[target_feature(enable = "avx2,fma")]` entry point with fused multiply-adds
+//! ([`Fused`]). The loops work on fixed groups of [`LANES`] independent accumulators,
+//! which the compiler turns into vector registers.
+
+/// How a multiply-add is computed.
+pub trait Arith: Copy + Send + Sync + 'static {
+    /// `a * b + c`.
+    fn fma(a: f32, b: f32, c: f32) -> f32;
+}
+
+/// A multiply then an add (two roundings); vectorises on every target.
+#[derive(Clone, Copy, Debug)]
+pub struct Plain;
+
+impl Arith for Plain {
+    #[inline(always)]
+    fn fma(a: f32, b: f32, c: f32) -> f32 {
+        a * b + c
+    }
+}
+
+/// A fused multiply-add (one rounding). Only fast where the FMA instruction is enabled.
+#[derive(Clone, Copy, Debug)]
+pub struct Fused;
+
+impl Arith for Fused {
+    #[inline(always)]
+    fn fma(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+}
+
+/// Independent accumulators per reduction (one AVX register of f32).
+pub const LANES: usize = 8;
+
+#[inline(always)]
+fn hsum(a: &[f32; LANES]) -> f32 {
+    ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))
+}
+
+/// `Σ a[i] * b[i]` over the shorter length.
+#[inline(always)]
+pub fn dot<A: Arith>(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..LANES {
+            acc[l] = A::fma(x[l], y[l], acc[l]);
+        }
+    }
+    let mut s = hsum(&acc);
+    for (x, y) in ra.iter().zip(rb) {
+        s = A::fma(*x, *y, s);
+    }
+    s
+}
+
+/// Four dot products of `q` with `k[0..4]` (each at least `q.len()` long), sharing the
+/// loads of `q` and running four independent accumulator chains.
+#[inline(always)]
+pub fn dot4<A: Arith>(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
+    let d = q.len();
+    if k.iter().any(|r| r.len() < d) {
+        return k.map(|r| dot::<A>(q, r));
+    }
+    let (k0, k1, k2, k3) = (&k[0][..d], &k[1][..d], &k[2][..d], &k[3][..d]);
+    let mut a0 = [0f32; LANES];
+    let mut a1 = [0f32; LANES];
+    let mut a2 = [0f32; LANES];
+    let mut a3 = [0f32; LANES];
+    let chunks = q
+        .chunks_exact(LANES)
+        .zip(k0.chunks_exact(LANES))
+        .zip(k1.chunks_exact(LANES))
+        .zip(k2.chunks_exact(LANES))
+        .zip(k3.chunks_exact(LANES));
+    for ((((x, y0), y1), y2), y3) in chunks {
+        for l in 0..LANES {
+            a0[l] = A::fma(x[l], y0[l], a0[l]);
+            a1[l] = A::fma(x[l], y1[l], a1[l]);
+            a2[l] = A::fma(x[l], y2[l], a2[l]);
+            a3[l] = A::fma(x[l], y3[l], a3[l]);
+        }
+    }
+    let mut s = [hsum(&a0), hsum(&a1), hsum(&a2), hsum(&a3)];
+    let tail = d - d % LANES;
+    for i in tail..d {
+        let x = q[i];
+        s[0] = A::fma(x, k0[i], s[0]);
+        s[1] = A::fma(x, k1[i], s[1]);
+        s[2] = A::fma(x, k2[i], s[2]);
+        s[3] = A::fma(x, k3[i], s[3]);
+    }
+    s
+}
+
+/// `out[j] = q · tile_row(j)` for `j < out.len()`, where row `j` of the tile starts at
+/// `j * stride` and is `q.len()` long.
+#[inline(always)]
+pub fn scores<A: Arith>(q: &[f32], tile: &[f32], stride: usize, out: &mut [f32]) {
+    let d = q.len();
+    let row = |j: usize| tile.get(j * stride..j * stride + d).unwrap_or(&[]);
+    let mut j = 0;
+    let n = out.len();
+    while j + 4 <= n {
+        let s = dot4::<A>(q, [row(j), row(j + 1), row(j + 2), row(j + 3)]);
+        out[j..j + 4].copy_from_slice(&s);
+        j += 4;
+    }
+    while j < n {
+        out[j] = dot::<A>(q, row(j));
+        j += 1;
+    }
+}
+
+/// `acc += Σ_j p[j] * tile_row(j)` for `j < p.len()`, rows `acc.len()` long at `j * stride`.
+#[inline(always)]
+pub fn accumulate<A: Arith>(p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
+    let d = acc.len();
+    let row = |j: usize| tile.get(j * stride..j * stride + d).unwrap_or(&[]);
+    let n = p.len();
+    let mut j = 0;
+    while j + 4 <= n {
+        let (p0, p1, p2, p3) = (p[j], p[j + 1], p[j + 2], p[j + 3]);
+        let (v0, v1, v2, v3) = (row(j), row(j + 1), row(j + 2), row(j + 3));
+        for ((((a, x0), x1), x2), x3) in acc.iter_mut().zip(v0).zip(v1).zip(v2).zip(v3) {
+            *a = A::fma(
+                p3,
+                *x3,
+                A::fma(p2, *x2, A::fma(p1, *x1, A::fma(p0, *x0, *a))),
+            );
+        }
+        j += 4;
+    }
+    while j < n {
+        let pj = p[j];
+        for (a, x) in acc.iter_mut().zip(row(j)) {
+            *a = A::fma(pj, *x, *a);
+        }
+        j += 1;
+    }
+}
+
+/// `x *= s` elementwise.
+#[inline(always)]
+pub fn scale(x: &mut [f32], s: f32) {
+    for v in x {
+        *v *= s;
+    }
+}
+
+/// The largest element (`-inf` for an empty slice; NaNs are skipped).
+#[inline(always)]
+pub fn max(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let c = x.chunks_exact(LANES);
+    let r = c.remainder();
+    for v in c {
+        for l in 0..LANES {
+            acc[l] = if v[l] > acc[l] { v[l] } else { acc[l] };
+        }
+    }
+    let mut m = f32::NEG_INFINITY;
+    for v in acc.iter().chain(r) {
+        m = if *v > m { *v } else { m };
+    }
+    m
+}
+
+/// `x[j] = exp(x[j] - m)` and returns `Σ x[j]`, for `m >= max(x)` finite.
+#[inline(always)]
+pub fn exp_shift_sum<A: Arith>(x: &mut [f32], m: f32) -> f32 {
+    for v in x.iter_mut() {
+        *v = exp_nonpositive::<A>(*v - m);
+    }
+    let mut acc = [0f32; LANES];
+    let c = x.chunks_exact(LANES);
+    let r = c.remainder();
+    for v in c {
+        for l in 0..LANES {
+            acc[l] += v[l];
+        }
+    }
+    let mut s = hsum(&acc);
+    for v in r {
+        s += *v;
+    }
+    s
+}
+
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+/// `1.5 * 2^23`: adding and subtracting it rounds to the nearest integer.
+const ROUND: f32 = 12_582_912.0;
+/// ln 2 split in a part exact in few bits and a correction (Cody-Waite).
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// Below this `exp` is flushed to 0 (`e^-87` is near the smallest normal f32).
+const EXP_MIN: f32 = -87.0;
+
+/// `e^x` for `x <= 0` (larger `x` is clamped to 0), with a relative error of a few ulp;
+/// `-inf` and anything below -87 give exactly 0.
+///
+/// Branch-free (selects only), so a loop over it vectorises: `x = n ln2 + r` with
+/// `|r| <= ln2 / 2`, `e^r` by a degree-7 polynomial (the classic Cephes `expf`
+/// coefficients), and `2^n` assembled in the exponent bits.
+#[inline(always)]
+pub fn exp_nonpositive<A: Arith>(x: f32) -> f32 {
+    let xc = if x < EXP_MIN { EXP_MIN } else { x };
+    let xc = if xc > 0.0 { 0.0 } else { xc };
+    // Round x * log2(e) to the nearest integer n, keeping n's bits in the mantissa.
+    let shifted = xc * LOG2E + ROUND;
+    let n = shifted - ROUND;
+    let r = A::fma(n, -LN2_HI, xc);
+    let r = A::fma(n, -LN2_LO, r);
+    let mut p = 1.987_569_2e-4f32;
+    p = A::fma(p, r, 1.398_199_9e-3);
+    p = A::fma(p, r, 8.333_452e-3);
+    p = A::fma(p, r, 4.166_579_6e-2);
+    p = A::fma(p, r, 1.666_666_5e-1);
+    p = A::fma(p, r, 0.5);
+    let y = A::fma(p, r * r, r) + 1.0;
+    // shifted's low mantissa bits hold n (two's complement) above 0x4B40_0000.
+    let bits = shifted
+        .to_bits()
+        .wrapping_sub(0x4B40_0000)
+        .wrapping_add(127)
+        << 23;
+    let v = y * f32::from_bits(bits);
+    if x < EXP_MIN { 0.0 } else { v }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_is_accurate() {
+        let mut worst = 0f64;
+        let mut x = -87.0f32;
+        while x <= 0.0 {
+            for a in [
+                exp_nonpositive::<Plain>(x) as f64,
+                exp_nonpositive::<Fused>(x) as f64,
+            ] {
+                let want = (x as f64).exp();
+                worst = worst.max(((a - want) / want).abs());
+            }
+            x += 0.000_7;
+        }
+        assert!(worst < 4e-7, "relative error {worst}");
+        assert_eq!(exp_nonpositive::<Plain>(0.0), 1.0);
+        assert_eq!(exp_nonpositive::<Plain>(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_nonpositive::<Plain>(-100.0), 0.0);
+    }
+
+    #[test]
+    fn dots_and_sums_match_naive() {
+        for d in [0usize, 1, 7, 8, 9, 33, 64, 130] {
+            let q: Vec<f32> = (0..d).map(|i| (i as f32 * 0.37).sin()).collect();
+            let rows: Vec<Vec<f32>> = (0..4)
+                .map(|r| (0..d).map(|i| ((i + 3 * r) as f32 * 0.11).cos()).collect())
+                .collect();
+            let naive = |r: &[f32]| {
+                q.iter()
+                    .zip(r)
+                    .map(|(a, b)| *a as f64 * *b as f64)
+                    .sum::<f64>()
+            };
+            let got = dot4::<Plain>(&q, [&rows[0], &rows[1], &rows[2], &rows[3]]);
+            let fused = dot4::<Fused>(&q, [&rows[0], &rows[1], &rows[2], &rows[3]]);
+            for r in 0..4 {
+                assert!((got[r] as f64 - naive(&rows[r])).abs() < 1e-4);
+                assert!((fused[r] as f64 - naive(&rows[r])).abs() < 1e-4);
+                assert!((dot::<Plain>(&q, &rows[r]) as f64 - naive(&rows[r])).abs() < 1e-4);
+            }
+            let mut acc = vec![0.5f32; d];
+            let p = [0.1f32, -0.2, 0.3, 0.4, 0.5];
+            let tile: Vec<f32> = rows
+                .iter()
+                .chain(rows.iter().take(1))
+                .flatten()
+                .copied()
+                .collect();
+            accumulate::<Plain>(&p, &tile, d, &mut acc);
+            for i in 0..d {
+                let want = 0.5 + (0..5).map(|j| p[j] * rows[j % 4][i]).sum::<f32>();
+                assert!((acc[i] - want).abs() < 1e-5);
+            }
+        }
+        let x = [1.0f32, -3.0, 7.5, f32::NAN, 2.0, 0.0, 1.0, 1.0, 1.0, 7.6];
+        assert_eq!(max(&x), 7.6);
+        assert_eq!(max(&[]), f32::NEG_INFINITY);
+        let mut y = [0.0f32, -1.0, -2.0];
+        let s = exp_shift_sum::<Plain>(&mut y, 0.0);
+        assert!((s - (1.0 + (-1f32).exp() + (-2f32).exp())).abs() < 1e-6);
+    }
+}
