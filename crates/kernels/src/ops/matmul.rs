@@ -1,6 +1,438 @@
-//! matmul kernels.
+//! Matrix products: `linear`, `mm`, `addmm`, `bmm` and `matmul`.
+//!
+//! f32, f16 and bf16 run on the packed GEMM of [`gemm`] (f32 accumulation, one
+//! rounding into the output type); one-row products (decode) take its parallel
+//! dot-product path. f64 runs plain loops. As in PyTorch every operand must have the
+//! output's dtype.
 
-use crate::Registry;
+#[path = "gemm/mod.rs"]
+pub(crate) mod gemm;
+
+use etch_format::ScalarType;
+
+use crate::ops::shape::common::{
+    MAX_DIMS, broadcast_shapes, broadcast_strides, require_contiguous,
+};
+use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
+use gemm::{Elems, Gemm, Isa, MatRef};
 
 /// Registers this family's kernels.
-pub fn register(_r: &mut Registry) {}
+pub fn register(r: &mut Registry) {
+    r.register("aten::linear.out", linear);
+    r.register("aten::mm.out", mm);
+    r.register("aten::addmm.out", addmm);
+    r.register("aten::bmm.out", bmm);
+    r.register("aten::matmul.out", matmul);
+}
+
+fn same_dtype(expected: &Tensor, found: &Tensor) -> Result<(), KernelError> {
+    if expected.dtype() == found.dtype() {
+        Ok(())
+    } else {
+        Err(KernelError::DtypeMismatch {
+            expected: expected.dtype(),
+            found: found.dtype(),
+        })
+    }
+}
+
+/// The elements of a float tensor.
+fn elems<'a>(ctx: &'a KernelContext<'_>, t: &Tensor) -> Result<Elems<'a>, KernelError> {
+    require_contiguous(t, "matmul operand")?;
+    match t.dtype() {
+        ScalarType::Float => Ok(Elems::F32(ctx.read(t)?)),
+        ScalarType::Half => Ok(Elems::F16(ctx.read(t)?)),
+        ScalarType::BFloat16 => Ok(Elems::BF16(ctx.read(t)?)),
+        ScalarType::Double => Ok(Elems::F64(ctx.read(t)?)),
+        dtype => Err(KernelError::UnsupportedDtype {
+            dtype,
+            what: "matrix product (f32, f16, bf16 or f64)",
+        }),
+    }
+}
+
+/// Runs `count` products, product `i` being `make(i)`, into consecutive `m x n`
+/// blocks of `out`, with `alpha`/`beta` scaling.
+fn run_products<'a>(
+    ctx: &'a KernelContext<'_>,
+    out: &Tensor,
+    count: usize,
+    m: usize,
+    n: usize,
+    alpha: f64,
+    beta: f64,
+    make: impl Fn(usize) -> Gemm<'a>,
+) -> Result<(), KernelError> {
+    require_contiguous(out, "out")?;
+    let block = m * n;
+    if count == 0 || block == 0 {
+        return Ok(());
+    }
+    if out.numel() < count * block {
+        return Err(KernelError::invalid("matmul out tensor too small"));
+    }
+    let isa = Isa::detect();
+    let pool = ctx.pool();
+    macro_rules! run_as {
+        ($t:ty) => {{
+            let o = ctx.write::<$t>(out)?;
+            let need = gemm::scratch_len(&make(0), pool.threads());
+            let scratch = ctx.scratch::<f32>(need)?;
+            for (i, blk) in o.chunks_exact_mut(block).take(count).enumerate() {
+                gemm::gemm(pool, isa, &make(i), blk, scratch)?;
+            }
+            Ok(())
+        }};
+    }
+    match out.dtype() {
+        ScalarType::Float => run_as!(f32),
+        ScalarType::Half => run_as!(half::f16),
+        ScalarType::BFloat16 => run_as!(half::bf16),
+        ScalarType::Double => {
+            let o = ctx.write::<f64>(out)?;
+            for (i, blk) in o.chunks_exact_mut(block).take(count).enumerate() {
+                gemm::gemm_f64(&make(i), alpha, beta, blk)?;
+            }
+            Ok(())
+        }
+        dtype => Err(KernelError::UnsupportedDtype {
+            dtype,
+            what: "matrix product (f32, f16, bf16 or f64)",
+        }),
+    }
+}
+
+/// `linear.out(Tensor input, Tensor weight, Tensor? bias=None, *, Tensor(a!) out)`:
+/// `out[..., n] = Σ_k input[..., k] · weight[n, k] + bias[n]`.
+fn linear(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(5)?;
+    let input = a.tensor(0)?;
+    let weight = a.tensor(1)?;
+    let bias = a.opt_tensor(2)?;
+    let out = a.tensor(3)?;
+    same_dtype(&input, &weight)?;
+    same_dtype(&input, &out)?;
+    if let Some(b) = &bias {
+        same_dtype(&input, b)?;
+    }
+    let rank = input.rank();
+    if rank == 0 || weight.rank() != 2 {
+        return Err(KernelError::invalid(format!(
+            "linear expects input [..., K] and weight [N, K], got {:?} and {:?}",
+            input.sizes(),
+            weight.sizes()
+        )));
+    }
+    let k = input.sizes()[rank - 1];
+    let (n, wk) = (weight.sizes()[0], weight.sizes()[1]);
+    if wk != k {
+        return Err(KernelError::invalid(format!(
+            "linear: input has {k} features but weight is {n}x{wk}"
+        )));
+    }
+    let bias_cs = match &bias {
+        None => 0,
+        Some(b) if b.rank() <= 1 && b.numel() == n => 1,
+        Some(b) if b.numel() == 1 && b.rank() <= 1 => 0,
+        Some(b) => {
+            return Err(KernelError::invalid(format!(
+                "linear bias of shape {:?} for {n} outputs",
+                b.sizes()
+            )));
+        }
+    };
+    let m: usize = input.sizes()[..rank - 1].iter().product();
+    let mut sizes = [0usize; MAX_RANK];
+    sizes[..rank - 1].copy_from_slice(&input.sizes()[..rank - 1]);
+    sizes[rank - 1] = n;
+    let out = a.resize_tensor(3, &sizes[..rank])?;
+    let x = elems(ctx, &input)?;
+    let w = elems(ctx, &weight)?;
+    let b = match &bias {
+        Some(t) => Some(elems(ctx, t)?),
+        None => None,
+    };
+    let g = Gemm {
+        a: MatRef {
+            data: x,
+            offset: 0,
+            rows: m,
+            cols: k,
+            rs: k,
+            cs: 1,
+        },
+        b: MatRef {
+            data: w,
+            offset: 0,
+            rows: k,
+            cols: n,
+            rs: 1,
+            cs: k,
+        },
+        alpha: 1.0,
+        addend: b.map(|d| {
+            (
+                MatRef {
+                    data: d,
+                    offset: 0,
+                    rows: m,
+                    cols: n,
+                    rs: 0,
+                    cs: bias_cs,
+                },
+                1.0,
+            )
+        }),
+    };
+    run_products(ctx, &out, 1, m, n, 1.0, 1.0, |_| g)
+}
+
+/// Checks a 2-d operand and returns its sizes.
+fn matrix(t: &Tensor, what: &str) -> Result<(usize, usize), KernelError> {
+    if t.rank() != 2 {
+        return Err(KernelError::invalid(format!(
+            "{what} must be 2-d, got {:?}",
+            t.sizes()
+        )));
+    }
+    Ok((t.sizes()[0], t.sizes()[1]))
+}
+
+/// `mm.out(Tensor self, Tensor mat2, *, Tensor(a!) out)`.
+fn mm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(4)?;
+    let (x, y) = (a.tensor(0)?, a.tensor(1)?);
+    let out = a.tensor(2)?;
+    same_dtype(&x, &y)?;
+    same_dtype(&x, &out)?;
+    let (m, k) = matrix(&x, "mm self")?;
+    let (k2, n) = matrix(&y, "mm mat2")?;
+    if k != k2 {
+        return Err(KernelError::invalid(format!("mm of {m}x{k} and {k2}x{n}")));
+    }
+    let out = a.resize_tensor(2, &[m, n])?;
+    let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
+    let g = Gemm {
+        a: MatRef {
+            data: xd,
+            offset: 0,
+            rows: m,
+            cols: k,
+            rs: k,
+            cs: 1,
+        },
+        b: MatRef {
+            data: yd,
+            offset: 0,
+            rows: k,
+            cols: n,
+            rs: n,
+            cs: 1,
+        },
+        alpha: 1.0,
+        addend: None,
+    };
+    run_products(ctx, &out, 1, m, n, 1.0, 0.0, |_| g)
+}
+
+/// A scalar argument as f64 (ints and bools convert).
+fn scalar_f64(s: Scalar) -> f64 {
+    s.to_f64()
+}
+
+/// `addmm.out(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1,
+/// Tensor(a!) out)`: `beta * self + alpha * mat1 · mat2`, `self` broadcast.
+fn addmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(7)?;
+    let c = a.tensor(0)?;
+    let (x, y) = (a.tensor(1)?, a.tensor(2)?);
+    let beta = scalar_f64(a.scalar(3)?);
+    let alpha = scalar_f64(a.scalar(4)?);
+    let out = a.tensor(5)?;
+    same_dtype(&x, &y)?;
+    same_dtype(&x, &c)?;
+    same_dtype(&x, &out)?;
+    let (m, k) = matrix(&x, "addmm mat1")?;
+    let (k2, n) = matrix(&y, "addmm mat2")?;
+    if k != k2 {
+        return Err(KernelError::invalid(format!(
+            "addmm of {m}x{k} and {k2}x{n}"
+        )));
+    }
+    if c.rank() > 2 {
+        return Err(KernelError::invalid("addmm self must have at most 2 dims"));
+    }
+    let mut sb = [0usize; MAX_DIMS];
+    let cs = broadcast_strides(c.sizes(), c.strides(), &[m, n], &mut sb)?;
+    let (crs, ccs) = (cs[0], cs[1]);
+    let out = a.resize_tensor(5, &[m, n])?;
+    let (xd, yd, cd) = (elems(ctx, &x)?, elems(ctx, &y)?, elems(ctx, &c)?);
+    let g = Gemm {
+        a: MatRef {
+            data: xd,
+            offset: 0,
+            rows: m,
+            cols: k,
+            rs: k,
+            cs: 1,
+        },
+        b: MatRef {
+            data: yd,
+            offset: 0,
+            rows: k,
+            cols: n,
+            rs: n,
+            cs: 1,
+        },
+        alpha: alpha as f32,
+        addend: Some((
+            MatRef {
+                data: cd,
+                offset: 0,
+                rows: m,
+                cols: n,
+                rs: crs,
+                cs: ccs,
+            },
+            beta as f32,
+        )),
+    };
+    run_products(ctx, &out, 1, m, n, alpha, beta, |_| g)
+}
+
+/// `bmm.out(Tensor self, Tensor mat2, *, Tensor(a!) out)`.
+fn bmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(4)?;
+    let (x, y) = (a.tensor(0)?, a.tensor(1)?);
+    let out = a.tensor(2)?;
+    same_dtype(&x, &y)?;
+    same_dtype(&x, &out)?;
+    if x.rank() != 3 || y.rank() != 3 {
+        return Err(KernelError::invalid(format!(
+            "bmm expects 3-d operands, got {:?} and {:?}",
+            x.sizes(),
+            y.sizes()
+        )));
+    }
+    let (bx, m, k) = (x.sizes()[0], x.sizes()[1], x.sizes()[2]);
+    let (by, k2, n) = (y.sizes()[0], y.sizes()[1], y.sizes()[2]);
+    if bx != by || k != k2 {
+        return Err(KernelError::invalid(format!(
+            "bmm of {:?} and {:?}",
+            x.sizes(),
+            y.sizes()
+        )));
+    }
+    let out = a.resize_tensor(2, &[bx, m, n])?;
+    let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
+    run_products(ctx, &out, bx, m, n, 1.0, 0.0, |i| Gemm {
+        a: MatRef {
+            data: xd,
+            offset: i * m * k,
+            rows: m,
+            cols: k,
+            rs: k,
+            cs: 1,
+        },
+        b: MatRef {
+            data: yd,
+            offset: i * k * n,
+            rows: k,
+            cols: n,
+            rs: n,
+            cs: 1,
+        },
+        alpha: 1.0,
+        addend: None,
+    })
+}
+
+/// Element offset of batch `i` (row-major over `batch`) with `strides`.
+fn batch_offset(mut i: usize, batch: &[usize], strides: &[usize]) -> usize {
+    let mut off = 0;
+    for d in (0..batch.len()).rev() {
+        off += (i % batch[d]) * strides[d];
+        i /= batch[d];
+    }
+    off
+}
+
+/// `matmul.out(Tensor self, Tensor other, *, Tensor(a!) out)`: `torch.matmul`, with
+/// 1-d operands promoted and batch dims broadcast.
+fn matmul(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(4)?;
+    let (x, y) = (a.tensor(0)?, a.tensor(1)?);
+    let out = a.tensor(2)?;
+    same_dtype(&x, &y)?;
+    same_dtype(&x, &out)?;
+    let (xr, yr) = (x.rank(), y.rank());
+    if xr == 0 || yr == 0 {
+        return Err(KernelError::invalid("matmul of a 0-d tensor"));
+    }
+    // x as [batch.., m, k] and y as [batch.., k, n]; 1-d operands give m or n of 1.
+    let (m, k, xrs) = if xr == 1 {
+        (1, x.sizes()[0], 0)
+    } else {
+        (x.sizes()[xr - 2], x.sizes()[xr - 1], x.strides()[xr - 2])
+    };
+    let (k2, n, ycs, yrs) = if yr == 1 {
+        (y.sizes()[0], 1, 0, 1)
+    } else {
+        (y.sizes()[yr - 2], y.sizes()[yr - 1], 1, y.strides()[yr - 2])
+    };
+    if k != k2 {
+        return Err(KernelError::invalid(format!(
+            "matmul of {:?} and {:?}",
+            x.sizes(),
+            y.sizes()
+        )));
+    }
+    let xb = &x.sizes()[..xr.saturating_sub(2)];
+    let yb = &y.sizes()[..yr.saturating_sub(2)];
+    let mut bbuf = [0usize; MAX_RANK];
+    let batch = broadcast_shapes(xb, yb, &mut bbuf)?;
+    let mut xs = [0usize; MAX_DIMS];
+    let xbs = broadcast_strides(xb, &x.strides()[..xb.len()], batch, &mut xs)?;
+    let mut ys = [0usize; MAX_DIMS];
+    let ybs = broadcast_strides(yb, &y.strides()[..yb.len()], batch, &mut ys)?;
+    let mut sizes = [0usize; MAX_RANK];
+    let mut r = batch.len();
+    sizes[..r].copy_from_slice(batch);
+    if xr >= 2 {
+        sizes[r] = m;
+        r += 1;
+    }
+    if yr >= 2 {
+        sizes[r] = n;
+        r += 1;
+    }
+    if r > MAX_RANK {
+        return Err(KernelError::invalid("matmul result exceeds the rank limit"));
+    }
+    let count: usize = batch.iter().product();
+    let out = a.resize_tensor(2, &sizes[..r])?;
+    let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
+    run_products(ctx, &out, count, m, n, 1.0, 0.0, |i| Gemm {
+        a: MatRef {
+            data: xd,
+            offset: batch_offset(i, batch, xbs),
+            rows: m,
+            cols: k,
+            rs: xrs,
+            cs: 1,
+        },
+        b: MatRef {
+            data: yd,
+            offset: batch_offset(i, batch, ybs),
+            rows: k,
+            cols: n,
+            rs: yrs,
+            cs: ycs,
+        },
+        alpha: 1.0,
+        addend: None,
+    })
+}
+
+#[cfg(test)]
+mod tests;

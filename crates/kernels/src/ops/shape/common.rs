@@ -27,27 +27,9 @@ pub(crate) fn require_contiguous(t: &Tensor, what: &'static str) -> Result<(), K
     }
 }
 
-/// Fails unless `t` has dtype `dtype`.
-pub(crate) fn require_dtype(t: &Tensor, dtype: ScalarType) -> Result<(), KernelError> {
-    if t.dtype() == dtype {
-        Ok(())
-    } else {
-        Err(KernelError::DtypeMismatch {
-            expected: dtype,
-            found: t.dtype(),
-        })
-    }
-}
-
 /// Views bytes as a mutable slice of `T` (fails when misaligned or ragged).
 pub(crate) fn typed_mut<T: Pod>(bytes: &mut [u8]) -> Result<&mut [T], KernelError> {
     bytemuck::try_cast_slice_mut(bytes)
-        .map_err(|e| KernelError::invalid(format!("tensor bytes as elements: {e:?}")))
-}
-
-/// Views bytes as a slice of `T` (fails when misaligned or ragged).
-pub(crate) fn typed<T: Pod>(bytes: &[u8]) -> Result<&[T], KernelError> {
-    bytemuck::try_cast_slice(bytes)
         .map_err(|e| KernelError::invalid(format!("tensor bytes as elements: {e:?}")))
 }
 
@@ -331,19 +313,9 @@ impl Strided {
         Ok(s)
     }
 
-    /// The contiguous layout of `t` (its own strides).
-    pub(crate) fn of(t: &Tensor) -> Result<Self, KernelError> {
-        Self::new(t.sizes(), t.strides())
-    }
-
     /// Sizes.
     pub(crate) fn sizes(&self) -> &[usize] {
         &self.sizes[..self.rank]
-    }
-
-    /// Strides.
-    pub(crate) fn strides(&self) -> &[usize] {
-        &self.strides[..self.rank]
     }
 
     /// Elements described.
@@ -697,7 +669,7 @@ mod tests {
             .unwrap()
             .coalesced();
         assert_eq!(s.sizes(), &[24]);
-        assert_eq!(s.strides(), &[1]);
+        assert_eq!(&s.strides[..s.rank], &[1]);
         let s = Strided::new(&[2, 3], &[1, 2]).unwrap().coalesced();
         assert_eq!(s.sizes(), &[2, 3]);
         let s = Strided::new(&[1, 1], &[0, 0]).unwrap().coalesced();

@@ -1,0 +1,565 @@
+//! Matrix products for the matmul family: a packed, cache-blocked GEMM with an
+//! AVX2+FMA micro-kernel for prefill-sized products and a parallel dot-product path
+//! for matrix-vector products (decode: one token against a weight matrix).
+//!
+//! Operands are f32, f16 or bf16; everything is computed in f32 and rounded once
+//! into the output type. All scratch comes from the caller (the kernel context's
+//! temp allocator), so no heap allocation happens here.
+//!
+//! Parallel scheme: the output columns are split into blocks, one task per block.
+//! A task packs its block of B, multiplies the shared packed A into a private f32
+//! tile, and the tiles are then written to the output rows (scaled, with the addend,
+//! converted) in a second, row-parallel pass. Splitting over columns keeps every
+//! thread busy even for a handful of rows.
+
+pub(crate) mod kernels;
+
+use half::{bf16, f16};
+
+use crate::{GRAIN_SIZE, KernelError, ThreadPool};
+pub(crate) use kernels::Isa;
+use kernels::{MR, NR, WeightElem, dot_rows, micro_kernel};
+
+/// Depth of one packed block (k).
+const KC: usize = 256;
+/// Most rows of A packed at once.
+const MB: usize = 252;
+/// Most columns one task owns.
+const NB_MAX: usize = 256;
+
+/// The element slice of an operand.
+#[derive(Clone, Copy)]
+pub(crate) enum Elems<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+    BF16(&'a [bf16]),
+    /// Only for [`gemm_f64`].
+    F64(&'a [f64]),
+}
+
+impl Elems<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Elems::F32(s) => s.len(),
+            Elems::F16(s) => s.len(),
+            Elems::BF16(s) => s.len(),
+            Elems::F64(s) => s.len(),
+        }
+    }
+
+    fn is_f64(&self) -> bool {
+        matches!(self, Elems::F64(_))
+    }
+}
+
+/// A strided matrix view: element `(i, j)` is at `offset + i*rs + j*cs`.
+#[derive(Clone, Copy)]
+pub(crate) struct MatRef<'a> {
+    pub data: Elems<'a>,
+    pub offset: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl MatRef<'_> {
+    /// Fails unless every element lies inside the data.
+    fn check(&self, what: &str) -> Result<(), KernelError> {
+        if self.rows == 0 || self.cols == 0 {
+            return Ok(());
+        }
+        let last = (self.rows - 1)
+            .checked_mul(self.rs)
+            .and_then(|r| {
+                (self.cols - 1)
+                    .checked_mul(self.cs)
+                    .and_then(|c| c.checked_add(r))
+            })
+            .and_then(|x| x.checked_add(self.offset));
+        match last {
+            Some(l) if l < self.data.len() => Ok(()),
+            _ => Err(KernelError::invalid(format!(
+                "{what}: a {}x{} view does not fit its {} elements",
+                self.rows,
+                self.cols,
+                self.data.len()
+            ))),
+        }
+    }
+}
+
+/// An output element type.
+pub(crate) trait OutElem: Copy + Send + Sync {
+    fn from_f32(v: f32) -> Self;
+}
+impl OutElem for f32 {
+    #[inline]
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+}
+impl OutElem for f16 {
+    #[inline]
+    fn from_f32(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+}
+impl OutElem for bf16 {
+    #[inline]
+    fn from_f32(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+}
+
+/// `out = alpha * a·b + beta * addend` (the addend is optional; `beta == 0` skips
+/// it, as PyTorch does), with `out` row-major `m x n`.
+#[derive(Clone, Copy)]
+pub(crate) struct Gemm<'a> {
+    pub a: MatRef<'a>,
+    pub b: MatRef<'a>,
+    pub alpha: f32,
+    pub addend: Option<(MatRef<'a>, f32)>,
+}
+
+impl Gemm<'_> {
+    fn dims(&self) -> (usize, usize, usize) {
+        (self.a.rows, self.b.cols, self.a.cols)
+    }
+
+    fn validate(&self) -> Result<(), KernelError> {
+        let (m, n, k) = self.dims();
+        if self.b.rows != k {
+            return Err(KernelError::invalid(format!(
+                "inner dimensions differ: {m}x{k} times {}x{n}",
+                self.b.rows
+            )));
+        }
+        self.a.check("left operand")?;
+        self.b.check("right operand")?;
+        if let Some((c, _)) = &self.addend {
+            if c.rows != m || c.cols != n {
+                return Err(KernelError::invalid("addend shape differs from the output"));
+            }
+            c.check("addend")?;
+        }
+        Ok(())
+    }
+
+    /// True when the product is a set of dot products against contiguous rows: one
+    /// row of A against B's k-contiguous columns (or one column of B against A's
+    /// k-contiguous rows).
+    fn is_gemv(&self) -> bool {
+        let (m, n, _) = self.dims();
+        (m == 1 && self.b.rs == 1) || (n == 1 && self.a.cs == 1)
+    }
+}
+
+/// Scratch plan of one product.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    mb: usize,
+    /// Columns per task.
+    nb: usize,
+    /// Tasks per round.
+    tasks: usize,
+}
+
+impl Plan {
+    fn new(m: usize, n: usize, threads: usize) -> Plan {
+        let mb = m.min(MB).max(1);
+        let threads = threads.max(1);
+        // Enough rounds that each task owns at most NB_MAX columns, spread evenly.
+        let per_round_max = threads * NB_MAX;
+        let rounds = n.div_ceil(per_round_max).max(1);
+        let cols_per_round = n.div_ceil(rounds);
+        let nb = cols_per_round.div_ceil(threads).div_ceil(NR) * NR;
+        let nb = nb.clamp(NR, NB_MAX);
+        let tasks = cols_per_round.div_ceil(nb).clamp(1, threads);
+        Plan { mb, nb, tasks }
+    }
+
+    fn a_len(&self, k: usize) -> usize {
+        self.mb.div_ceil(MR) * MR * k
+    }
+
+    fn task_len(&self) -> usize {
+        self.mb * self.nb + KC * self.nb
+    }
+}
+
+/// Scratch (f32 elements) that [`gemm`] needs for this product on `threads` threads.
+pub(crate) fn scratch_len(g: &Gemm<'_>, threads: usize) -> usize {
+    let (m, n, k) = g.dims();
+    if m == 0 || n == 0 {
+        return 0;
+    }
+    if g.is_gemv() {
+        return k;
+    }
+    let p = Plan::new(m, n, threads);
+    p.a_len(k) + p.tasks * p.task_len()
+}
+
+/// Runs the product into `out` (`m*n` elements, row-major), using `scratch` (at least
+/// [`scratch_len`] elements).
+pub(crate) fn gemm<O: OutElem>(
+    pool: &ThreadPool,
+    isa: Isa,
+    g: &Gemm<'_>,
+    out: &mut [O],
+    scratch: &mut [f32],
+) -> Result<(), KernelError> {
+    g.validate()?;
+    if g.a.data.is_f64() || g.b.data.is_f64() || g.addend.is_some_and(|(c, _)| c.data.is_f64()) {
+        return Err(KernelError::invalid("f64 operands go through gemm_f64"));
+    }
+    let (m, n, k) = g.dims();
+    if out.len() < m * n {
+        return Err(KernelError::invalid("matmul out tensor too small"));
+    }
+    let out = &mut out[..m * n];
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if scratch.len() < scratch_len(g, pool.threads()) {
+        return Err(KernelError::invalid("matmul scratch too small"));
+    }
+    if k == 0 {
+        // Empty sum: only the addend contributes.
+        for (i, row) in out.chunks_exact_mut(n).enumerate() {
+            for (j, o) in row.iter_mut().enumerate() {
+                *o = O::from_f32(addend_at(g, i, j));
+            }
+        }
+        return Ok(());
+    }
+    if g.is_gemv() {
+        return gemv(pool, isa, g, out, scratch);
+    }
+    let plan = Plan::new(m, n, pool.threads());
+    let (apack, rest) = scratch.split_at_mut(plan.a_len(k));
+    let work = &mut rest[..plan.tasks * plan.task_len()];
+    let mut m0 = 0;
+    while m0 < m {
+        let mb = plan.mb.min(m - m0);
+        pack_a(pool, &g.a, m0, mb, apack);
+        let mut n0 = 0;
+        while n0 < n {
+            let round = (plan.tasks * plan.nb).min(n - n0);
+            let tasks = round.div_ceil(plan.nb);
+            let apack = &*apack;
+            let run = |t: usize, chunk: &mut [f32]| {
+                let c0 = n0 + t * plan.nb;
+                let nb = plan.nb.min(n0 + round - c0);
+                let (tile, bpack) = chunk.split_at_mut(plan.mb * plan.nb);
+                task(isa, g, apack, mb, c0, nb, plan.nb, tile, bpack);
+            };
+            let used = &mut work[..tasks * plan.task_len()];
+            if tasks > 1 {
+                pool.for_each_chunk_mut(used, plan.task_len(), 1, run);
+            } else {
+                run(0, used);
+            }
+            // Write the tiles to the output rows.
+            let tiles = &*work;
+            let rows = &mut out[m0 * n..(m0 + mb) * n];
+            let write = |first: usize, chunk: &mut [O]| {
+                for (r, row) in chunk.chunks_exact_mut(n).enumerate() {
+                    let i = first + r;
+                    for t in 0..tasks {
+                        let c0 = n0 + t * plan.nb;
+                        let nb = plan.nb.min(n0 + round - c0);
+                        let tile = &tiles[t * plan.task_len() + i * plan.nb..][..nb];
+                        for (jj, (o, &v)) in row[c0..c0 + nb].iter_mut().zip(tile).enumerate() {
+                            *o = O::from_f32(finish(g, v, m0 + i, c0 + jj));
+                        }
+                    }
+                }
+            };
+            if mb * round >= GRAIN_SIZE && mb >= 2 && pool.threads() > 1 {
+                let per = mb.div_ceil(pool.threads());
+                pool.for_each_chunk_mut(rows, per * n, 1, |ci, c| write(ci * per, c));
+            } else {
+                write(0, rows);
+            }
+            n0 += round;
+        }
+        m0 += mb;
+    }
+    Ok(())
+}
+
+#[inline]
+fn addend_at(g: &Gemm<'_>, i: usize, j: usize) -> f32 {
+    match &g.addend {
+        Some((c, beta)) if *beta != 0.0 => beta * get(&c.data, c.offset + i * c.rs + j * c.cs),
+        _ => 0.0,
+    }
+}
+
+#[inline]
+fn finish(g: &Gemm<'_>, v: f32, i: usize, j: usize) -> f32 {
+    let v = if g.alpha == 1.0 { v } else { g.alpha * v };
+    match &g.addend {
+        Some((c, beta)) if *beta != 0.0 => {
+            let x = get(&c.data, c.offset + i * c.rs + j * c.cs);
+            v + if *beta == 1.0 { x } else { beta * x }
+        }
+        _ => v,
+    }
+}
+
+#[inline]
+fn get(d: &Elems<'_>, i: usize) -> f32 {
+    match d {
+        Elems::F32(s) => s[i],
+        Elems::F16(s) => s[i].to_f32(),
+        Elems::BF16(s) => s[i].to_f32(),
+        Elems::F64(s) => s[i] as f32,
+    }
+}
+
+#[inline]
+fn get_f64(d: &Elems<'_>, i: usize) -> f64 {
+    match d {
+        Elems::F32(s) => s[i] as f64,
+        Elems::F16(s) => s[i].to_f64(),
+        Elems::BF16(s) => s[i].to_f64(),
+        Elems::F64(s) => s[i],
+    }
+}
+
+/// The product in f64 (plain loops; f64 matmuls are rare in exported programs).
+pub(crate) fn gemm_f64(
+    g: &Gemm<'_>,
+    alpha: f64,
+    beta: f64,
+    out: &mut [f64],
+) -> Result<(), KernelError> {
+    g.validate()?;
+    let (m, n, k) = g.dims();
+    let out = out
+        .get_mut(..m * n)
+        .ok_or_else(|| KernelError::invalid("matmul out tensor too small"))?;
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0f64;
+            for kk in 0..k {
+                s += get_f64(&g.a.data, g.a.offset + i * g.a.rs + kk * g.a.cs)
+                    * get_f64(&g.b.data, g.b.offset + kk * g.b.rs + j * g.b.cs);
+            }
+            let mut v = alpha * s;
+            if let Some((c, _)) = &g.addend {
+                if beta != 0.0 {
+                    v += beta * get_f64(&c.data, c.offset + i * c.rs + j * c.cs);
+                }
+            }
+            out[i * n + j] = v;
+        }
+    }
+    Ok(())
+}
+
+/// Packs rows `m0..m0+mb` of A (all of K) into MR-row panels: panel `p`, step `k`,
+/// row `r` at `p*MR*K + k*MR + r`; rows past `mb` are zero.
+fn pack_a(pool: &ThreadPool, a: &MatRef<'_>, m0: usize, mb: usize, dst: &mut [f32]) {
+    let k = a.cols;
+    let panels = mb.div_ceil(MR);
+    let dst = &mut dst[..panels * MR * k];
+    let run = |p0: usize, chunk: &mut [f32]| {
+        for (pi, panel) in chunk.chunks_exact_mut(MR * k).enumerate() {
+            let r0 = (p0 + pi) * MR;
+            let rows = MR.min(mb - r0);
+            match a.data {
+                Elems::F32(s) => pack_a_panel(s, a, m0 + r0, rows, panel),
+                Elems::F16(s) => pack_a_panel(s, a, m0 + r0, rows, panel),
+                Elems::BF16(s) => pack_a_panel(s, a, m0 + r0, rows, panel),
+                Elems::F64(s) => pack_a_panel(s, a, m0 + r0, rows, panel),
+            }
+        }
+    };
+    if panels * MR * k >= GRAIN_SIZE && panels >= 2 && pool.threads() > 1 {
+        let per = panels.div_ceil(pool.threads());
+        pool.for_each_chunk_mut(dst, per * MR * k, 1, |ci, c| run(ci * per, c));
+    } else {
+        run(0, dst);
+    }
+}
+
+fn pack_a_panel<T: WeightElem>(
+    s: &[T],
+    a: &MatRef<'_>,
+    row0: usize,
+    rows: usize,
+    panel: &mut [f32],
+) {
+    let k = a.cols;
+    for r in 0..MR {
+        if r >= rows {
+            for kk in 0..k {
+                panel[kk * MR + r] = 0.0;
+            }
+            continue;
+        }
+        let base = a.offset + (row0 + r) * a.rs;
+        if a.cs == 1 {
+            for (kk, v) in s[base..base + k].iter().enumerate() {
+                panel[kk * MR + r] = v.to_f32();
+            }
+        } else {
+            for kk in 0..k {
+                panel[kk * MR + r] = s[base + kk * a.cs].to_f32();
+            }
+        }
+    }
+}
+
+/// Packs `B[k0..k0+kc, c0..c0+nb]` into NR-column panels: panel `q`, step `k`, column
+/// `c` at `q*kc*NR + k*NR + c`; columns past `nb` are zero.
+fn pack_b<T: WeightElem>(
+    s: &[T],
+    b: &MatRef<'_>,
+    k0: usize,
+    kc: usize,
+    c0: usize,
+    nb: usize,
+    dst: &mut [f32],
+) {
+    let panels = nb.div_ceil(NR);
+    for q in 0..panels {
+        let panel = &mut dst[q * kc * NR..(q + 1) * kc * NR];
+        let cols = NR.min(nb - q * NR);
+        if b.rs == 1 {
+            // k-contiguous columns (a linear weight [N, K]): read each column once.
+            for c in 0..NR {
+                if c >= cols {
+                    for kk in 0..kc {
+                        panel[kk * NR + c] = 0.0;
+                    }
+                    continue;
+                }
+                let base = b.offset + k0 + (c0 + q * NR + c) * b.cs;
+                for (kk, v) in s[base..base + kc].iter().enumerate() {
+                    panel[kk * NR + c] = v.to_f32();
+                }
+            }
+        } else {
+            for kk in 0..kc {
+                let base = b.offset + (k0 + kk) * b.rs + (c0 + q * NR) * b.cs;
+                let dst = &mut panel[kk * NR..(kk + 1) * NR];
+                for (c, d) in dst.iter_mut().enumerate() {
+                    *d = if c < cols {
+                        s[base + c * b.cs].to_f32()
+                    } else {
+                        0.0
+                    };
+                }
+            }
+        }
+    }
+}
+
+/// One task: columns `c0..c0+nb` of rows `m0..m0+mb`, into `tile` (row stride `ld`).
+#[allow(clippy::too_many_arguments)]
+fn task(
+    isa: Isa,
+    g: &Gemm<'_>,
+    apack: &[f32],
+    mb: usize,
+    c0: usize,
+    nb: usize,
+    ld: usize,
+    tile: &mut [f32],
+    bpack: &mut [f32],
+) {
+    let k = g.a.cols;
+    let panels_b = nb.div_ceil(NR);
+    let panels_a = mb.div_ceil(MR);
+    let mut k0 = 0;
+    while k0 < k {
+        let kc = KC.min(k - k0);
+        match g.b.data {
+            Elems::F32(s) => pack_b(s, &g.b, k0, kc, c0, nb, bpack),
+            Elems::F16(s) => pack_b(s, &g.b, k0, kc, c0, nb, bpack),
+            Elems::BF16(s) => pack_b(s, &g.b, k0, kc, c0, nb, bpack),
+            Elems::F64(s) => pack_b(s, &g.b, k0, kc, c0, nb, bpack),
+        }
+        for q in 0..panels_b {
+            let bp = &bpack[q * kc * NR..(q + 1) * kc * NR];
+            let cols = NR.min(nb - q * NR);
+            for p in 0..panels_a {
+                let ap = &apack[p * MR * k + k0 * MR..][..kc * MR];
+                let rows = MR.min(mb - p * MR);
+                let c = &mut tile[p * MR * ld + q * NR..];
+                micro_kernel(isa, kc, ap, bp, c, ld, rows, cols, k0 > 0);
+            }
+        }
+        k0 += kc;
+    }
+}
+
+/// Dot-product path: each output is a dot product against a contiguous row.
+fn gemv<O: OutElem>(
+    pool: &ThreadPool,
+    isa: Isa,
+    g: &Gemm<'_>,
+    out: &mut [O],
+    scratch: &mut [f32],
+) -> Result<(), KernelError> {
+    let (m, n, k) = g.dims();
+    // Orient as: x (length k) against `rows` weight rows w_j = W[j, :].
+    let (x, w, rows, transposed) = if m == 1 && g.b.rs == 1 {
+        (g.a, g.b, n, false)
+    } else {
+        // n == 1 and A's rows are k-contiguous: out[i] = dot(A[i, :], B[:, 0]).
+        (g.b, g.a, m, true)
+    };
+    let xs = &mut scratch[..k];
+    for (kk, v) in xs.iter_mut().enumerate() {
+        let idx = if transposed {
+            x.offset + kk * x.rs
+        } else {
+            x.offset + kk * x.cs
+        };
+        *v = get(&x.data, idx);
+    }
+    let xs = &*xs;
+    // Row stride and first element of the weight rows.
+    let (ldw, base) = if transposed {
+        (w.rs, w.offset)
+    } else {
+        (w.cs, w.offset)
+    };
+    let run = |first: usize, chunk: &mut [O]| {
+        let mut buf = [0f32; 64];
+        for (ci, piece) in chunk.chunks_mut(64).enumerate() {
+            let j0 = first + ci * 64;
+            let dots = &mut buf[..piece.len()];
+            let start = base + j0 * ldw;
+            match w.data {
+                Elems::F32(s) => dot_rows(isa, xs, &s[start..], ldw, dots),
+                Elems::F16(s) => dot_rows(isa, xs, &s[start..], ldw, dots),
+                Elems::BF16(s) => dot_rows(isa, xs, &s[start..], ldw, dots),
+                Elems::F64(s) => dot_rows(isa, xs, &s[start..], ldw, dots),
+            }
+            for (jj, (o, &d)) in piece.iter_mut().zip(dots.iter()).enumerate() {
+                let j = j0 + jj;
+                let (i, jn) = if transposed { (j, 0) } else { (0, j) };
+                *o = O::from_f32(finish(g, d, i, jn));
+            }
+        }
+    };
+    let work = rows * k;
+    if work >= GRAIN_SIZE && rows >= 8 && pool.threads() > 1 {
+        // A few chunks per thread for balance; each at least 4 rows.
+        let per = rows.div_ceil(pool.threads() * 4).max(4);
+        pool.for_each_chunk_mut(out, per, 1, |ci, c| run(ci * per, c));
+    } else {
+        run(0, out);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

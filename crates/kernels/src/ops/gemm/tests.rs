@@ -1,0 +1,268 @@
+use half::{bf16, f16};
+use proptest::prelude::*;
+
+use super::*;
+
+fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Naive f64 reference of `alpha*A·B + beta*C` for the given views.
+fn reference(g: &Gemm<'_>) -> Vec<f64> {
+    let (m, n, k) = (g.a.rows, g.b.cols, g.a.cols);
+    let mut out = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut s = 0f64;
+            for kk in 0..k {
+                s += get(&g.a.data, g.a.offset + i * g.a.rs + kk * g.a.cs) as f64
+                    * get(&g.b.data, g.b.offset + kk * g.b.rs + j * g.b.cs) as f64;
+            }
+            let mut v = g.alpha as f64 * s;
+            if let Some((c, beta)) = &g.addend {
+                if *beta != 0.0 {
+                    v += *beta as f64 * get(&c.data, c.offset + i * c.rs + j * c.cs) as f64;
+                }
+            }
+            out[i * n + j] = v;
+        }
+    }
+    out
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Dt {
+    F32,
+    F16,
+    Bf16,
+}
+
+fn convert(v: &[f32], dt: Dt) -> (Vec<f32>, Vec<f16>, Vec<bf16>) {
+    match dt {
+        Dt::F32 => (v.to_vec(), vec![], vec![]),
+        Dt::F16 => (
+            vec![],
+            v.iter().map(|&x| f16::from_f32(x)).collect(),
+            vec![],
+        ),
+        Dt::Bf16 => (
+            vec![],
+            vec![],
+            v.iter().map(|&x| bf16::from_f32(x)).collect(),
+        ),
+    }
+}
+
+fn elems<'a>(c: &'a (Vec<f32>, Vec<f16>, Vec<bf16>), dt: Dt) -> Elems<'a> {
+    match dt {
+        Dt::F32 => Elems::F32(&c.0),
+        Dt::F16 => Elems::F16(&c.1),
+        Dt::Bf16 => Elems::BF16(&c.2),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check(
+    m: usize,
+    n: usize,
+    k: usize,
+    ta: bool,
+    tb: bool,
+    dt: Dt,
+    addend: u8,
+    threads: usize,
+    seed: u64,
+) {
+    let av = convert(&rand_vec(m * k + 3, seed), dt);
+    let bv = convert(&rand_vec(k * n + 5, seed + 1), dt);
+    let cv = convert(&rand_vec(m * n + 1, seed + 2), dt);
+    // A stored [m, k] (or [k, m] when transposed), at offset 3; B likewise at offset 5.
+    let a = MatRef {
+        data: elems(&av, dt),
+        offset: 3,
+        rows: m,
+        cols: k,
+        rs: if ta { 1 } else { k },
+        cs: if ta { m } else { 1 },
+    };
+    let b = MatRef {
+        data: elems(&bv, dt),
+        offset: 5,
+        rows: k,
+        cols: n,
+        rs: if tb { 1 } else { n },
+        cs: if tb { k } else { 1 },
+    };
+    let add = match addend {
+        0 => None,
+        1 => Some((
+            MatRef {
+                data: elems(&cv, dt),
+                offset: 0,
+                rows: m,
+                cols: n,
+                rs: 0,
+                cs: 1,
+            },
+            1.0,
+        )),
+        2 => Some((
+            MatRef {
+                data: elems(&cv, dt),
+                offset: 1,
+                rows: m,
+                cols: n,
+                rs: n,
+                cs: 1,
+            },
+            -0.5,
+        )),
+        _ => Some((
+            MatRef {
+                data: elems(&cv, dt),
+                offset: 0,
+                rows: m,
+                cols: n,
+                rs: 1,
+                cs: 0,
+            },
+            0.0,
+        )),
+    };
+    let g = Gemm {
+        a,
+        b,
+        alpha: if addend == 2 { 2.0 } else { 1.0 },
+        addend: add,
+    };
+    let want = reference(&g);
+    let pool = ThreadPool::new(threads).unwrap();
+    for &isa in Isa::available() {
+        let mut scratch = vec![0f32; scratch_len(&g, threads)];
+        let tol = |w: f64| match dt {
+            Dt::F32 => 1e-4 * (1.0 + w.abs()) * (1.0 + (k as f64).sqrt()),
+            Dt::F16 => 2e-3 * (1.0 + w.abs()) + 1e-4 * k as f64,
+            Dt::Bf16 => 1e-2 * (1.0 + w.abs()) + 1e-3 * k as f64,
+        };
+        match dt {
+            Dt::F32 => {
+                let mut out = vec![f32::NAN; m * n];
+                gemm(&pool, isa, &g, &mut out, &mut scratch).unwrap();
+                for (idx, (&o, &w)) in out.iter().zip(&want).enumerate() {
+                    assert!(
+                        (o as f64 - w).abs() <= tol(w),
+                        "{isa:?} {m}x{n}x{k} ta={ta} tb={tb} add={addend} t={threads} at {idx}: {o} vs {w}"
+                    );
+                }
+            }
+            Dt::F16 => {
+                let mut out = vec![f16::NAN; m * n];
+                gemm(&pool, isa, &g, &mut out, &mut scratch).unwrap();
+                for (&o, &w) in out.iter().zip(&want) {
+                    assert!(
+                        (o.to_f64() - w).abs() <= tol(w),
+                        "{isa:?} f16 {m}x{n}x{k}: {o} vs {w}"
+                    );
+                }
+            }
+            Dt::Bf16 => {
+                let mut out = vec![bf16::NAN; m * n];
+                gemm(&pool, isa, &g, &mut out, &mut scratch).unwrap();
+                for (&o, &w) in out.iter().zip(&want) {
+                    assert!(
+                        (o.to_f64() - w).abs() <= tol(w),
+                        "{isa:?} bf16 {m}x{n}x{k}: {o} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_edge_shapes() {
+    for (m, n, k) in [
+        (1, 1, 1),
+        (1, 17, 33),
+        (7, 1, 9),
+        (6, 16, 256),
+        (7, 17, 257),
+        (13, 300, 5),
+        (2, 3, 0),
+        (0, 4, 4),
+        (4, 0, 4),
+        (260, 40, 20),
+    ] {
+        for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
+            check(m, n, k, ta, tb, Dt::F32, (m + n) as u8 % 4, 2, 7);
+        }
+    }
+}
+
+#[test]
+fn gemm_half_types() {
+    for dt in [Dt::F16, Dt::Bf16] {
+        for (m, n, k) in [(1, 40, 70), (9, 33, 300), (3, 1, 17)] {
+            check(m, n, k, false, true, dt, 1, 2, 11);
+            check(m, n, k, false, false, dt, 2, 1, 12);
+        }
+    }
+}
+
+#[test]
+fn gemm_rejects_bad_views() {
+    let a = vec![0f32; 6];
+    let b = vec![0f32; 6];
+    let pool = ThreadPool::serial();
+    let good = Gemm {
+        a: MatRef {
+            data: Elems::F32(&a),
+            offset: 0,
+            rows: 2,
+            cols: 3,
+            rs: 3,
+            cs: 1,
+        },
+        b: MatRef {
+            data: Elems::F32(&b),
+            offset: 0,
+            rows: 3,
+            cols: 2,
+            rs: 2,
+            cs: 1,
+        },
+        alpha: 1.0,
+        addend: None,
+    };
+    let mut out = vec![0f32; 4];
+    let mut scratch = vec![0f32; scratch_len(&good, 1)];
+    gemm(&pool, Isa::Scalar, &good, &mut out, &mut scratch).unwrap();
+    let mut bad = good;
+    bad.a.offset = 1;
+    assert!(gemm(&pool, Isa::Scalar, &bad, &mut out, &mut scratch).is_err());
+    let mut bad = good;
+    bad.b.rows = 2;
+    assert!(gemm(&pool, Isa::Scalar, &bad, &mut out, &mut scratch).is_err());
+    let mut small = vec![0f32; 3];
+    assert!(gemm(&pool, Isa::Scalar, &good, &mut small, &mut scratch).is_err());
+    assert!(gemm(&pool, Isa::Scalar, &good, &mut out, &mut []).is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(40))]
+    #[test]
+    fn gemm_matches_reference(
+        m in 0usize..40, n in 0usize..70, k in 0usize..300,
+        ta in any::<bool>(), tb in any::<bool>(), addend in 0u8..4, threads in 1usize..4, seed in any::<u64>(),
+    ) {
+        check(m, n, k, ta, tb, Dt::F32, addend, threads, seed);
+    }
+}
