@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -328,8 +329,25 @@ def verify_tokenizer(path: Path, g: Gguf) -> Dict[str, Any]:
     assert chat[0] == im_start and im_end in chat, chat
     # digits are split one by one (the "smollm" pre-tokenizer)
     digits = tok.encode("12345", add_special_tokens=False).tokens
+    # a second, independent implementation: pytorch/tokenizers' C++ HFTokenizer,
+    # the one the official C++ LLM runner loads tokenizer.json with
+    cpp_agree = None
+    try:
+        from pytorch_tokenizers.pytorch_tokenizers_cpp import HFTokenizer
+    except ImportError:
+        log.warning("pytorch_tokenizers is not installed: no cross-check with the C++ HFTokenizer")
+    else:
+        cpp = HFTokenizer()
+        cpp.load(str(path))
+        texts = samples + [Path(__file__).read_text()[:4000], "It's 2024-11-05; we'll pay $1,234.56 - don't!  \n\n  x"]
+        for s in texts:
+            a, b = cpp.encode(s, 0, 0), tok.encode(s, add_special_tokens=False).ids
+            if a != b:
+                raise SystemExit(f"tokenizers and pytorch_tokenizers disagree on {s[:60]!r}: {a[:20]} vs {b[:20]}")
+        cpp_agree = len(texts)
+        log.info("  pytorch_tokenizers (C++ HFTokenizer) gives the same ids on %d texts", cpp_agree)
     log.info("  tokenizer.json: %d tokens, %d added; '12345' -> %s; round-trips %d samples", tok.get_vocab_size(), len(json.loads(path.read_text())["added_tokens"]), digits, len(samples))
-    return {"verified": True, "samples": report, "digits_12345": digits}
+    return {"verified": True, "samples": report, "digits_12345": digits, "pytorch_tokenizers_agree_on_texts": cpp_agree}
 
 
 def encode_chat(tokenizer_json: Path, chat_template: Optional[str], prompt: str) -> List[int]:
@@ -629,6 +647,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         log.info("%s and %s exist: nothing to do (--force rebuilds)", pte.relative_to(ROOT) if out.is_relative_to(ROOT) else pte, tok_path.name)
         return 0
 
+    for stale in list(out.glob("smollm2-ckpt-*")) + list(out.glob("smollm2-export-*")):  # left by an interrupted run
+        if stale.is_dir():
+            shutil.rmtree(stale, ignore_errors=True)
     timings: Dict[str, float] = {}
     t_all = time.perf_counter()
     gguf_path, pkg_version = find_gguf()
@@ -657,6 +678,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     chat_template = g.get("tokenizer.chat_template", None)
     if chat_template:
         (out / "chat_template.jinja").write_text(chat_template, encoding="utf-8")
+    # the usual companion of tokenizer.json: Hugging Face tooling and
+    # pytorch/tokenizers (when given the folder) read bos/eos from it
+    tok_config = {
+        "tokenizer_class": "GPT2Tokenizer",
+        "bos_token": tokens_vocab[bos_id],
+        "eos_token": tokens_vocab[eos_ids[0]],
+        "unk_token": tokens_vocab[int(g.get("tokenizer.ggml.unknown_token_id", eos_ids[0]))],
+        "pad_token": tokens_vocab[int(g.get("tokenizer.ggml.padding_token_id", eos_ids[0]))],
+        "add_bos_token": bool(g.get("tokenizer.ggml.add_bos_token", False)),
+        "add_prefix_space": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": int(g.get("llama.context_length", MAX_CONTEXT_LEN)),
+        **({"chat_template": chat_template} if chat_template else {}),
+    }
+    (out / "tokenizer_config.json").write_text(json.dumps(tok_config, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     (out / "tokenizer_check.json").write_text(json.dumps(tok_report, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
 
     # weights
@@ -725,6 +761,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 "tokenizer.json": "Hugging Face tokenizers BPE, built from the GGUF vocabulary",
                 "params.json": "ExecuTorch Llama ModelArgs",
                 "chat_template.jinja": "tokenizer.chat_template from the GGUF",
+                "tokenizer_config.json": "bos/eos/unk/pad token names and the chat template (Hugging Face convention)",
                 "layout_check.json": "logits comparison of the two loaders",
                 "runtime_check.json": "official runtime: metadata methods, prefill logits vs eager",
                 "tokenizer_check.json": "tokenizer round-trip samples",
