@@ -5,7 +5,7 @@ greedy decode ignoring EOS. Prints JSON with medians over --runs.
 
 Thread pool: executorch 1.5.1 exposes
 ``executorch.extension.pybindings.portable_lib._unsafe_reset_threadpool(n)``
-(and ``_get_threadpool_size`` is probed if present); that is what --threads uses.
+(and ``_threadpool_get_thread_count`` is probed if present); that is what --threads uses.
 
 --import-order torch-first|et-first controls whether torch or executorch.runtime
 is imported first (sgemm_ symbol binding: MKL inside libtorch vs ExecuTorch's own).
@@ -76,12 +76,12 @@ def main():
     from executorch.extension.pybindings import portable_lib
 
     threadpool_info = {"api": "executorch.extension.pybindings.portable_lib._unsafe_reset_threadpool"}
-    if hasattr(portable_lib, "_get_threadpool_size"):
-        threadpool_info["default_size"] = portable_lib._get_threadpool_size()
+    if hasattr(portable_lib, "_threadpool_get_thread_count"):
+        threadpool_info["default_size"] = portable_lib._threadpool_get_thread_count()
     if args.threads:
         portable_lib._unsafe_reset_threadpool(args.threads)
-    if hasattr(portable_lib, "_get_threadpool_size"):
-        threadpool_info["size"] = portable_lib._get_threadpool_size()
+    if hasattr(portable_lib, "_threadpool_get_thread_count"):
+        threadpool_info["size"] = portable_lib._threadpool_get_thread_count()
     torch.set_num_threads(max(1, args.threads or 1))  # only affects the argmax / tensor glue
 
     ids = prompt_ids(args.prompt_len)
