@@ -10,7 +10,11 @@ Thread pool: executorch 1.5.1 exposes
 --import-order torch-first|et-first controls whether torch or executorch.runtime
 is imported first (sgemm_ symbol binding: MKL inside libtorch vs ExecuTorch's own).
 The loaded shared objects that export sgemm_ are reported (best effort, from
-/proc/self/maps + nm -D).
+/proc/self/maps + nm -D). bench/sgemm_binding.sh shows the actual binding
+(LD_DEBUG=bindings): measured with executorch 1.5.1, in BOTH import orders
+libexecutorch_kernels_optimized.so binds sgemm_ to its own copy, while
+libcustom_ops_aot_lib.so (llama:: custom ops) binds sgemm_ to torch's
+libtorch_cpu.so (MKL). Import order made no difference to the bindings.
 
 Caveat: each step goes through the Python bindings (torch.tensor creation,
 EValue conversion, output copy), so the timings include binding overhead.
