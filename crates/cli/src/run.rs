@@ -41,6 +41,9 @@ pub struct RunArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Also report time and heap allocations per operator (all calls together).
+    #[arg(long)]
+    profile: bool,
 }
 
 fn parse_input(text: &str, info: Option<&ValueInfo>) -> anyhow::Result<Value> {
@@ -153,6 +156,7 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         })
         .collect::<anyhow::Result<_>>()?;
     module.load_method(&args.method)?;
+    module.method_mut(&args.method)?.set_profiling(args.profile);
     let load_time = load_start.elapsed();
 
     let mut results = Vec::new();
@@ -202,6 +206,7 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
 
     let method = module.method_mut(&args.method)?;
     let method_stats = method.stats();
+    let profile = method.profile().map(aggregate_profile).unwrap_or_default();
     let planned = module.planned_bytes();
     let temp = module.temp_allocator_stats();
     if args.json {
@@ -234,6 +239,14 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
             "load_ms": load_time.as_secs_f64() * 1e3,
             "calls": calls_json,
         });
+        if args.profile {
+            obj["profile"] = json!(profile
+                .iter()
+                .map(|(name, calls, nanos, allocs)| json!({
+                    "operator": name, "calls": calls, "ms": *nanos as f64 / 1e6, "heap_allocations": allocs,
+                }))
+                .collect::<Vec<_>>());
+        }
         if args.stats {
             obj["stats"] = json!({
                 "planned_bytes": planned,
@@ -272,6 +285,18 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
             args.repeat
         );
     }
+    if args.profile {
+        println!(
+            "{:<48} {:>7} {:>10} {:>12}",
+            "operator", "calls", "ms", "heap allocs"
+        );
+        for (name, calls, nanos, allocs) in &profile {
+            println!(
+                "{name:<48} {calls:>7} {:>10.3} {allocs:>12}",
+                *nanos as f64 / 1e6
+            );
+        }
+    }
     if args.stats {
         println!("load: {:.1} ms", load_time.as_secs_f64() * 1e3);
         println!("threads: {}", module.pool().threads());
@@ -289,6 +314,23 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         }
     }
     Ok(())
+}
+
+/// Sums per-instruction measurements by operator, slowest first.
+fn aggregate_profile(steps: &[etch_runtime::InstructionProfile]) -> Vec<(String, u64, u64, u64)> {
+    let mut rows: Vec<(String, u64, u64, u64)> = Vec::new();
+    for s in steps {
+        match rows.iter_mut().find(|r| r.0 == s.name) {
+            Some(r) => {
+                r.1 += s.calls;
+                r.2 += s.nanos;
+                r.3 += s.heap_allocations;
+            }
+            None => rows.push((s.name.clone(), s.calls, s.nanos, s.heap_allocations)),
+        }
+    }
+    rows.sort_by(|a, b| b.2.cmp(&a.2));
+    rows
 }
 
 fn scalar_text(v: &Value) -> String {

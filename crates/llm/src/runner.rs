@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use etch_format::ScalarType;
 use etch_memory::allocator::CachingAllocator;
-use etch_memory::counting::CountingAllocator;
+use etch_memory::counting::{CountingAllocator, count_allocations};
 use etch_runtime::{LoadMode, Module};
 use half::{bf16, f16};
 
@@ -171,6 +171,16 @@ impl Runner {
             pos: 0,
             load_ms: start.elapsed().as_secs_f64() * 1e3,
         })
+    }
+
+    /// The underlying module (for profiling and inspection).
+    pub fn module_mut(&mut self) -> &mut Module {
+        &mut self.module
+    }
+
+    /// The name of the method that runs the model.
+    pub fn method_name(&self) -> &str {
+        &self.method
     }
 
     /// The model's metadata.
@@ -378,14 +388,25 @@ impl Runner {
             if self.pos >= context {
                 break StopReason::ContextFull;
             }
+            // Serial pools run everything on this thread: count exactly that thread.
+            // With worker threads, count every thread (other activity included).
+            let serial = self.module.pool().threads() == 1;
             let before = CountingAllocator::global_counts();
-            self.forward(&[token])?;
-            let t = Instant::now();
-            token = sampler.sample(&mut self.logits, &self.history) as u64;
-            stats.sampling_ms += t.elapsed().as_secs_f64() * 1e3;
-            let allocs = CountingAllocator::global_counts()
-                .since(&before)
-                .allocations;
+            let (step, local) = count_allocations(|| -> Result<u64, LlmError> {
+                self.forward(&[token])?;
+                let t = Instant::now();
+                let next = sampler.sample(&mut self.logits, &self.history) as u64;
+                stats.sampling_ms += t.elapsed().as_secs_f64() * 1e3;
+                Ok(next)
+            });
+            token = step?;
+            let allocs = if serial {
+                local.allocations
+            } else {
+                CountingAllocator::global_counts()
+                    .since(&before)
+                    .allocations
+            };
             // The first steps warm up caches (temp allocator, thread-pool queues).
             if generated.len() > 2 {
                 counted_steps += 1;

@@ -15,7 +15,7 @@ pub mod npy;
 
 pub use error::RuntimeError;
 pub use host::{HostTensor, Value};
-pub use method::{Method, MethodMeta, MethodStats, TensorInfo, ValueInfo};
+pub use method::{InstructionProfile, Method, MethodMeta, MethodStats, TensorInfo, ValueInfo};
 pub use module::{LoadMode, Module, ModuleBuilder};
 
 /// Re-exports of the layers below, for users who need them.

@@ -1,6 +1,9 @@
 //! Running a method's instructions.
 
 use etch_kernels::{Args, EValue, KernelContext};
+use std::time::Instant;
+
+use etch_memory::counting::CountingAllocator;
 use etch_memory::{MemoryAllocator, TempScope};
 
 use super::{MAX_INSTRUCTIONS, Method, Step};
@@ -33,6 +36,7 @@ impl Method {
             operator_names,
             pool,
             stats,
+            profile,
             ..
         } = self;
         let mut pc = 0usize;
@@ -46,6 +50,9 @@ impl Method {
                 });
             }
             let mut next = pc + 1;
+            let probe = profile
+                .is_some()
+                .then(|| (Instant::now(), CountingAllocator::global_counts()));
             let result = match &steps[pc] {
                 Step::Kernel { kernel, op, args } => {
                     let scope = TempScope::new(temp.as_deref().map(|t| t as &dyn MemoryAllocator));
@@ -94,6 +101,12 @@ impl Method {
                     _ => Err(instruction_error(name, pc, "free of a non-tensor value")),
                 },
             };
+            if let (Some(p), Some((t0, c0))) = (profile.as_mut().and_then(|p| p.get_mut(pc)), probe)
+            {
+                p.calls += 1;
+                p.nanos += t0.elapsed().as_nanos() as u64;
+                p.heap_allocations += CountingAllocator::global_counts().since(&c0).allocations;
+            }
             if let Some(t) = temp.as_deref_mut() {
                 t.reset();
             }

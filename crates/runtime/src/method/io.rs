@@ -88,11 +88,11 @@ impl Method {
                 got: dtype,
             });
         }
-        let bound = t.sizes().to_vec();
+        let before = t;
         t.resize(sizes).map_err(|source| RuntimeError::InputShape {
             method: method.clone(),
             index,
-            expected: bound,
+            expected: before.sizes().to_vec(),
             got: sizes.to_vec(),
             source,
         })?;
@@ -190,11 +190,14 @@ impl Method {
 
     /// A view of tensor output `index` (or an error for a non-tensor output).
     pub fn output_tensor(&mut self, index: usize) -> Result<TensorView<'_>, RuntimeError> {
-        let slot = *self.outputs.get(index).ok_or(RuntimeError::OutputIndex {
-            method: self.name.clone(),
-            index,
-            count: self.outputs.len(),
-        })?;
+        let slot = *self
+            .outputs
+            .get(index)
+            .ok_or_else(|| RuntimeError::OutputIndex {
+                method: self.name.clone(),
+                index,
+                count: self.outputs.len(),
+            })?;
         let t = match self.values.get(slot) {
             Some(EValue::Tensor(t)) => *t,
             other => {
@@ -232,11 +235,14 @@ impl Method {
 
     /// Output `index`, copied out.
     pub fn output(&mut self, index: usize) -> Result<Value, RuntimeError> {
-        let slot = *self.outputs.get(index).ok_or(RuntimeError::OutputIndex {
-            method: self.name.clone(),
-            index,
-            count: self.outputs.len(),
-        })?;
+        let slot = *self
+            .outputs
+            .get(index)
+            .ok_or_else(|| RuntimeError::OutputIndex {
+                method: self.name.clone(),
+                index,
+                count: self.outputs.len(),
+            })?;
         Ok(match &self.values[slot] {
             EValue::None => Value::None,
             EValue::Int(v) => Value::Int(*v),

@@ -288,6 +288,7 @@ impl Method {
             pool,
             planned_bytes,
             stats: MethodStats::default(),
+            profile: None,
         })
     }
 }

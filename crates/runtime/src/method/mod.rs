@@ -57,6 +57,18 @@ pub struct MethodStats {
     pub scratch_fallbacks: u64,
 }
 
+/// Per-instruction measurements, collected when profiling is on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InstructionProfile {
+    /// `namespace::name.overload` for kernel calls, or the instruction kind.
+    pub name: String,
+    pub calls: u64,
+    pub nanos: u64,
+    /// Heap allocations made meanwhile (all threads; 0 unless the binary installs
+    /// `etch_memory::counting::CountingAllocator`).
+    pub heap_allocations: u64,
+}
+
 /// A loaded method, ready to run.
 pub struct Method {
     name: String,
@@ -76,6 +88,7 @@ pub struct Method {
     #[allow(dead_code)]
     program_region: Option<RegionId>,
     stats: MethodStats,
+    profile: Option<Vec<InstructionProfile>>,
 }
 
 impl Method {
@@ -102,6 +115,32 @@ impl Method {
     /// Number of instructions.
     pub fn instruction_count(&self) -> usize {
         self.steps.len()
+    }
+
+    /// Turns per-instruction profiling (time and heap allocations) on or off.
+    pub fn set_profiling(&mut self, on: bool) {
+        self.profile = on.then(|| {
+            self.steps
+                .iter()
+                .map(|s| InstructionProfile {
+                    name: match s {
+                        Step::Kernel { op, .. } => {
+                            self.operator_names.get(*op).cloned().unwrap_or_default()
+                        }
+                        Step::Delegate { backend } => format!("delegate:{backend}"),
+                        Step::Move { .. } => "move".into(),
+                        Step::JumpFalse { .. } => "jump_false".into(),
+                        Step::Free { .. } => "free".into(),
+                    },
+                    ..Default::default()
+                })
+                .collect()
+        });
+    }
+
+    /// Per-instruction measurements since profiling was turned on.
+    pub fn profile(&self) -> Option<&[InstructionProfile]> {
+        self.profile.as_deref()
     }
 
     /// The current value table (for debugging and tools).
