@@ -329,7 +329,7 @@ fn aggregate_profile(steps: &[etch_runtime::InstructionProfile]) -> Vec<(String,
             None => rows.push((s.name.clone(), s.calls, s.nanos, s.heap_allocations)),
         }
     }
-    rows.sort_by(|a, b| b.2.cmp(&a.2));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.2));
     rows
 }
 

@@ -38,7 +38,10 @@ impl<'a> KernelContext<'a> {
                 data.len
             )));
         }
-        Ok(Span { len: nbytes, ..data })
+        Ok(Span {
+            len: nbytes,
+            ..data
+        })
     }
 
     fn check_dtype<T: Element>(t: &Tensor) -> Result<(), KernelError> {

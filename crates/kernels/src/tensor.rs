@@ -42,7 +42,11 @@ impl Tensor {
     /// A contiguous, static tensor.
     pub fn new(dtype: ScalarType, sizes: &[usize], data: Option<Span>) -> Result<Self, ShapeError> {
         let mut dim_order = [0u8; MAX_RANK];
-        for (i, d) in dim_order.iter_mut().enumerate().take(sizes.len().min(MAX_RANK)) {
+        for (i, d) in dim_order
+            .iter_mut()
+            .enumerate()
+            .take(sizes.len().min(MAX_RANK))
+        {
             *d = i as u8;
         }
         Self::with_layout(
@@ -274,6 +278,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(t.strides(), &[60, 1, 15, 3]);
-        assert!(Tensor::with_layout(ScalarType::Float, &[2, 3], &[0, 0], ShapeDynamism::Static, None).is_err());
+        assert!(
+            Tensor::with_layout(
+                ScalarType::Float,
+                &[2, 3],
+                &[0, 0],
+                ShapeDynamism::Static,
+                None
+            )
+            .is_err()
+        );
     }
 }

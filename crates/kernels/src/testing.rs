@@ -125,8 +125,14 @@ impl Harness {
         let numel: usize = bound.iter().product();
         let span = self.region(numel * dtype.element_size());
         let order: Vec<u8> = (0..bound.len() as u8).collect();
-        let t = Tensor::with_layout(dtype, bound, &order, ShapeDynamism::DynamicBound, Some(span))
-            .expect("valid test shape");
+        let t = Tensor::with_layout(
+            dtype,
+            bound,
+            &order,
+            ShapeDynamism::DynamicBound,
+            Some(span),
+        )
+        .expect("valid test shape");
         self.push(EValue::Tensor(t))
     }
 

@@ -32,7 +32,11 @@ pub fn default_threads() -> usize {
 impl ThreadPool {
     /// A pool of `threads` threads (0 means [`default_threads`]).
     pub fn new(threads: usize) -> Result<Self, ThreadPoolError> {
-        let threads = if threads == 0 { default_threads() } else { threads };
+        let threads = if threads == 0 {
+            default_threads()
+        } else {
+            threads
+        };
         if threads == 1 {
             return Ok(Self::serial());
         }

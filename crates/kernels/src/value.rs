@@ -10,6 +10,8 @@ use crate::{KernelError, Tensor};
 ///
 /// Lists hold **value indices** (IntList, TensorList, OptionalTensorList), resolved at
 /// call time because earlier instructions overwrite the values they point to.
+// Tensor metadata is stored inline (fixed-size, Copy) so values never touch the heap.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum EValue {
     None,
@@ -144,8 +146,8 @@ impl IntList<'_> {
                 buf.len()
             )));
         }
-        for j in 0..self.len() {
-            buf[j] = self.get(j)?;
+        for (j, slot) in buf.iter_mut().enumerate().take(self.len()) {
+            *slot = self.get(j)?;
         }
         Ok(&buf[..self.len()])
     }

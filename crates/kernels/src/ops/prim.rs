@@ -18,7 +18,9 @@ pub fn register(r: &mut Registry) {
     r.register("executorch_prim::floordiv.Scalar", |_, a| {
         binary(a, Op::FloorDiv)
     });
-    r.register("executorch_prim::floordiv.int", |_, a| binary(a, Op::FloorDiv));
+    r.register("executorch_prim::floordiv.int", |_, a| {
+        binary(a, Op::FloorDiv)
+    });
     r.register("executorch_prim::truediv.Scalar", |_, a| {
         binary(a, Op::TrueDiv)
     });
@@ -26,18 +28,32 @@ pub fn register(r: &mut Registry) {
     r.register("executorch_prim::mod.int", |_, a| binary(a, Op::Mod));
     r.register("executorch_prim::sym_max.Scalar", |_, a| binary(a, Op::Max));
     r.register("executorch_prim::sym_min.Scalar", |_, a| binary(a, Op::Min));
-    r.register("executorch_prim::eq.Scalar", |_, a| compare(a, |o| o.is_eq()));
-    r.register("executorch_prim::gt.Scalar", |_, a| compare(a, |o| o.is_gt()));
-    r.register("executorch_prim::lt.Scalar", |_, a| compare(a, |o| o.is_lt()));
-    r.register("executorch_prim::ge.Scalar", |_, a| compare(a, |o| o.is_ge()));
-    r.register("executorch_prim::le.Scalar", |_, a| compare(a, |o| o.is_le()));
+    r.register("executorch_prim::eq.Scalar", |_, a| {
+        compare(a, |o| o.is_eq())
+    });
+    r.register("executorch_prim::gt.Scalar", |_, a| {
+        compare(a, |o| o.is_gt())
+    });
+    r.register("executorch_prim::lt.Scalar", |_, a| {
+        compare(a, |o| o.is_lt())
+    });
+    r.register("executorch_prim::ge.Scalar", |_, a| {
+        compare(a, |o| o.is_ge())
+    });
+    r.register("executorch_prim::le.Scalar", |_, a| {
+        compare(a, |o| o.is_le())
+    });
     r.register("executorch_prim::neg.Scalar", neg);
     r.register("executorch_prim::sym_float.Scalar", sym_float);
-    r.register("executorch_prim::ceil.Scalar", |_, a| rounding(a, f64::ceil));
+    r.register("executorch_prim::ceil.Scalar", |_, a| {
+        rounding(a, f64::ceil)
+    });
     r.register("executorch_prim::round.Scalar", |_, a| {
         rounding(a, f64::round_ties_even)
     });
-    r.register("executorch_prim::trunc.Scalar", |_, a| rounding(a, f64::trunc));
+    r.register("executorch_prim::trunc.Scalar", |_, a| {
+        rounding(a, f64::trunc)
+    });
 }
 
 /// `sym_size.int(self, dim) -> SymInt`.
@@ -193,7 +209,11 @@ fn binary(a: &mut Args<'_>, op: Op) -> Result<(), KernelError> {
                         return Err(zero_div());
                     }
                     let r = p.wrapping_rem(q);
-                    if r != 0 && ((r < 0) != (q < 0)) { r + q } else { r }
+                    if r != 0 && ((r < 0) != (q < 0)) {
+                        r + q
+                    } else {
+                        r
+                    }
                 }
                 Op::Max => p.max(q),
                 Op::Min => p.min(q),
@@ -204,10 +224,7 @@ fn binary(a: &mut Args<'_>, op: Op) -> Result<(), KernelError> {
     a.set_value(2, result)
 }
 
-fn compare(
-    a: &mut Args<'_>,
-    pick: fn(std::cmp::Ordering) -> bool,
-) -> Result<(), KernelError> {
+fn compare(a: &mut Args<'_>, pick: fn(std::cmp::Ordering) -> bool) -> Result<(), KernelError> {
     a.expect_len(3)?;
     let x = a.scalar(0)?;
     let y = a.scalar(1)?;
@@ -269,7 +286,10 @@ mod tests {
             assert_eq!(h.value(o), &want, "{op}");
         }
         let (a, b, o) = (h.int(1), h.int(0), h.none());
-        assert!(h.call("executorch_prim::floordiv.Scalar", &[a, b, o]).is_err());
+        assert!(
+            h.call("executorch_prim::floordiv.Scalar", &[a, b, o])
+                .is_err()
+        );
     }
 
     #[test]
