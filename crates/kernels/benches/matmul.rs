@@ -11,7 +11,11 @@ use etch_kernels::ThreadPool;
 use etch_kernels::testing::Harness;
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
-    (0..n).map(|i| ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / 16777216.0 - 0.5).collect()
+    (0..n)
+        .map(|i| {
+            ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / 16777216.0 - 0.5
+        })
+        .collect()
 }
 
 /// out[m, n] = Σ_k x[m, k] · w[n, k], the plain way.
@@ -27,17 +31,39 @@ fn naive(x: &[f32], w: &[f32], out: &mut [f32], m: usize, n: usize, k: usize) {
     }
 }
 
-fn gemm_crate(x: &[f32], w: &[f32], out: &mut [f32], m: usize, n: usize, k: usize, par: gemm::Parallelism) {
+fn gemm_crate(
+    x: &[f32],
+    w: &[f32],
+    out: &mut [f32],
+    m: usize,
+    n: usize,
+    k: usize,
+    par: gemm::Parallelism,
+) {
     // SAFETY: x is m x k row-major, w is n x k row-major (read as its k x n transpose:
     // row stride 1, column stride k) and out is m x n row-major; all slices have
     // exactly those lengths.
     unsafe {
         gemm::gemm(
-            m, n, k,
-            out.as_mut_ptr(), 1, n as isize, false,
-            x.as_ptr(), 1, k as isize,
-            w.as_ptr(), k as isize, 1,
-            0.0, 1.0, false, false, false, par,
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            par,
         )
     }
 }
@@ -59,16 +85,26 @@ fn bench_shape(c: &mut Criterion, name: &str, m: usize, k: usize, n: usize, with
         let none = h.none();
         let out = h.out(ScalarType::Float, &[1, m, n]);
         g.bench_function(format!("etch/{t}t"), |b| {
-            b.iter(|| h.call("aten::linear.out", &[xi, wi, none, out, out]).unwrap())
+            b.iter(|| {
+                h.call("aten::linear.out", &[xi, wi, none, out, out])
+                    .unwrap()
+            })
         });
     }
     let mut out = vec![0f32; m * n];
     g.bench_function("gemm-crate/1t", |b| {
         b.iter(|| gemm_crate(&x, &w, &mut out, m, n, k, gemm::Parallelism::None))
     });
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
     g.bench_function(format!("gemm-crate/{threads}t"), |b| {
-        b.iter(|| pool.install(|| gemm_crate(&x, &w, &mut out, m, n, k, gemm::Parallelism::Rayon(threads))))
+        b.iter(|| {
+            pool.install(|| {
+                gemm_crate(&x, &w, &mut out, m, n, k, gemm::Parallelism::Rayon(threads))
+            })
+        })
     });
     if with_naive {
         g.bench_function("naive/1t", |b| b.iter(|| naive(&x, &w, &mut out, m, n, k)));

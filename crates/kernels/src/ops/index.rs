@@ -418,6 +418,7 @@ impl AddElem for Bool8 {
 
 /// Writes `src` (values seen through `vlayout` from `voff`) into `dst` (seen through
 /// `dlayout` from `doff`), both over the same sizes, combining with `op`.
+#[allow(clippy::too_many_arguments)]
 fn scatter_block<T: Copy>(
     dst: &mut [T],
     doff: usize,

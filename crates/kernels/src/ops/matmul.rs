@@ -53,6 +53,7 @@ fn elems<'a>(ctx: &'a KernelContext<'_>, t: &Tensor) -> Result<Elems<'a>, Kernel
 
 /// Runs `count` products, product `i` being `make(i)`, into consecutive `m x n`
 /// blocks of `out`, with `alpha`/`beta` scaling.
+#[allow(clippy::too_many_arguments)]
 fn run_products<'a>(
     ctx: &'a KernelContext<'_>,
     out: &Tensor,

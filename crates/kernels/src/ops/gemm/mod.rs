@@ -167,7 +167,7 @@ struct Plan {
 
 impl Plan {
     fn new(m: usize, n: usize, threads: usize) -> Plan {
-        let mb = m.min(MB).max(1);
+        let mb = m.clamp(1, MB);
         let threads = threads.max(1);
         // Enough rounds that each task owns at most NB_MAX columns, spread evenly.
         let per_round_max = threads * NB_MAX;
