@@ -332,9 +332,9 @@ mod x86 {
         let mut out = [0f32; 4];
         for r in 0..4 {
             let mut s = hsum(_mm256_add_ps(acc0[r], acc1[r]));
-            for (j, xj) in x.iter().enumerate().take(k).skip(i) {
-                // SAFETY: j < k.
-                s += xj * unsafe { *w[r].add(j) }.to_f32();
+            for (j, &xv) in x.iter().enumerate().skip(i) {
+                // SAFETY: j < k = x.len(), inside row r.
+                s += xv * unsafe { *w[r].add(j) }.to_f32();
             }
             out[r] = s;
         }

@@ -70,6 +70,13 @@ fn join_rows(
                 let src = ctx.read_raw::<T>(&t)?;
                 let dst = typed_mut::<T>(&mut *out_bytes)?;
                 for_rows(ctx.pool(), dst, row, leading, 8, parallel, |first, chunk| {
+                    if piece == 1 {
+                        // One element per row (RoPE re-interleave): no per-row memcpy.
+                        for (r, v) in chunk.chunks_exact_mut(row).zip(&src[first..]) {
+                            r[offset] = *v;
+                        }
+                        return;
+                    }
                     for (i, r) in chunk.chunks_exact_mut(row).enumerate() {
                         let s = (first + i) * piece;
                         r[offset..offset + piece].copy_from_slice(&src[s..s + piece]);

@@ -97,14 +97,24 @@ fn slice_rows<T: Copy + Send + Sync>(
 ) {
     let out_row = s.length * trailing;
     let in_row = size * trailing;
+    let offset = s.start * trailing;
     let run = |first: usize, chunk: &mut [T]| {
+        if out_row == 1 {
+            // One element per leading row (e.g. one lane of a [.., 2] pair): a plain
+            // strided gather, without per-row overhead.
+            let src = &src[first * in_row + offset..];
+            for (d, v) in chunk.iter_mut().zip(src.iter().step_by(in_row)) {
+                *d = *v;
+            }
+            return;
+        }
         for (i, row) in chunk.chunks_exact_mut(out_row).enumerate() {
-            let base = (first + i) * in_row + s.start * trailing;
+            let base = (first + i) * in_row + offset;
             if s.step == 1 {
                 row.copy_from_slice(&src[base..base + out_row]);
             } else if trailing == 1 {
-                for (j, d) in row.iter_mut().enumerate() {
-                    *d = src[base + j * s.step];
+                for (d, v) in row.iter_mut().zip(src[base..].iter().step_by(s.step)) {
+                    *d = *v;
                 }
             } else {
                 for (j, d) in row.chunks_exact_mut(trailing).enumerate() {
