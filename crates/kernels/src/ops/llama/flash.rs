@@ -831,7 +831,7 @@ unsafe fn item_avx2<Q: Rows, K: Rows, V: Rows, O: Float>(
     keys: Range<usize>,
     sink: Sink<'_, O>,
 ) {
-    item_generic::<math::Fused, Q, K, V, O>(job, ws, item, keys, sink)
+    item_generic::<math::Avx2Fma, Q, K, V, O>(job, ws, item, keys, sink)
 }
 
 /// Keys an item reads: `[0, end)`.
@@ -949,7 +949,7 @@ fn block<A: Arith, Q: Rows, K: Rows, V: Rows>(
             if valid == 0 || m[mm] == f32::NEG_INFINITY {
                 continue;
             }
-            math::accumulate::<A>(
+            A::accumulate(
                 &s[mm * kb..mm * kb + valid],
                 vt,
                 vs,
