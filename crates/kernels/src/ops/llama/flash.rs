@@ -523,6 +523,7 @@ pub enum Isa {
 }
 
 /// Proof that the running CPU supports an [`Isa`] (private constructor).
+#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuSupport(());
 
