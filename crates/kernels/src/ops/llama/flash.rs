@@ -523,6 +523,7 @@ pub enum Isa {
 }
 
 /// Proof that the running CPU supports an [`Isa`] (private constructor).
+#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CpuSupport(());
 
@@ -831,7 +832,7 @@ unsafe fn item_avx2<Q: Rows, K: Rows, V: Rows, O: Float>(
     keys: Range<usize>,
     sink: Sink<'_, O>,
 ) {
-    item_generic::<math::Fused, Q, K, V, O>(job, ws, item, keys, sink)
+    item_generic::<math::Avx2Fma, Q, K, V, O>(job, ws, item, keys, sink)
 }
 
 /// Keys an item reads: `[0, end)`.
@@ -949,7 +950,7 @@ fn block<A: Arith, Q: Rows, K: Rows, V: Rows>(
             if valid == 0 || m[mm] == f32::NEG_INFINITY {
                 continue;
             }
-            math::accumulate::<A>(
+            A::accumulate(
                 &s[mm * kb..mm * kb + valid],
                 vt,
                 vs,

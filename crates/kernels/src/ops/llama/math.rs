@@ -5,13 +5,27 @@
 //! kept `#[inline(always)]` so that it is compiled twice: as portable code with a
 //! separate multiply and add ([`Plain`], the scalar twin), and inside the engine's
 //! `#[target_feature(enable = "avx2,fma")]` entry point with fused multiply-adds
-//! ([`Fused`]). The loops work on fixed groups of [`LANES`] independent accumulators,
-//! which the compiler turns into vector registers.
+//! (`Avx2Fma`, x86-64 only, whose dot products are written with AVX2 intrinsics because
+//! the compiler vectorises them across keys instead of across lanes). The other loops
+//! work on fixed groups of [`LANES`] independent accumulators, which the compiler turns
+//! into vector registers.
 
-/// How a multiply-add is computed.
+/// How a multiply-add (and the hottest loop, four dot products) is computed.
 pub trait Arith: Copy + Send + Sync + 'static {
     /// `a * b + c`.
     fn fma(a: f32, b: f32, c: f32) -> f32;
+
+    /// Four dot products of `q` with `k[0..4]` (see [`dot4`]).
+    #[inline(always)]
+    fn dot4(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
+        dot4::<Self>(q, k)
+    }
+
+    /// `acc += Σ_j p[j] * tile_row(j)` (see [`accumulate`]).
+    #[inline(always)]
+    fn accumulate(p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
+        accumulate::<Self>(p, tile, stride, acc)
+    }
 }
 
 /// A multiply then an add (two roundings); vectorises on every target.
@@ -25,14 +39,155 @@ impl Arith for Plain {
     }
 }
 
-/// A fused multiply-add (one rounding). Only fast where the FMA instruction is enabled.
+/// Fused multiply-adds and AVX2 dot products.
+///
+/// Only code compiled with `#[target_feature(enable = "avx2,fma")]` and entered after
+/// runtime detection (the engine's `item_avx2`) may use this type: its [`Arith::dot4`]
+/// executes AVX2/FMA instructions.
+#[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug)]
-pub struct Fused;
+pub struct Avx2Fma;
 
-impl Arith for Fused {
+#[cfg(target_arch = "x86_64")]
+impl Arith for Avx2Fma {
     #[inline(always)]
     fn fma(a: f32, b: f32, c: f32) -> f32 {
         a.mul_add(b, c)
+    }
+
+    #[inline(always)]
+    fn dot4(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
+        // SAFETY: `Avx2Fma` is only used by the engine's AVX2 entry point, which runs only
+        // after `Isa::detect` confirmed AVX2 and FMA with `is_x86_feature_detected!`.
+        unsafe { avx2::dot4(q, k) }
+    }
+
+    #[inline(always)]
+    fn accumulate(p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
+        // SAFETY: as for `dot4`: only reached after AVX2 and FMA were detected.
+        unsafe { avx2::accumulate(p, tile, stride, acc) }
+    }
+}
+
+/// AVX2 + FMA versions of the loops the compiler does not vectorise well by itself.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::{
+        __m256, _mm_add_ps, _mm_add_ss, _mm_cvtss_f32, _mm_movehl_ps, _mm_shuffle_ps,
+        _mm256_castps256_ps128, _mm256_extractf128_ps, _mm256_fmadd_ps, _mm256_loadu_ps,
+        _mm256_set1_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+    };
+
+    /// Registers of accumulator held across the keys (8 x 8 = 64 columns).
+    const REGS: usize = 8;
+
+    /// `acc += Σ_j p[j] * tile[j * stride ..][..acc.len()]`, keeping 64 columns of `acc`
+    /// in registers across all keys (no accumulator loads and stores per key).
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2 and FMA.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn accumulate(p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
+        let (n, d) = (p.len(), acc.len());
+        let fits = n == 0
+            || (n - 1)
+                .checked_mul(stride)
+                .and_then(|x| x.checked_add(d))
+                .is_some_and(|end| end <= tile.len());
+        if !fits {
+            return super::accumulate::<super::Plain>(p, tile, stride, acc);
+        }
+        let mut c = 0;
+        while c + 8 * REGS <= d {
+            // SAFETY: every load reads tile[j * stride + c + 8 r .. + 8] with
+            // j < n, c + 8 r + 8 <= d, inside the tile (checked above); the loads and
+            // stores of acc cover acc[c .. c + 64] with c + 64 <= d.
+            unsafe {
+                let mut r = [_mm256_setzero_ps(); REGS];
+                for (i, reg) in r.iter_mut().enumerate() {
+                    *reg = _mm256_loadu_ps(acc.as_ptr().add(c + 8 * i));
+                }
+                for (j, &pj) in p.iter().enumerate() {
+                    let w = _mm256_set1_ps(pj);
+                    let row = tile.as_ptr().add(j * stride + c);
+                    for (i, reg) in r.iter_mut().enumerate() {
+                        *reg = _mm256_fmadd_ps(w, _mm256_loadu_ps(row.add(8 * i)), *reg);
+                    }
+                }
+                for (i, reg) in r.iter().enumerate() {
+                    _mm256_storeu_ps(acc.as_mut_ptr().add(c + 8 * i), *reg);
+                }
+            }
+            c += 8 * REGS;
+        }
+        while c + 8 <= d {
+            // SAFETY: as above, for the 8 columns c .. c + 8 <= d.
+            unsafe {
+                let mut r = _mm256_loadu_ps(acc.as_ptr().add(c));
+                for (j, &pj) in p.iter().enumerate() {
+                    let v = _mm256_loadu_ps(tile.as_ptr().add(j * stride + c));
+                    r = _mm256_fmadd_ps(_mm256_set1_ps(pj), v, r);
+                }
+                _mm256_storeu_ps(acc.as_mut_ptr().add(c), r);
+            }
+            c += 8;
+        }
+        for (x, a) in acc.iter_mut().enumerate().skip(c) {
+            for (j, &pj) in p.iter().enumerate() {
+                *a = pj.mul_add(tile[j * stride + x], *a);
+            }
+        }
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps::<1>(s, s)))
+    }
+
+    /// Four dot products of `q` with `k[0..4]`, eight lanes per multiply-add.
+    ///
+    /// # Safety
+    ///
+    /// The CPU must support AVX2 and FMA.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot4(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
+        let d = q.len();
+        if k.iter().any(|r| r.len() < d) {
+            return k.map(|r| super::dot::<super::Plain>(q, r));
+        }
+        let full = d - d % 8;
+        let (mut a0, mut a1, mut a2, mut a3) = (
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+        );
+        let mut i = 0;
+        while i < full {
+            // SAFETY: i + 8 <= full <= d, and q and every k row hold at least d
+            // elements (checked above), so each unaligned 8-lane load is in bounds.
+            unsafe {
+                let x = _mm256_loadu_ps(q.as_ptr().add(i));
+                a0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k[0].as_ptr().add(i)), a0);
+                a1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k[1].as_ptr().add(i)), a1);
+                a2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k[2].as_ptr().add(i)), a2);
+                a3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(k[3].as_ptr().add(i)), a3);
+            }
+            i += 8;
+        }
+        let mut s = [hsum(a0), hsum(a1), hsum(a2), hsum(a3)];
+        for i in full..d {
+            for (acc, row) in s.iter_mut().zip(k) {
+                *acc = q[i].mul_add(row[i], *acc);
+            }
+        }
+        s
     }
 }
 
@@ -44,6 +199,16 @@ fn hsum(a: &[f32; LANES]) -> f32 {
     ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]))
 }
 
+/// `acc[l] += x[l] * y[l]` for the [`LANES`] lanes.
+#[inline(always)]
+fn lanes_fma<A: Arith>(acc: &mut [f32; LANES], x: &[f32], y: &[f32]) {
+    if let (Some(x), Some(y)) = (x.first_chunk::<LANES>(), y.first_chunk::<LANES>()) {
+        for l in 0..LANES {
+            acc[l] = A::fma(x[l], y[l], acc[l]);
+        }
+    }
+}
+
 /// `Σ a[i] * b[i]` over the shorter length.
 #[inline(always)]
 pub fn dot<A: Arith>(a: &[f32], b: &[f32]) -> f32 {
@@ -53,9 +218,7 @@ pub fn dot<A: Arith>(a: &[f32], b: &[f32]) -> f32 {
     let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
     let (ra, rb) = (ca.remainder(), cb.remainder());
     for (x, y) in ca.zip(cb) {
-        for l in 0..LANES {
-            acc[l] = A::fma(x[l], y[l], acc[l]);
-        }
+        lanes_fma::<A>(&mut acc, x, y);
     }
     let mut s = hsum(&acc);
     for (x, y) in ra.iter().zip(rb) {
@@ -84,12 +247,12 @@ pub fn dot4<A: Arith>(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
         .zip(k2.chunks_exact(LANES))
         .zip(k3.chunks_exact(LANES));
     for ((((x, y0), y1), y2), y3) in chunks {
-        for l in 0..LANES {
-            a0[l] = A::fma(x[l], y0[l], a0[l]);
-            a1[l] = A::fma(x[l], y1[l], a1[l]);
-            a2[l] = A::fma(x[l], y2[l], a2[l]);
-            a3[l] = A::fma(x[l], y3[l], a3[l]);
-        }
+        // One loop per accumulator, so that the lanes (not the four keys) become the
+        // vector: each loop is one vector multiply-add.
+        lanes_fma::<A>(&mut a0, x, y0);
+        lanes_fma::<A>(&mut a1, x, y1);
+        lanes_fma::<A>(&mut a2, x, y2);
+        lanes_fma::<A>(&mut a3, x, y3);
     }
     let mut s = [hsum(&a0), hsum(&a1), hsum(&a2), hsum(&a3)];
     let tail = d - d % LANES;
@@ -112,7 +275,7 @@ pub fn scores<A: Arith>(q: &[f32], tile: &[f32], stride: usize, out: &mut [f32])
     let mut j = 0;
     let n = out.len();
     while j + 4 <= n {
-        let s = dot4::<A>(q, [row(j), row(j + 1), row(j + 2), row(j + 3)]);
+        let s = A::dot4(q, [row(j), row(j + 1), row(j + 2), row(j + 3)]);
         out[j..j + 4].copy_from_slice(&s);
         j += 4;
     }
@@ -242,16 +405,39 @@ pub fn exp_nonpositive<A: Arith>(x: f32) -> f32 {
 mod tests {
     use super::*;
 
+    /// The AVX2 dot products, where the CPU has them.
+    fn simd_dot4(q: &[f32], k: [&[f32]; 4]) -> Option<[f32; 4]> {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: AVX2 and FMA were just detected.
+            return Some(unsafe { avx2::dot4(q, k) });
+        }
+        let _ = (q, k);
+        None
+    }
+
+    /// The AVX2 accumulation where the CPU has it, else the portable one.
+    fn simd_accumulate(p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: AVX2 and FMA were just detected.
+            return unsafe { avx2::accumulate(p, tile, stride, acc) };
+        }
+        accumulate::<Plain>(p, tile, stride, acc)
+    }
+
     #[test]
     fn exp_is_accurate() {
         let mut worst = 0f64;
         let mut x = -87.0f32;
         while x <= 0.0 {
-            for a in [
-                exp_nonpositive::<Plain>(x) as f64,
-                exp_nonpositive::<Fused>(x) as f64,
-            ] {
-                let want = (x as f64).exp();
+            let want = (x as f64).exp();
+            let a = exp_nonpositive::<Plain>(x) as f64;
+            worst = worst.max(((a - want) / want).abs());
+            // The fused variant's `fma` is `mul_add`, exact on any CPU.
+            #[cfg(target_arch = "x86_64")]
+            {
+                let a = exp_nonpositive::<Avx2Fma>(x) as f64;
                 worst = worst.max(((a - want) / want).abs());
             }
             x += 0.000_7;
@@ -264,7 +450,7 @@ mod tests {
 
     #[test]
     fn dots_and_sums_match_naive() {
-        for d in [0usize, 1, 7, 8, 9, 33, 64, 130] {
+        for d in [0usize, 1, 7, 8, 9, 33, 64, 72, 130, 200] {
             let q: Vec<f32> = (0..d).map(|i| (i as f32 * 0.37).sin()).collect();
             let rows: Vec<Vec<f32>> = (0..4)
                 .map(|r| (0..d).map(|i| ((i + 3 * r) as f32 * 0.11).cos()).collect())
@@ -276,10 +462,10 @@ mod tests {
                     .sum::<f64>()
             };
             let got = dot4::<Plain>(&q, [&rows[0], &rows[1], &rows[2], &rows[3]]);
-            let fused = dot4::<Fused>(&q, [&rows[0], &rows[1], &rows[2], &rows[3]]);
+            let simd = simd_dot4(&q, [&rows[0], &rows[1], &rows[2], &rows[3]]).unwrap_or(got);
             for r in 0..4 {
                 assert!((got[r] as f64 - naive(&rows[r])).abs() < 1e-4);
-                assert!((fused[r] as f64 - naive(&rows[r])).abs() < 1e-4);
+                assert!((simd[r] as f64 - naive(&rows[r])).abs() < 1e-4);
                 assert!((dot::<Plain>(&q, &rows[r]) as f64 - naive(&rows[r])).abs() < 1e-4);
             }
             let mut acc = vec![0.5f32; d];
@@ -290,7 +476,12 @@ mod tests {
                 .flatten()
                 .copied()
                 .collect();
+            let mut simd_acc = acc.clone();
             accumulate::<Plain>(&p, &tile, d, &mut acc);
+            simd_accumulate(&p, &tile, d, &mut simd_acc);
+            for (a, b) in acc.iter().zip(&simd_acc) {
+                assert!((a - b).abs() < 1e-5);
+            }
             for i in 0..d {
                 let want = 0.5 + (0..5).map(|j| p[j] * rows[j % 4][i]).sum::<f32>();
                 assert!((acc[i] - want).abs() < 1e-5);
