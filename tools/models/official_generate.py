@@ -28,7 +28,7 @@ Usage::
 
     tools/fixtures/.venv/bin/python tools/models/official_generate.py \\
         [--model-dir models/smollm2-135m-instruct] [--pte FILE] \\
-        [--max-new-tokens 32] [--threads N] [--runner] "What is the capital of France?"
+        [--max-new-tokens 32] [--threads N] [--ignore-eos] [--runner] "What is the capital of France?"
 """
 
 from __future__ import annotations
@@ -66,7 +66,9 @@ def scalar_outputs(method) -> List[int]:
     return [int(o.item()) if isinstance(o, torch.Tensor) else int(o) for o in method.execute([])]
 
 
-def generate_runtime(pte: Path, tokenizer_path: Path, chat_text: str, max_new: int, threads: Optional[int]) -> Dict[str, Any]:
+def generate_runtime(
+    pte: Path, tokenizer_path: Path, chat_text: str, max_new: int, threads: Optional[int], ignore_eos: bool = False
+) -> Dict[str, Any]:
     from tokenizers import Tokenizer
     from executorch.runtime import Runtime
 
@@ -111,7 +113,7 @@ def generate_runtime(pte: Path, tokenizer_path: Path, chat_text: str, max_new: i
     while True:
         nxt = int(torch.argmax(logits.float()))  # ties: the lowest index, as the runner's sampler
         generated.append(nxt)
-        if nxt in eos_ids:
+        if nxt in eos_ids and not ignore_eos:
             stopped = "eos"
             break
         if len(generated) >= max_new:
@@ -138,6 +140,7 @@ def generate_runtime(pte: Path, tokenizer_path: Path, chat_text: str, max_new: i
         "decode_seconds": round(decode_s, 4),
         "load_seconds": round(load_s, 3),
         "threads": threads,
+        "ignore_eos": ignore_eos,
     }
 
 
@@ -211,6 +214,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--raw", action="store_true", help="no chat template: tokenize the prompt as it is")
     ap.add_argument("--threads", type=int, help="official runtime threadpool size (default: the runtime's)")
     ap.add_argument("--runner", action="store_true", help="use the official C++ text LLM runner (TextLLMRunner)")
+    ap.add_argument("--ignore-eos", action="store_true", help="keep generating past EOS ids (executorch.runtime mode only)")
     args = ap.parse_args(argv)
 
     d = args.model_dir
@@ -223,7 +227,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.runner:
         res = generate_runner(pte, tokenizer, chat_text, args.max_new_tokens)
     else:
-        res = generate_runtime(pte, tokenizer, chat_text, args.max_new_tokens, args.threads)
+        res = generate_runtime(pte, tokenizer, chat_text, args.max_new_tokens, args.threads, args.ignore_eos)
     res = {
         "prompt": args.prompt,
         "chat_text": chat_text,
