@@ -35,6 +35,41 @@ pub fn triad_bandwidth(n: usize, reps: usize, threads: usize) -> f64 {
     (12 * n) as f64 / best
 }
 
+/// Best-of-`reps` read-only bandwidth: the sum of `n` f32 elements, in bytes per second,
+/// on `threads` threads. A decode step only reads its weights, so this is its real bound
+/// (the triad also writes, and a write costs a read for ownership besides).
+pub fn read_bandwidth(n: usize, reps: usize, threads: usize) -> f64 {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("thread pool");
+    let b: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+    let chunk = 1 << 16;
+    let mut best = f64::MAX;
+    let mut total = 0f32;
+    pool.install(|| {
+        for _ in 0..reps {
+            let start = Instant::now();
+            total += b
+                .par_chunks(chunk)
+                .map(|c| {
+                    // 8 independent partial sums, so that the adds vectorise.
+                    let mut acc = [0f32; 8];
+                    for block in c.chunks_exact(8) {
+                        for (a, v) in acc.iter_mut().zip(block) {
+                            *a += v;
+                        }
+                    }
+                    acc.iter().sum::<f32>()
+                })
+                .sum::<f32>();
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+    });
+    std::hint::black_box(total);
+    (4 * n) as f64 / best
+}
+
 /// f32 FLOP/s of independent fused multiply-adds on `threads` threads (2 FLOPs each).
 pub fn fma_peak(threads: usize) -> f64 {
     let iters = 20_000_000usize;

@@ -1,4 +1,4 @@
-//! Prints this machine's memory bandwidth (STREAM-like triad) and f32 FMA peak as JSON.
+//! Prints this machine's memory bandwidth (STREAM-like triad, and read-only) and f32 FMA peak as JSON.
 //!
 //! `cargo run --release -p etch-bench --bin hwlimits [-- THREADS]`
 
@@ -10,6 +10,7 @@ fn main() {
     // 3 arrays of 64 Mi floats (768 MiB): far beyond any cache.
     let n = 64 << 20;
     let bw = etch_bench::triad_bandwidth(n, 5, threads);
+    let read = etch_bench::read_bandwidth(2 * n, 5, threads);
     let flops = etch_bench::fma_peak(threads);
     println!(
         "{}",
@@ -17,6 +18,8 @@ fn main() {
             "threads": threads,
             "triad_bytes_per_second": bw,
             "triad_gb_per_second": bw / 1e9,
+            "read_bytes_per_second": read,
+            "read_gb_per_second": read / 1e9,
             "fma_f32_flops": flops,
             "fma_f32_gflops": flops / 1e9,
         })
