@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use etch_llm::{ChatTemplate, Runner, RunnerOptions, SamplingConfig};
-use etch_runtime::LoadMode;
 
 /// Arguments of `etch generate`.
 #[derive(clap::Args)]
@@ -50,6 +49,10 @@ pub struct GenerateArgs {
     /// Kernel threads (0: one per available core).
     #[arg(long, default_value_t = 0, value_name = "N")]
     threads: usize,
+    /// How to bring the .pte into memory (huge-pages: decode streams every weight per
+    /// token, and 2 MiB pages spare the TLB).
+    #[arg(long, value_enum, default_value_t = crate::load::LoadArg::HugePages, value_name = "MODE")]
+    load: crate::load::LoadArg,
     /// Cache budget of the caching temp allocator, in MiB.
     #[arg(long, default_value_t = 16, value_name = "MIB")]
     temp_cache_mib: usize,
@@ -110,7 +113,7 @@ pub fn main(args: GenerateArgs) -> anyhow::Result<()> {
     let options = RunnerOptions {
         threads: args.threads,
         temp_cache_bytes: args.temp_cache_mib.saturating_mul(1024 * 1024),
-        load_mode: LoadMode::Mmap,
+        load_mode: args.load.into(),
         ..Default::default()
     };
     if !args.model.exists() {

@@ -2,6 +2,7 @@
 
 mod generate;
 mod inspect;
+mod load;
 mod run;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};

@@ -8,7 +8,7 @@ use clap::ArgAction;
 use etch_format::ScalarType;
 use etch_memory::counting::CountingAllocator;
 use etch_runtime::npy::{read_npy, write_npy_file};
-use etch_runtime::{HostTensor, LoadMode, Module, Value, ValueInfo};
+use etch_runtime::{HostTensor, Module, Value, ValueInfo};
 use serde_json::json;
 
 /// Arguments of `etch run`.
@@ -35,6 +35,9 @@ pub struct RunArgs {
     /// Kernel threads (0: one per available core).
     #[arg(long, default_value_t = 0, value_name = "N")]
     threads: usize,
+    /// How to bring the .pte into memory.
+    #[arg(long, value_enum, default_value_t = crate::load::LoadArg::Mmap, value_name = "MODE")]
+    load: crate::load::LoadArg,
     /// Also report planned memory, temp-allocator use and heap allocations.
     #[arg(long)]
     stats: bool,
@@ -123,7 +126,7 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
     let calls = split_calls(&args, matches);
     let load_start = Instant::now();
     let mut module = Module::from_path(&args.file)
-        .load_mode(LoadMode::Mmap)
+        .load_mode(args.load.into())
         .threads(args.threads)
         .build()?;
     let meta = module.method_meta(&args.method)?;

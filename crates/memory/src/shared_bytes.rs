@@ -51,6 +51,31 @@ impl SharedBytes {
         Ok(SharedBytes::Heap(Arc::new(buf)))
     }
 
+    /// Reads a whole file into fresh anonymous memory that asks the kernel for
+    /// transparent huge pages (`madvise(MADV_HUGEPAGE)` on Linux; elsewhere plain
+    /// pages). Weights streamed once per token then cross 2 MiB pages instead of 4 KiB
+    /// ones: 512 times fewer TLB misses. The memory is private (not page cache) and
+    /// read-only once filled.
+    pub fn read_file_huge_pages(path: &Path) -> std::io::Result<Self> {
+        use std::io::Read;
+        let mut file = File::open(path)?;
+        let len = usize::try_from(file.metadata()?.len())
+            .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "file too large"))?;
+        if len == 0 {
+            return Ok(SharedBytes::Static(&[]));
+        }
+        let mut map = memmap2::MmapMut::map_anon(len)?;
+        #[cfg(target_os = "linux")]
+        {
+            // Advisory: without THP support the kernel keeps small pages.
+            let _ = map.advise(memmap2::Advice::HugePage);
+        }
+        file.read_exact(&mut map)?;
+        Ok(SharedBytes::Mapped(Arc::new(MappedFile {
+            map: Some(map.make_read_only()?),
+        })))
+    }
+
     /// Memory-maps a file read-only; with `lock`, also `mlock`s its pages
     /// (errors from mlock are reported, not ignored).
     pub fn map_file(path: &Path, lock: bool) -> std::io::Result<Self> {
@@ -91,5 +116,51 @@ impl MappedFile {
     /// The mapped bytes.
     pub fn as_slice(&self) -> &[u8] {
         self.map.as_deref().unwrap_or(&[])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {
+        let path = std::env::temp_dir().join(format!("etch-{}-{name}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // file I/O and mmap
+    fn every_way_of_loading_a_file_gives_its_bytes() {
+        let data: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
+        let path = temp_file("load", &data);
+        for bytes in [
+            SharedBytes::read_file(&path).unwrap(),
+            SharedBytes::map_file(&path, false).unwrap(),
+            SharedBytes::read_file_huge_pages(&path).unwrap(),
+        ] {
+            assert_eq!(bytes.as_slice(), &data[..]);
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // file I/O
+    fn empty_and_missing_files() {
+        let path = temp_file("empty", &[]);
+        assert!(
+            SharedBytes::read_file_huge_pages(&path)
+                .unwrap()
+                .as_slice()
+                .is_empty()
+        );
+        assert!(
+            SharedBytes::map_file(&path, false)
+                .unwrap()
+                .as_slice()
+                .is_empty()
+        );
+        std::fs::remove_file(&path).unwrap();
+        assert!(SharedBytes::read_file_huge_pages(&path).is_err());
     }
 }

@@ -25,6 +25,10 @@ pub enum LoadMode {
     Mmap,
     /// Memory-map and `mlock` the file (fails if the pages cannot be locked).
     MmapLocked,
+    /// Read the whole file into private memory backed by transparent huge pages where
+    /// the OS offers them (Linux `madvise`): fewer TLB misses when every weight is
+    /// streamed per token, at the cost of a full read at load and private memory.
+    HugePages,
 }
 
 enum Source {
@@ -92,6 +96,7 @@ impl ModuleBuilder {
                 LoadMode::File => ProgramFile::read(&p)?,
                 LoadMode::Mmap => ProgramFile::map(&p, false)?,
                 LoadMode::MmapLocked => ProgramFile::map(&p, true)?,
+                LoadMode::HugePages => ProgramFile::read_huge_pages(&p)?,
             },
             Source::Bytes(b) => ProgramFile::from_bytes(b)?,
         };

@@ -141,9 +141,9 @@ fn compare(got: &Value, want: &Value, rtol: f64, atol: f64) -> Result<(), String
     }
 }
 
-fn run_fixture(dir: &Path, f: &Fixture, threads: usize) -> Result<(), String> {
+fn run_fixture(dir: &Path, f: &Fixture, threads: usize, load: LoadMode) -> Result<(), String> {
     let mut module = Module::from_path(dir.join(&f.pte))
-        .load_mode(LoadMode::File)
+        .load_mode(load)
         .threads(threads)
         .build()
         .map_err(|e| format!("load: {e}"))?;
@@ -191,8 +191,15 @@ fn conformance() {
     let mut expected_failures = 0;
     let mut problems = Vec::new();
     for f in &manifest.fixtures {
-        let result = [1, 2].iter().try_for_each(|&threads| {
-            run_fixture(&dir, f, threads).map_err(|e| format!("[{threads} threads] {e}"))
+        // Every load mode reaches the same bytes; each is exercised on every fixture.
+        let runs = [
+            (1, LoadMode::File),
+            (2, LoadMode::HugePages),
+            (1, LoadMode::Mmap),
+        ];
+        let result = runs.iter().try_for_each(|&(threads, load)| {
+            run_fixture(&dir, f, threads, load)
+                .map_err(|e| format!("[{threads} threads, {load:?}] {e}"))
         });
         match (result, expected.contains(f.name.as_str())) {
             (Ok(()), false) => passed += 1,

@@ -67,6 +67,17 @@ impl ProgramFile {
         Self::from_bytes(bytes)
     }
 
+    /// Reads the file at `path` into memory backed by transparent huge pages where the
+    /// OS offers them (see [`SharedBytes::read_file_huge_pages`]) and loads it.
+    pub fn read_huge_pages(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let bytes = SharedBytes::read_file_huge_pages(path).map_err(|source| FormatError::Io {
+            file: path.to_owned(),
+            source,
+        })?;
+        Self::from_bytes(bytes)
+    }
+
     /// Memory-maps the file at `path` (and `mlock`s it when `lock`) and loads it.
     pub fn map(path: impl AsRef<Path>, lock: bool) -> Result<Self> {
         let path = path.as_ref();
