@@ -3,7 +3,8 @@
 #
 # Rows (each at every --threads value, medians of --runs):
 #   etch                      etch generate, 128 fixed prompt ids (bench/prompt_ids.py),
-#                             64 decoded tokens ignoring EOS
+#                             64 decoded tokens ignoring EOS (default load: huge pages)
+#   etch --load mmap          the same on a memory map of the page cache
 #   official (C++ runner)     the pip package's TextLLMRunner (bench/official_runner_bench.py),
 #                             128 tokens of bench/prompt_text.txt, up to 64 new tokens; no
 #                             Python per token: the fair official figure
@@ -42,21 +43,31 @@ fi
 IDS="$("$PY" "$ROOT/bench/prompt_ids.py" 128)"
 say() { echo "[compare $(date +%H:%M:%S)] $*" >&2; }
 
-for t in $THREADS; do
-  for r in $(seq "$RUNS"); do
-    say "etch, $t thread(s), run $r"
+# Timed runs interleaved (run r of every row, then run r+1), so that the machine's drift
+# (a shared VM: its speed moves by 20% within minutes) spreads over all rows alike.
+for r in $(seq "$RUNS"); do
+  for t in $THREADS; do
+    say "run $r/$RUNS, $t thread(s): etch"
     "$ETCH" generate --model "$PTE" --tokenizer "$TOK" --prompt-token-ids "$IDS" --max-new-tokens 64 \
       --ignore-eos --threads "$t" --json >"$OUT/etch_model_t${t}_r$r.json" 2>"$OUT/etch_t${t}_r$r.err" \
       || say "etch run failed: $(tail -3 "$OUT/etch_t${t}_r$r.err")"
-  done
-  for f in "$PTE" "$XPTE"; do
-    [ -f "$f" ] || { say "missing $f, skipped"; continue; }
-    b="$(basename "$f" .pte)"
-    for r in $(seq "$RUNS"); do
-      say "official C++ runner, $b, $t thread(s), run $r"
+    say "run $r/$RUNS, $t thread(s): etch --load mmap"
+    "$ETCH" generate --model "$PTE" --tokenizer "$TOK" --prompt-token-ids "$IDS" --max-new-tokens 64 \
+      --ignore-eos --threads "$t" --load mmap --json >"$OUT/etchmmap_model_t${t}_r$r.json" 2>/dev/null \
+      || say "etch --load mmap run failed"
+    for f in "$PTE" "$XPTE"; do
+      [ -f "$f" ] || continue
+      b="$(basename "$f" .pte)"
+      say "run $r/$RUNS, $t thread(s): official C++ runner, $b"
       "$PY" "$ROOT/bench/official_runner_bench.py" --pte "$f" --tokenizer "$TOK" --prompt-len 128 --decode 64 \
         --threads "$t" >"$OUT/runner_${b}_t${t}_r$r.json" 2>/dev/null || say "official runner failed ($b)"
     done
+  done
+done
+for t in $THREADS; do
+  for f in "$PTE" "$XPTE"; do
+    [ -f "$f" ] || { say "missing $f, skipped"; continue; }
+    b="$(basename "$f" .pte)"
     if [ "$PYTHON" = 1 ]; then
       say "official python loop, $b, $t thread(s), $RUNS runs"
       "$PY" "$ROOT/bench/official_bench.py" --pte "$f" --prompt-len 128 --decode 64 --threads "$t" --runs "$RUNS" \
@@ -112,6 +123,8 @@ def summary(jsons, allocs=None):
 rows = {}  # (runtime, file, threads) -> summary
 for t in threads:
     rows[("etch", "model.pte", t)] = summary([load(p) for p in sorted(glob.glob(f"{out}/etch_model_t{t}_r*.json"))])
+    rows[("etch --load mmap", "model.pte", t)] = summary(
+        [load(p) for p in sorted(glob.glob(f"{out}/etchmmap_model_t{t}_r*.json"))])
     for b in ("model", "model_xnnpack"):
         rows[("official (C++ runner)", f"{b}.pte", t)] = summary(
             [load(p) for p in sorted(glob.glob(f"{out}/runner_{b}_t{t}_r*.json"))], load(f"{out}/alloc_runner_{b}_t{t}.json"))
