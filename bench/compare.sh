@@ -16,11 +16,12 @@
 # The physical limits come from hwlimits (triad bandwidth, FMA peak).
 # Prints markdown for BENCHMARKS.md on stdout; progress on stderr.
 #
-# Usage: bench/compare.sh [--runs 3] [--threads "1 2"] [--no-allocs] [--no-python] [--no-build] [--model-dir DIR]
+# Usage: bench/compare.sh [--runs 3] [--threads "1 2"] [--settle 5] [--no-allocs] [--no-python] [--no-build]
+#                         [--model-dir DIR]
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PY:-$ROOT/tools/fixtures/.venv/bin/python}"
-RUNS=3; THREADS="1 2"; ALLOCS=1; PYTHON=1; BUILD=1
+RUNS=3; THREADS="1 2"; ALLOCS=1; PYTHON=1; BUILD=1; SETTLE=5
 DIR="$ROOT/models/smollm2-135m-instruct"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -30,6 +31,7 @@ while [ $# -gt 0 ]; do
     --no-python) PYTHON=0; shift;;
     --no-build) BUILD=0; shift;;
     --model-dir) DIR="$2"; shift 2;;
+    --settle) SETTLE="$2"; shift 2;;
     *) echo "unknown arg $1" >&2; exit 2;;
   esac
 done
@@ -41,7 +43,10 @@ if [ "$BUILD" = 1 ]; then
   cargo build --release -p etch-cli -p etch-bench >&2 || echo "etch build failed" >&2
 fi
 IDS="$("$PY" "$ROOT/bench/prompt_ids.py" 128)"
-say() { echo "[compare $(date +%H:%M:%S)] $*" >&2; }
+# Every timed run starts after a pause: the kernel frees and compacts the previous
+# process's memory in the background (kcompactd, khugepaged), which on 2 vCPUs takes a
+# core from whatever runs next.
+say() { echo "[compare $(date +%H:%M:%S)] $*" >&2; sleep "$SETTLE"; }
 
 # Timed runs interleaved (run r of every row, then run r+1), so that the machine's drift
 # (a shared VM: its speed moves by 20% within minutes) spreads over all rows alike.

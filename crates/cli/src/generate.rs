@@ -122,7 +122,11 @@ pub fn main(args: GenerateArgs) -> anyhow::Result<()> {
     if !args.tokenizer.exists() {
         bail!("tokenizer file {} does not exist", args.tokenizer.display());
     }
-    let mut runner = Runner::load(&args.model, &args.tokenizer, &options)?;
+    let mut runner = crate::load::naming_file(
+        Runner::load(&args.model, &args.tokenizer, &options),
+        &args.model,
+        &[&args.tokenizer],
+    )?;
     let text = if args.chat {
         let template = match &args.chat_template {
             Some(name) => ChatTemplate::from_name(name)

@@ -16,7 +16,7 @@ pub struct InspectArgs {
 }
 
 pub fn main(args: InspectArgs) -> anyhow::Result<()> {
-    let file = ProgramFile::map(&args.file, false)?;
+    let file = crate::load::naming_file(ProgramFile::map(&args.file, false), &args.file, &[])?;
     let summary = ProgramSummary::new(&file);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);

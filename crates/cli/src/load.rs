@@ -26,3 +26,28 @@ impl From<LoadArg> for LoadMode {
         }
     }
 }
+
+/// Names `path` in an error about loading it, unless the message already names it or
+/// one of `also` (I/O and tokenizer errors carry their file), so that every failure to
+/// load says which file was wrong.
+pub fn naming_file<T, E>(
+    result: Result<T, E>,
+    path: &std::path::Path,
+    also: &[&std::path::Path],
+) -> anyhow::Result<T>
+where
+    E: Into<anyhow::Error>,
+{
+    result.map_err(|e| {
+        let e: anyhow::Error = e.into();
+        let message = format!("{e:#}");
+        let named = std::iter::once(path)
+            .chain(also.iter().copied())
+            .any(|p| message.contains(&p.display().to_string()));
+        if named {
+            e
+        } else {
+            e.context(path.display().to_string())
+        }
+    })
+}

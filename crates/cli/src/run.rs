@@ -125,10 +125,11 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
     }
     let calls = split_calls(&args, matches);
     let load_start = Instant::now();
-    let mut module = Module::from_path(&args.file)
+    let module = Module::from_path(&args.file)
         .load_mode(args.load.into())
         .threads(args.threads)
-        .build()?;
+        .build();
+    let mut module = crate::load::naming_file(module, &args.file, &[])?;
     let meta = module.method_meta(&args.method)?;
     for (k, call) in calls.iter().enumerate() {
         if call.len() != meta.inputs.len() {

@@ -2,7 +2,8 @@
 //! `gemm` crate and a naive loop.
 //!
 //! Decode (one token) reports weight bytes per second; prefill reports flop/s (the
-//! "elements" criterion prints are flops). Run with
+//! "elements" criterion prints are flops). The weights sit on transparent huge pages
+//! for every contender, as the runner loads a program's weights. Run with
 //! `cargo bench -p etch-kernels --bench matmul -- --warm-up-time 1 --measurement-time 3`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -71,7 +72,10 @@ fn gemm_crate(
 fn bench_shape(c: &mut Criterion, name: &str, m: usize, k: usize, n: usize, with_naive: bool) {
     let threads = etch_kernels::default_threads();
     let x = data(m * k, 1);
-    let w = data(n * k, 2);
+    let w_vec = data(n * k, 2);
+    let w_shared = etch_memory::SharedBytes::copy_to_huge_pages(bytemuck::cast_slice(&w_vec))
+        .expect("huge-page weights");
+    let w: &[f32] = bytemuck::cast_slice(w_shared.as_slice());
     let mut g = c.benchmark_group(name);
     if m == 1 {
         g.throughput(Throughput::Bytes((n * k * 4) as u64));
@@ -81,7 +85,9 @@ fn bench_shape(c: &mut Criterion, name: &str, m: usize, k: usize, n: usize, with
     for t in [1, threads] {
         let mut h = Harness::with_pool(ThreadPool::new(t).unwrap());
         let xi = h.tensor(&[1, m, k], &x);
-        let wi = h.tensor(&[n, k], &w);
+        // Weights on huge pages, as `LoadMode::HugePages` (the runner's default) puts
+        // a program's weights.
+        let wi = h.tensor_huge_pages(&[n, k], w);
         let none = h.none();
         let out = h.out(ScalarType::Float, &[1, m, n]);
         g.bench_function(format!("etch/{t}t"), |b| {
@@ -93,7 +99,7 @@ fn bench_shape(c: &mut Criterion, name: &str, m: usize, k: usize, n: usize, with
     }
     let mut out = vec![0f32; m * n];
     g.bench_function("gemm-crate/1t", |b| {
-        b.iter(|| gemm_crate(&x, &w, &mut out, m, n, k, gemm::Parallelism::None))
+        b.iter(|| gemm_crate(&x, w, &mut out, m, n, k, gemm::Parallelism::None))
     });
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -101,13 +107,11 @@ fn bench_shape(c: &mut Criterion, name: &str, m: usize, k: usize, n: usize, with
         .unwrap();
     g.bench_function(format!("gemm-crate/{threads}t"), |b| {
         b.iter(|| {
-            pool.install(|| {
-                gemm_crate(&x, &w, &mut out, m, n, k, gemm::Parallelism::Rayon(threads))
-            })
+            pool.install(|| gemm_crate(&x, w, &mut out, m, n, k, gemm::Parallelism::Rayon(threads)))
         })
     });
     if with_naive {
-        g.bench_function("naive/1t", |b| b.iter(|| naive(&x, &w, &mut out, m, n, k)));
+        g.bench_function("naive/1t", |b| b.iter(|| naive(&x, w, &mut out, m, n, k)));
     }
     g.finish();
 }

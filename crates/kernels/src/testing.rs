@@ -108,6 +108,22 @@ impl Harness {
         self.tensor_raw(T::DTYPE, sizes, bytemuck::cast_slice(data))
     }
 
+    /// A read-only contiguous tensor holding `data` on transparent huge pages (as a
+    /// program's weights are when loaded with huge pages), for benchmarks.
+    pub fn tensor_huge_pages<T: Element>(&mut self, sizes: &[usize], data: &[T]) -> usize {
+        let bytes = bytemuck::cast_slice(data);
+        let shared = etch_memory::SharedBytes::copy_to_huge_pages(bytes).expect("huge-page buffer");
+        let region = self.storage.add_shared(shared);
+        let span = Span {
+            region,
+            offset: 0,
+            len: bytes.len(),
+        };
+        let t = Tensor::new(T::DTYPE, sizes, Some(span)).expect("valid test shape");
+        assert_eq!(t.nbytes(), bytes.len(), "data length must match the shape");
+        self.push(EValue::Tensor(t))
+    }
+
     /// A static contiguous tensor of `dtype` holding raw bytes (bool as 0/1 bytes).
     pub fn tensor_raw(&mut self, dtype: ScalarType, sizes: &[usize], bytes: &[u8]) -> usize {
         let span = self.region(bytes.len());

@@ -64,13 +64,21 @@ impl SharedBytes {
         if len == 0 {
             return Ok(SharedBytes::Static(&[]));
         }
-        let mut map = memmap2::MmapMut::map_anon(len)?;
-        #[cfg(target_os = "linux")]
-        {
-            // Advisory: without THP support the kernel keeps small pages.
-            let _ = map.advise(memmap2::Advice::HugePage);
-        }
+        let mut map = huge_page_map(len)?;
         file.read_exact(&mut map)?;
+        Ok(SharedBytes::Mapped(Arc::new(MappedFile {
+            map: Some(map.make_read_only()?),
+        })))
+    }
+
+    /// Copies `bytes` into fresh read-only memory on transparent huge pages where the OS
+    /// offers them (as [`SharedBytes::read_file_huge_pages`] does for a file).
+    pub fn copy_to_huge_pages(bytes: &[u8]) -> std::io::Result<Self> {
+        if bytes.is_empty() {
+            return Ok(SharedBytes::Static(&[]));
+        }
+        let mut map = huge_page_map(bytes.len())?;
+        map.copy_from_slice(bytes);
         Ok(SharedBytes::Mapped(Arc::new(MappedFile {
             map: Some(map.make_read_only()?),
         })))
@@ -81,6 +89,17 @@ impl SharedBytes {
     pub fn map_file(path: &Path, lock: bool) -> std::io::Result<Self> {
         Ok(SharedBytes::Mapped(Arc::new(MappedFile::open(path, lock)?)))
     }
+}
+
+/// `len` bytes of zeroed anonymous memory, advised to use transparent huge pages.
+fn huge_page_map(len: usize) -> std::io::Result<memmap2::MmapMut> {
+    let map = memmap2::MmapMut::map_anon(len)?;
+    #[cfg(target_os = "linux")]
+    {
+        // Advisory: without THP support the kernel keeps small pages.
+        let _ = map.advise(memmap2::Advice::HugePage);
+    }
+    Ok(map)
 }
 
 impl AsRef<[u8]> for SharedBytes {
@@ -138,6 +157,7 @@ mod tests {
             SharedBytes::read_file(&path).unwrap(),
             SharedBytes::map_file(&path, false).unwrap(),
             SharedBytes::read_file_huge_pages(&path).unwrap(),
+            SharedBytes::copy_to_huge_pages(&data).unwrap(),
         ] {
             assert_eq!(bytes.as_slice(), &data[..]);
         }

@@ -2,9 +2,10 @@
 //! the dot-product rows of the matrix-vector path.
 //!
 //! Each kernel has a safe scalar version (written lane-wise so compilers vectorise
-//! it) and, on x86-64, an AVX2+FMA version chosen at run time with
-//! `is_x86_feature_detected!`. Tests compare the two. Other architectures use the
-//! scalar versions.
+//! it) and a SIMD version per architecture, chosen at run time: AVX2+FMA on x86-64
+//! (`is_x86_feature_detected!`), NEON on aarch64 (`is_aarch64_feature_detected!`;
+//! NEON and FMA are part of the base aarch64 ABI, so in practice always). Tests compare
+//! every version the CPU supports with the scalar one.
 
 use half::{bf16, f16};
 
@@ -19,6 +20,8 @@ pub(crate) enum Isa {
     Scalar,
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    #[cfg(target_arch = "aarch64")]
+    Neon,
 }
 
 impl Isa {
@@ -33,6 +36,12 @@ impl Isa {
                 return Isa::Avx2;
             }
         }
+        #[cfg(target_arch = "aarch64")]
+        {
+            if std::arch::is_aarch64_feature_detected!("neon") {
+                return Isa::Neon;
+            }
+        }
         Isa::Scalar
     }
 
@@ -43,6 +52,12 @@ impl Isa {
         {
             if Isa::detect() == Isa::Avx2 {
                 return &[Isa::Scalar, Isa::Avx2];
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        {
+            if Isa::detect() == Isa::Neon {
+                return &[Isa::Scalar, Isa::Neon];
             }
         }
         &[Isa::Scalar]
@@ -86,6 +101,24 @@ pub(crate) fn micro_kernel(
                 // SAFETY: as above, with the local tile (row stride NR) as c.
                 unsafe {
                     x86::kernel_6x16(kc, a.as_ptr(), b.as_ptr(), tile.as_mut_ptr(), NR, false)
+                };
+                store_tile(&tile, c, ldc, rows, cols, accumulate);
+            }
+        }
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => {
+            if rows == MR && cols == NR {
+                // SAFETY: Isa::Neon is only chosen after NEON was detected; a and b hold
+                // kc*MR and kc*NR values, and c a full MR x NR tile at stride ldc
+                // (checked above).
+                unsafe {
+                    neon::kernel_6x16(kc, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), ldc, accumulate)
+                };
+            } else {
+                let mut tile = [0f32; MR * NR];
+                // SAFETY: as above, with the local tile (row stride NR) as c.
+                unsafe {
+                    neon::kernel_6x16(kc, a.as_ptr(), b.as_ptr(), tile.as_mut_ptr(), NR, false)
                 };
                 store_tile(&tile, c, ldc, rows, cols, accumulate);
             }
@@ -195,6 +228,8 @@ pub(crate) fn dot_rows<W: WeightElem>(isa: Isa, x: &[f32], w: &[W], ldw: usize, 
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => x86::dot_rows(x, w, ldw, out),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => neon::dot_rows(x, w, ldw, out),
         Isa::Scalar => {
             for (j, o) in out.iter_mut().enumerate() {
                 *o = dot_scalar(x, &w[j * ldw..j * ldw + k]);
@@ -407,6 +442,163 @@ mod x86 {
         while j < rows {
             // SAFETY: as above, for row j.
             out[j] = unsafe { dot1(x, wp.add(j * ldw)) };
+            j += 1;
+        }
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use std::any::TypeId;
+    use std::arch::aarch64::*;
+
+    use half::bf16;
+
+    use super::{MR, NR, WeightElem, dot_scalar};
+
+    /// NEON 6x16 micro-kernel: 24 accumulator registers (4 per row), four B vectors,
+    /// the A values broadcast from one load per step.
+    ///
+    /// # Safety
+    /// Needs NEON. `a` must hold `kc*MR` floats, `b` `kc*NR`, and `c` a full `MR x NR`
+    /// tile with row stride `ldc`.
+    #[target_feature(enable = "neon")]
+    pub(super) unsafe fn kernel_6x16(
+        kc: usize,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        accumulate: bool,
+    ) {
+        let mut acc = [[vdupq_n_f32(0.0); 4]; MR];
+        for k in 0..kc {
+            // SAFETY: k < kc, so the 16 B values and the 6 A values of step k are inside
+            // the panels.
+            let (bv, ak) = unsafe {
+                let bk = b.add(k * NR);
+                (
+                    [
+                        vld1q_f32(bk),
+                        vld1q_f32(bk.add(4)),
+                        vld1q_f32(bk.add(8)),
+                        vld1q_f32(bk.add(12)),
+                    ],
+                    a.add(k * MR),
+                )
+            };
+            for (r, row) in acc.iter_mut().enumerate() {
+                // SAFETY: r < MR, inside this step's A group.
+                let av = unsafe { *ak.add(r) };
+                for (reg, &bq) in row.iter_mut().zip(&bv) {
+                    *reg = vfmaq_n_f32(*reg, bq, av);
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (q, &v) in row.iter().enumerate() {
+                // SAFETY: the tile has MR rows of NR floats at stride ldc; q*4+4 <= NR.
+                unsafe {
+                    let p = c.add(r * ldc + 4 * q);
+                    let v = if accumulate {
+                        vaddq_f32(v, vld1q_f32(p))
+                    } else {
+                        v
+                    };
+                    vst1q_f32(p, v);
+                }
+            }
+        }
+    }
+
+    /// Loads 4 weights as f32 (f32 directly, bf16 by widening shifts, others lane by
+    /// lane).
+    ///
+    /// # Safety
+    /// Needs NEON; `p` must point at 4 readable elements of `W`.
+    #[inline]
+    #[target_feature(enable = "neon")]
+    unsafe fn load4<W: WeightElem>(p: *const W) -> float32x4_t {
+        // SAFETY: p points at 4 elements (caller); the type checks pick the layout.
+        unsafe {
+            if TypeId::of::<W>() == TypeId::of::<f32>() {
+                vld1q_f32(p as *const f32)
+            } else if TypeId::of::<W>() == TypeId::of::<bf16>() {
+                vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(p as *const u16)))
+            } else {
+                let v = [
+                    (*p).to_f32(),
+                    (*p.add(1)).to_f32(),
+                    (*p.add(2)).to_f32(),
+                    (*p.add(3)).to_f32(),
+                ];
+                vld1q_f32(v.as_ptr())
+            }
+        }
+    }
+
+    /// Dot products of `x` with 4 rows at once (shared loads of `x`, 8 accumulators).
+    ///
+    /// # Safety
+    /// Needs NEON; each `w[r]` must point at `x.len()` elements.
+    #[target_feature(enable = "neon")]
+    unsafe fn dot4<W: WeightElem>(x: &[f32], w: [*const W; 4]) -> [f32; 4] {
+        let k = x.len();
+        let xp = x.as_ptr();
+        let mut acc0 = [vdupq_n_f32(0.0); 4];
+        let mut acc1 = [vdupq_n_f32(0.0); 4];
+        let mut i = 0;
+        while i + 8 <= k {
+            // SAFETY: i + 8 <= k, inside x and every row.
+            unsafe {
+                let x0 = vld1q_f32(xp.add(i));
+                let x1 = vld1q_f32(xp.add(i + 4));
+                for r in 0..4 {
+                    acc0[r] = vfmaq_f32(acc0[r], load4(w[r].add(i)), x0);
+                    acc1[r] = vfmaq_f32(acc1[r], load4(w[r].add(i + 4)), x1);
+                }
+            }
+            i += 8;
+        }
+        let mut out = [0f32; 4];
+        for r in 0..4 {
+            let mut s = vaddvq_f32(vaddq_f32(acc0[r], acc1[r]));
+            for (j, &xv) in x.iter().enumerate().skip(i) {
+                // SAFETY: j < k = x.len(), inside row r.
+                s += xv * unsafe { *w[r].add(j) }.to_f32();
+            }
+            out[r] = s;
+        }
+        out
+    }
+
+    /// `out[j] = dot(x, w[j*ldw..][..k])`, 4 rows at a time.
+    pub(super) fn dot_rows<W: WeightElem>(x: &[f32], w: &[W], ldw: usize, out: &mut [f32]) {
+        let k = x.len();
+        let rows = out.len();
+        // Checked by the caller; re-checked here since the pointers below rely on it.
+        assert!(rows == 0 || w.len() >= (rows - 1) * ldw + k);
+        let wp = w.as_ptr();
+        let mut j = 0;
+        while j + 4 <= rows {
+            // SAFETY: NEON was detected before Isa::Neon was chosen; rows j..j+4 start
+            // at j*ldw and hold k elements each (assert above).
+            let r = unsafe {
+                dot4(
+                    x,
+                    [
+                        wp.add(j * ldw),
+                        wp.add((j + 1) * ldw),
+                        wp.add((j + 2) * ldw),
+                        wp.add((j + 3) * ldw),
+                    ],
+                )
+            };
+            out[j..j + 4].copy_from_slice(&r);
+            j += 4;
+        }
+        while j < rows {
+            out[j] = dot_scalar(x, &w[j * ldw..j * ldw + k]);
             j += 1;
         }
     }

@@ -520,6 +520,9 @@ pub enum Isa {
     /// AVX2 + FMA; only constructible through [`Isa::detect`].
     #[cfg(target_arch = "x86_64")]
     Avx2Fma(CpuSupport),
+    /// aarch64: NEON with fused multiply-adds (base ISA; vectorised by the compiler).
+    #[cfg(target_arch = "aarch64")]
+    Neon,
 }
 
 /// Proof that the running CPU supports an [`Isa`] (private constructor).
@@ -534,6 +537,10 @@ impl Isa {
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
             return Isa::Avx2Fma(CpuSupport(()));
+        }
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            return Isa::Neon;
         }
         Isa::Portable
     }
@@ -813,6 +820,8 @@ impl<Q: Rows, K: Rows, V: Rows> Job<'_, Q, K, V> {
                 // AVX2 and FMA support on this CPU (its token cannot be built elsewhere).
                 unsafe { item_avx2(self, ws, item, keys, sink) }
             }
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => item_generic::<math::Fused, Q, K, V, O>(self, ws, item, keys, sink),
             Isa::Portable => item_generic::<Plain, Q, K, V, O>(self, ws, item, keys, sink),
         }
     }

@@ -1,0 +1,246 @@
+//! The `etch` binary end to end: good runs print what they promise, bad input ends in
+//! a one-line error and exit status 1 (never a panic, whose status is 101).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn fixture(name: &str) -> PathBuf {
+    root().join("tests/fixtures").join(name)
+}
+
+fn etch(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_etch"))
+        .args(args)
+        .output()
+        .expect("run etch")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Exit status 1 and an `error:` line that contains `needle`.
+fn assert_fails_with(o: &Output, needle: &str) {
+    let err = stderr(o);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "status {:?}, stderr: {err}",
+        o.status
+    );
+    assert!(err.contains("error:"), "no error line: {err}");
+    assert!(err.contains(needle), "{needle:?} not in: {err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
+}
+
+/// GPT-2's printable stand-in for each byte, as byte-level BPE tokenizers spell them.
+fn byte_char(b: u8) -> char {
+    let keeps = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
+    if keeps(b) {
+        return char::from(b);
+    }
+    let shifted = (0..b).filter(|&x| !keeps(x)).count() as u32;
+    char::from_u32(256 + shifted).expect("valid char")
+}
+
+/// A byte-level `tokenizer.json` with one token per byte (ids 0..256, no merges) plus
+/// `extra` word tokens after them.
+fn byte_tokenizer(dir: &Path, extra: usize) -> PathBuf {
+    let mut vocab = serde_json::Map::new();
+    for b in 0..=255u8 {
+        vocab.insert(byte_char(b).to_string(), (b as u64).into());
+    }
+    for i in 0..extra {
+        vocab.insert(format!("extra{i}"), (256 + i as u64).into());
+    }
+    let json = serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [],
+        "normalizer": null,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                  "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                  "vocab": vocab, "merges": []}
+    });
+    let path = dir.join(format!("tokenizer_{extra}.json"));
+    std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+    path
+}
+
+fn tiny_llama() -> String {
+    fixture("tiny_llama_fp32.pte").display().to_string()
+}
+
+#[test]
+fn inspect_prints_text_and_json() {
+    let o = etch(&["inspect", &fixture("linear.pte").display().to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("forward"));
+    let o = etch(&["inspect", "--json", &tiny_llama()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("inspect --json is JSON");
+    assert!(v.is_object());
+}
+
+#[test]
+fn inspect_rejects_missing_and_corrupt_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.pte");
+    assert_fails_with(
+        &etch(&["inspect", &missing.display().to_string()]),
+        "nope.pte",
+    );
+
+    let bytes = std::fs::read(fixture("linear.pte")).unwrap();
+    let truncated = dir.path().join("truncated.pte");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 3]).unwrap();
+    let o = etch(&["inspect", &truncated.display().to_string()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+
+    let mut garbled = bytes.clone();
+    for b in garbled.iter_mut().skip(8).step_by(7) {
+        *b ^= 0x5A;
+    }
+    let garbled_path = dir.path().join("garbled.pte");
+    std::fs::write(&garbled_path, &garbled).unwrap();
+    let o = etch(&["inspect", &garbled_path.display().to_string()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+
+    let not_pte = dir.path().join("text.pte");
+    std::fs::write(&not_pte, b"hello, this is not a program").unwrap();
+    assert_fails_with(
+        &etch(&["inspect", &not_pte.display().to_string()]),
+        "text.pte",
+    );
+}
+
+#[test]
+fn run_rejects_bad_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let pte = tiny_llama();
+    // a garbage .npy
+    let bad = dir.path().join("bad.npy");
+    std::fs::write(&bad, b"\x93NUMPY\x01\x00garbage").unwrap();
+    let o = etch(&[
+        "run",
+        &pte,
+        "--input",
+        &bad.display().to_string(),
+        "--input",
+        "0",
+    ]);
+    assert_fails_with(&o, "bad.npy");
+    // too few inputs
+    let tokens = fixture("tiny_llama_fp32/call0.in0.npy")
+        .display()
+        .to_string();
+    let o = etch(&["run", &pte, "--input", &tokens]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    // a method that does not exist
+    let o = etch(&["run", &pte, "--method", "no_such_method"]);
+    assert_fails_with(&o, "no_such_method");
+}
+
+#[test]
+fn run_writes_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = etch(&[
+        "run",
+        &tiny_llama(),
+        "--input",
+        &fixture("tiny_llama_fp32/call0.in0.npy")
+            .display()
+            .to_string(),
+        "--input",
+        &fixture("tiny_llama_fp32/call0.in1.npy")
+            .display()
+            .to_string(),
+        "--output-dir",
+        &dir.path().display().to_string(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("run --json is JSON");
+    assert!(v.is_object());
+    assert!(dir.path().join("out0.npy").exists());
+}
+
+#[test]
+fn generate_json_has_the_promised_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = byte_tokenizer(dir.path(), 0);
+    let o = etch(&[
+        "generate",
+        "--model",
+        &tiny_llama(),
+        "--tokenizer",
+        &tok.display().to_string(),
+        "--prompt",
+        "hello",
+        "--max-new-tokens",
+        "4",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("generate --json is JSON");
+    assert_eq!(v["prompt_token_ids"].as_array().map(Vec::len), Some(5));
+    assert!(v["generated_token_ids"].is_array());
+    assert!(v["text"].is_string());
+    for key in [
+        "load_ms",
+        "time_to_first_token_ms",
+        "prefill_tokens_per_second",
+        "decode_tokens_per_second",
+        "peak_rss_bytes",
+        "heap_allocations_per_decoded_token",
+    ] {
+        assert!(v["stats"][key].is_number(), "stats.{key} missing: {v}");
+    }
+}
+
+#[test]
+fn generate_rejects_bad_prompts_and_tokenizers() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = byte_tokenizer(dir.path(), 0).display().to_string();
+    let model = tiny_llama();
+    let base = ["generate", "--model", model.as_str(), "--tokenizer"];
+
+    let o = etch(&[&base[..], &[tok.as_str(), "--prompt", ""]].concat());
+    assert_fails_with(&o, "empty");
+
+    // the tiny model's context is 64 tokens; one byte is one token here
+    let long = "x".repeat(200);
+    let o = etch(&[&base[..], &[tok.as_str(), "--prompt", long.as_str()]].concat());
+    assert_fails_with(&o, "context");
+
+    let missing = dir.path().join("missing.json").display().to_string();
+    let o = etch(&[&base[..], &[missing.as_str(), "--prompt", "hi"]].concat());
+    assert_fails_with(&o, "missing.json");
+
+    // 256 bytes + 5000 words: far more ids than the model's 256
+    let big = byte_tokenizer(dir.path(), 5000).display().to_string();
+    let o = etch(&[&base[..], &[big.as_str(), "--prompt", "hi"]].concat());
+    assert_fails_with(&o, "does not match");
+
+    let o = etch(
+        &[
+            &base[..],
+            &[tok.as_str(), "--prompt", "hi", "--temperature", "-1"],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        o.status.code().map(|c| c != 0 && c != 101),
+        Some(true),
+        "{}",
+        stderr(&o)
+    );
+}
