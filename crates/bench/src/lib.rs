@@ -5,6 +5,30 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
+/// `n` f32 equal to `value` in anonymous memory advised to use transparent huge pages
+/// (Linux), as etch keeps a program's weights: the bandwidth figures then measure the
+/// memory, not TLB misses.
+pub struct HugeArray(memmap2::MmapMut);
+
+impl HugeArray {
+    pub fn filled(n: usize, value: f32) -> HugeArray {
+        let map = memmap2::MmapMut::map_anon(n * 4).expect("anonymous map");
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(memmap2::Advice::HugePage);
+        let mut a = HugeArray(map);
+        a.as_mut_slice().fill(value);
+        a
+    }
+
+    pub fn as_slice(&self) -> &[f32] {
+        bytemuck::cast_slice(&self.0)
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [f32] {
+        bytemuck::cast_slice_mut(&mut self.0)
+    }
+}
+
 /// Best-of-`reps` bandwidth of `a[i] = b[i] + s * c[i]` over `n` f32 elements per array,
 /// in bytes per second (12 bytes move per element), on `threads` threads.
 pub fn triad_bandwidth(n: usize, reps: usize, threads: usize) -> f64 {
@@ -12,9 +36,10 @@ pub fn triad_bandwidth(n: usize, reps: usize, threads: usize) -> f64 {
         .num_threads(threads)
         .build()
         .expect("thread pool");
-    let mut a = vec![0f32; n];
-    let b = vec![1f32; n];
-    let c = vec![2f32; n];
+    let mut a = HugeArray::filled(n, 0.0);
+    let b = HugeArray::filled(n, 1.0);
+    let c = HugeArray::filled(n, 2.0);
+    let (a, b, c) = (a.as_mut_slice(), b.as_slice(), c.as_slice());
     let chunk = 1 << 16;
     let mut best = f64::MAX;
     pool.install(|| {
@@ -43,7 +68,8 @@ pub fn read_bandwidth(n: usize, reps: usize, threads: usize) -> f64 {
         .num_threads(threads)
         .build()
         .expect("thread pool");
-    let b: Vec<f32> = (0..n).map(|i| (i % 7) as f32).collect();
+    let b = HugeArray::filled(n, 1.5);
+    let b = b.as_slice();
     let chunk = 1 << 16;
     let mut best = f64::MAX;
     let mut total = 0f32;
