@@ -189,8 +189,11 @@ for t in threads:
     if not hw or not weight_bytes:
         continue
     bw, flops = hw["triad_bytes_per_second"], hw["fma_f32_flops"]
+    read = hw.get("read_bytes_per_second")
     dec_limit = bw / weight_bytes
-    line = (f"- {t} thread(s): triad {bw / 1e9:.1f} GB/s, FMA peak {flops / 1e9:.1f} GFLOP/s. Decode bound "
+    line = (f"- {t} thread(s): triad {bw / 1e9:.1f} GB/s"
+            + (f" (read-only {read / 1e9:.1f} GB/s, bound {read / weight_bytes:.1f} tok/s)" if read else "")
+            + f", FMA peak {flops / 1e9:.1f} GFLOP/s. Decode bound from the triad "
             f"{dec_limit:.1f} tok/s ({weight_bytes / 2**20:.0f} MiB of weights per token)")
     pre_limit = flops / (2 * layer_params) if layer_params else None
     if pre_limit:
