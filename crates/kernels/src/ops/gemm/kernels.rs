@@ -238,6 +238,30 @@ pub(crate) fn dot_rows<W: WeightElem>(isa: Isa, x: &[f32], w: &[W], ldw: usize, 
     }
 }
 
+/// Runs `out[j] = dot(x, row j)` over rows of `k` weights at stride `ldw`: `four` on
+/// each full group of 4 rows, `one` on the rows left over. Every row is handed over as
+/// a slice of exactly `k` elements, which the SIMD versions rely on.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn by_four_rows<W: WeightElem>(
+    k: usize,
+    w: &[W],
+    ldw: usize,
+    out: &mut [f32],
+    four: impl Fn([&[W]; 4]) -> [f32; 4],
+    one: impl Fn(&[W]) -> f32,
+) {
+    let row = |j: usize| &w[j * ldw..j * ldw + k];
+    let done = out.len() / 4 * 4;
+    let (full, rest) = out.split_at_mut(done);
+    for (g, dst) in full.chunks_exact_mut(4).enumerate() {
+        let j = 4 * g;
+        dst.copy_from_slice(&four([row(j), row(j + 1), row(j + 2), row(j + 3)]));
+    }
+    for (i, o) in rest.iter_mut().enumerate() {
+        *o = one(row(done + i));
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::any::TypeId;
@@ -416,34 +440,17 @@ mod x86 {
 
     /// `out[j] = dot(x, w[j*ldw..][..k])`, 4 rows at a time.
     pub(super) fn dot_rows<W: WeightElem>(x: &[f32], w: &[W], ldw: usize, out: &mut [f32]) {
-        let k = x.len();
-        let rows = out.len();
-        // Checked by the caller; re-checked here since the pointers below rely on it.
-        assert!(rows == 0 || w.len() >= (rows - 1) * ldw + k);
-        let wp = w.as_ptr();
-        let mut j = 0;
-        while j + 4 <= rows {
-            // SAFETY: AVX2/FMA/F16C were detected before Isa::Avx2 was chosen; rows j..j+4
-            // start at j*ldw and hold k elements each (assert above).
-            let r = unsafe {
-                dot4(
-                    x,
-                    [
-                        wp.add(j * ldw),
-                        wp.add((j + 1) * ldw),
-                        wp.add((j + 2) * ldw),
-                        wp.add((j + 3) * ldw),
-                    ],
-                )
-            };
-            out[j..j + 4].copy_from_slice(&r);
-            j += 4;
-        }
-        while j < rows {
-            // SAFETY: as above, for row j.
-            out[j] = unsafe { dot1(x, wp.add(j * ldw)) };
-            j += 1;
-        }
+        super::by_four_rows(
+            x.len(),
+            w,
+            ldw,
+            out,
+            // SAFETY: AVX2/FMA/F16C were detected before Isa::Avx2 was chosen; each row
+            // slice holds x.len() elements.
+            |r| unsafe { dot4(x, r.map(<[W]>::as_ptr)) },
+            // SAFETY: as above, for one row.
+            |r| unsafe { dot1(x, r.as_ptr()) },
+        )
     }
 }
 
@@ -574,33 +581,16 @@ mod neon {
 
     /// `out[j] = dot(x, w[j*ldw..][..k])`, 4 rows at a time.
     pub(super) fn dot_rows<W: WeightElem>(x: &[f32], w: &[W], ldw: usize, out: &mut [f32]) {
-        let k = x.len();
-        let rows = out.len();
-        // Checked by the caller; re-checked here since the pointers below rely on it.
-        assert!(rows == 0 || w.len() >= (rows - 1) * ldw + k);
-        let wp = w.as_ptr();
-        let mut j = 0;
-        while j + 4 <= rows {
-            // SAFETY: NEON was detected before Isa::Neon was chosen; rows j..j+4 start
-            // at j*ldw and hold k elements each (assert above).
-            let r = unsafe {
-                dot4(
-                    x,
-                    [
-                        wp.add(j * ldw),
-                        wp.add((j + 1) * ldw),
-                        wp.add((j + 2) * ldw),
-                        wp.add((j + 3) * ldw),
-                    ],
-                )
-            };
-            out[j..j + 4].copy_from_slice(&r);
-            j += 4;
-        }
-        while j < rows {
-            out[j] = dot_scalar(x, &w[j * ldw..j * ldw + k]);
-            j += 1;
-        }
+        super::by_four_rows(
+            x.len(),
+            w,
+            ldw,
+            out,
+            // SAFETY: NEON was detected before Isa::Neon was chosen; each row slice holds
+            // x.len() elements.
+            |r| unsafe { dot4(x, r.map(<[W]>::as_ptr)) },
+            |r| dot_scalar(x, r),
+        )
     }
 }
 
