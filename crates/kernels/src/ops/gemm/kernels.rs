@@ -86,50 +86,38 @@ pub(crate) fn micro_kernel(
         return;
     }
     assert!(rows <= MR && cols <= NR && c.len() >= (rows - 1) * ldc + cols);
-    match isa {
+    // The SIMD kernel of this ISA: it needs its instruction set, `kc*MR` values at `a`,
+    // `kc*NR` at `b`, and a full MR x NR tile at `c` with row stride `ldc`.
+    let simd: Option<SimdKernel> = match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => {
-            if rows == MR && cols == NR {
-                // SAFETY: the CPU has AVX2 and FMA (Isa::Avx2 is only chosen after
-                // detection); a and b hold kc*MR and kc*NR values, and c holds a full
-                // MR x NR tile at row stride ldc (checked above).
-                unsafe {
-                    x86::kernel_6x16(kc, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), ldc, accumulate)
-                };
-            } else {
-                let mut tile = [0f32; MR * NR];
-                // SAFETY: as above, with the local tile (row stride NR) as c.
-                unsafe {
-                    x86::kernel_6x16(kc, a.as_ptr(), b.as_ptr(), tile.as_mut_ptr(), NR, false)
-                };
-                store_tile(&tile, c, ldc, rows, cols, accumulate);
-            }
-        }
+        Isa::Avx2 => Some(x86::kernel_6x16),
         #[cfg(target_arch = "aarch64")]
-        Isa::Neon => {
-            if rows == MR && cols == NR {
-                // SAFETY: Isa::Neon is only chosen after NEON was detected; a and b hold
-                // kc*MR and kc*NR values, and c a full MR x NR tile at stride ldc
-                // (checked above).
-                unsafe {
-                    neon::kernel_6x16(kc, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), ldc, accumulate)
-                };
-            } else {
-                let mut tile = [0f32; MR * NR];
-                // SAFETY: as above, with the local tile (row stride NR) as c.
-                unsafe {
-                    neon::kernel_6x16(kc, a.as_ptr(), b.as_ptr(), tile.as_mut_ptr(), NR, false)
-                };
-                store_tile(&tile, c, ldc, rows, cols, accumulate);
-            }
+        Isa::Neon => Some(neon::kernel_6x16),
+        Isa::Scalar => None,
+    };
+    match simd {
+        Some(kernel) if rows == MR && cols == NR => {
+            // SAFETY: a SIMD Isa is only chosen after its instructions were detected;
+            // a and b hold kc*MR and kc*NR values, and c holds a full MR x NR tile at
+            // row stride ldc (checked above).
+            unsafe { kernel(kc, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), ldc, accumulate) };
         }
-        Isa::Scalar => {
+        Some(kernel) => {
+            let mut tile = [0f32; MR * NR];
+            // SAFETY: as above, with the local tile (row stride NR) as c.
+            unsafe { kernel(kc, a.as_ptr(), b.as_ptr(), tile.as_mut_ptr(), NR, false) };
+            store_tile(&tile, c, ldc, rows, cols, accumulate);
+        }
+        None => {
             let mut tile = [0f32; MR * NR];
             kernel_scalar(kc, a, b, &mut tile);
             store_tile(&tile, c, ldc, rows, cols, accumulate);
         }
     }
 }
+
+/// A SIMD micro-kernel: `(kc, a, b, c, ldc, accumulate)`, see [`micro_kernel`].
+type SimdKernel = unsafe fn(usize, *const f32, *const f32, *mut f32, usize, bool);
 
 fn store_tile(
     tile: &[f32; MR * NR],
