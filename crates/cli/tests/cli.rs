@@ -244,3 +244,39 @@ fn generate_rejects_bad_prompts_and_tokenizers() {
         stderr(&o)
     );
 }
+
+#[test]
+fn load_mode_is_checked_and_every_mode_runs() {
+    let pte = tiny_llama();
+    let o = etch(&[
+        "run",
+        &pte,
+        "--load",
+        "bogus",
+        "--method",
+        "get_max_seq_len",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "clap usage error expected: {err}");
+    assert!(
+        err.contains("huge-pages"),
+        "the valid modes are listed: {err}"
+    );
+    for mode in ["mmap", "mmap-locked", "read", "huge-pages"] {
+        let o = etch(&[
+            "run",
+            &pte,
+            "--load",
+            mode,
+            "--method",
+            "get_max_seq_len",
+            "--json",
+        ]);
+        if mode == "mmap-locked" && !o.status.success() {
+            // mlock may exceed this machine's lock limit; it must then fail cleanly.
+            assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+            continue;
+        }
+        assert!(o.status.success(), "--load {mode}: {}", stderr(&o));
+    }
+}
