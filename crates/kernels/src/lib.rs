@@ -5,6 +5,7 @@
 //! bytes, scratch, pool) and the instruction's [`Args`]. Arguments follow ExecuTorch's
 //! calling convention: every schema argument in order, then the return value(s).
 
+pub mod backend;
 mod context;
 mod element;
 mod error;
@@ -15,6 +16,7 @@ pub mod testing;
 mod threadpool;
 mod value;
 
+pub use backend::{Backend, BackendError, BackendInitContext, DelegateHandle, DelegateSummary};
 pub use context::KernelContext;
 pub use element::Element;
 pub use error::{KernelError, ShapeError};
