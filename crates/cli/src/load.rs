@@ -21,7 +21,7 @@ impl From<LoadArg> for LoadMode {
         match a {
             LoadArg::Mmap => LoadMode::Mmap,
             LoadArg::MmapLocked => LoadMode::MmapLocked,
-            LoadArg::Read => LoadMode::File,
+            LoadArg::Read => LoadMode::Read,
             LoadArg::HugePages => LoadMode::HugePages,
         }
     }

@@ -174,7 +174,8 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         for _ in 0..args.repeat {
             let start = Instant::now();
             module
-                .run(&args.method)
+                .method_mut(&args.method)?
+                .execute()
                 .with_context(|| format!("call {k}"))?;
             times.push(start.elapsed());
         }

@@ -95,6 +95,25 @@ pub struct DelegateSummary {
     pub backend: String,
     /// Bytes of the processed payload.
     pub payload_bytes: usize,
+    /// The payload's nodes counted by kind, as the backend reports them after init
+    /// (empty until a runtime has initialised the delegate).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<DelegateNodeCount>,
+    /// Bytes of weights the initialised delegate holds in its packed layouts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packed_bytes: Option<usize>,
+    /// Why the delegate could not be initialised, when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// How many nodes of one kind a delegate's graph holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DelegateNodeCount {
+    /// Node kind, e.g. `FullyConnected`.
+    pub kind: String,
+    /// Number of nodes of that kind.
+    pub count: usize,
 }
 
 impl ProgramSummary {
@@ -248,6 +267,9 @@ impl MethodSummary {
                 .map(|d| DelegateSummary {
                     backend: d.id.clone(),
                     payload_bytes: program.delegate_data(&d.processed).map_or(0, |r| r.len),
+                    nodes: Vec::new(),
+                    packed_bytes: None,
+                    error: None,
                 })
                 .collect(),
         }
@@ -293,8 +315,28 @@ impl MethodSummary {
                 let _ = writeln!(out, "  {name:<width$}  {calls:>5}");
             }
         }
-        for d in &self.delegates {
-            let _ = writeln!(out, "  delegate {}: {} bytes", d.backend, d.payload_bytes);
+        for (i, d) in self.delegates.iter().enumerate() {
+            let _ = write!(
+                out,
+                "  delegate {i} {}: {} bytes",
+                d.backend, d.payload_bytes
+            );
+            if let Some(packed) = d.packed_bytes {
+                let _ = write!(out, ", {packed} bytes packed");
+            }
+            if let Some(e) = &d.error {
+                let _ = write!(out, " (not initialised: {e})");
+            }
+            let _ = writeln!(out);
+            if !d.nodes.is_empty() {
+                let total: usize = d.nodes.iter().map(|n| n.count).sum();
+                let kinds: Vec<String> = d
+                    .nodes
+                    .iter()
+                    .map(|n| format!("{} {}", n.kind, n.count))
+                    .collect();
+                let _ = writeln!(out, "    {total} nodes: {}", kinds.join(", "));
+            }
         }
     }
 }

@@ -46,7 +46,10 @@ fn summary_of_sample_program() {
         m.delegates,
         [DelegateSummary {
             backend: "TestBackend".into(),
-            payload_bytes: 5
+            payload_bytes: 5,
+            nodes: Vec::new(),
+            packed_bytes: None,
+            error: None,
         }]
     );
     let meta = &s.methods[1];
@@ -76,7 +79,7 @@ fn summary_serialises_and_renders() {
         "aten::add.out",
         "Tensor",
         "[2, 3]",
-        "delegate TestBackend: 5 bytes",
+        "delegate 0 TestBackend: 5 bytes",
         "method get_n",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");

@@ -5,9 +5,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use etch_format::ScalarType;
-use etch_memory::allocator::CachingAllocator;
 use etch_memory::counting::{CountingAllocator, count_allocations};
-use etch_runtime::{LoadMode, Module};
+use etch_runtime::{LoadMode, Method, Module};
 use half::{bf16, f16};
 
 use crate::{
@@ -92,6 +91,8 @@ pub struct Generation {
 /// A loaded model plus tokenizer, ready to generate.
 pub struct Runner {
     module: Module,
+    /// The session of the model method, held directly: no lookup per token.
+    session: Method,
     method: String,
     metadata: LlmMetadata,
     tokenizer: Box<dyn Tokenizer>,
@@ -121,7 +122,7 @@ impl Runner {
         let module = Module::from_path(model)
             .load_mode(options.load_mode)
             .threads(options.threads)
-            .temp_allocator(Box::new(CachingAllocator::new(options.temp_cache_bytes)))
+            .temp_cache_bytes(options.temp_cache_bytes)
             .build()?;
         Self::from_parts(module, tokenizer, &options.method, start)
     }
@@ -158,10 +159,11 @@ impl Runner {
         if eos_ids.is_empty() {
             eos_ids = tokenizer.eos_ids().into_iter().map(u64::from).collect();
         }
-        module.load_method(&method)?;
+        let session = module.take_method(&method)?;
         let chunk = metadata.max_prefill_chunk;
         Ok(Self {
             module,
+            session,
             method,
             vocab,
             logits: vec![0.0; vocab],
@@ -176,9 +178,15 @@ impl Runner {
         })
     }
 
-    /// The underlying module (for profiling and inspection).
+    /// The underlying module (metadata methods; the model method's session is
+    /// [`Runner::session_mut`]).
     pub fn module_mut(&mut self) -> &mut Module {
         &mut self.module
+    }
+
+    /// The session that runs the model method (for profiling and inspection).
+    pub fn session_mut(&mut self) -> &mut Method {
+        &mut self.session
     }
 
     /// The name of the method that runs the model.
@@ -245,7 +253,7 @@ impl Runner {
             }
             self.token_buf.push(t as i64);
         }
-        let method = self.module.method_mut(&self.method)?;
+        let method = &mut self.session;
         method.set_input_tensor(
             0,
             ScalarType::Long,
@@ -273,8 +281,7 @@ impl Runner {
                 )?;
             }
         }
-        self.module.run(&self.method)?;
-        let method = self.module.method_mut(&self.method)?;
+        method.execute()?;
         let out = method.output_tensor(0)?;
         let sizes = out.tensor.sizes();
         let row = *sizes.last().unwrap_or(&0);
@@ -434,8 +441,8 @@ impl Runner {
             && counted_steps > 0)
             .then(|| counted_allocs as f64 / counted_steps as f64);
         stats.peak_rss_bytes = peak_rss_bytes();
-        stats.planned_bytes = self.module.planned_bytes();
-        let temp = self.module.temp_allocator_stats();
+        stats.planned_bytes = self.session.planned_bytes() + self.module.planned_bytes();
+        let temp = self.session.temp_allocator_stats();
         stats.temp_allocator_hits = temp.hits;
         stats.temp_allocator_misses = temp.misses;
         stats.temp_allocator_peak_bytes = temp.peak_bytes_live;

@@ -1,7 +1,7 @@
 //! The runtime's error type.
 
 use etch_format::{FormatError, ScalarType};
-use etch_kernels::{KernelError, ShapeError};
+use etch_kernels::{BackendError, KernelError, ShapeError};
 use etch_memory::{AccessError, AllocError, PlanError};
 
 /// Why loading or running a method failed.
@@ -50,6 +50,22 @@ pub enum RuntimeError {
         method: String,
         instruction: usize,
         backend: String,
+    },
+    #[error("method {method:?}, delegate {delegate} ({backend}): {source}")]
+    DelegateInit {
+        method: String,
+        delegate: usize,
+        backend: String,
+        #[source]
+        source: BackendError,
+    },
+    #[error("method {method:?}, instruction {instruction} (delegate {backend}): {source}")]
+    Delegate {
+        method: String,
+        instruction: usize,
+        backend: String,
+        #[source]
+        source: KernelError,
     },
     #[error("method {method:?}, instruction {instruction}: {what}")]
     Instruction {

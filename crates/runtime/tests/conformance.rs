@@ -193,7 +193,7 @@ fn conformance() {
     for f in &manifest.fixtures {
         // Every load mode reaches the same bytes; each is exercised on every fixture.
         let runs = [
-            (1, LoadMode::File),
+            (1, LoadMode::Read),
             (2, LoadMode::HugePages),
             (1, LoadMode::Mmap),
         ];

@@ -49,7 +49,7 @@ pub fn tokens(file: &Path) -> Vec<u64> {
 
 pub fn runner(threads: usize) -> Runner {
     let module = Module::from_path(fixtures().join("tiny_llama_fp32.pte"))
-        .load_mode(LoadMode::File)
+        .load_mode(LoadMode::Read)
         .threads(threads)
         .build()
         .expect("fixture loads");

@@ -6,39 +6,52 @@ use std::time::Instant;
 use etch_memory::counting::CountingAllocator;
 use etch_memory::{MemoryAllocator, TempScope};
 
-use super::{MAX_INSTRUCTIONS, Method, Step};
+use std::sync::Arc;
+
+use super::{MAX_INSTRUCTIONS, Method, MethodPlan, MethodStats, Step};
 use crate::RuntimeError;
 
 impl Method {
-    /// Runs every instruction once, in order. Every input must have been set.
+    /// Runs every instruction once, in order, on the session's thread pool (entered
+    /// once per call; a no-op when the caller already runs on it). Every input must have
+    /// been set.
     ///
-    /// Kernel scratch comes from `temp` (heap fallback, counted, when `None`), which is
-    /// reset at the start and after every instruction, as upstream: scratch never
-    /// outlives one kernel call.
-    pub fn execute(
-        &mut self,
-        mut temp: Option<&mut dyn MemoryAllocator>,
-    ) -> Result<(), RuntimeError> {
+    /// Kernel scratch comes from the session's temp allocator (heap fallback, counted,
+    /// when it has none), which is reset at the start and after every instruction, as
+    /// upstream: scratch never outlives one kernel call.
+    pub fn execute(&mut self) -> Result<(), RuntimeError> {
+        let pool = Arc::clone(&self.pool);
+        pool.install(|| self.execute_here())
+    }
+
+    fn execute_here(&mut self) -> Result<(), RuntimeError> {
         if let Some(index) = self.input_set.iter().position(|set| !set) {
             return Err(RuntimeError::InputNotSet {
-                method: self.name.clone(),
+                method: self.plan.name.clone(),
                 index,
             });
         }
-        if let Some(t) = temp.as_deref_mut() {
-            t.reset();
-        }
         let Method {
-            name,
+            plan,
             values,
             storage,
-            steps,
-            operator_names,
             pool,
+            temp,
             stats,
             profile,
             ..
         } = self;
+        let MethodPlan {
+            name,
+            steps,
+            operator_names,
+            delegates,
+            ..
+        } = &**plan;
+        let mut temp: Option<&mut dyn MemoryAllocator> = temp.as_deref_mut();
+        if let Some(t) = temp.as_deref_mut() {
+            t.reset();
+        }
         let mut pc = 0usize;
         let mut executed = 0usize;
         while pc < steps.len() {
@@ -59,11 +72,7 @@ impl Method {
                     let ctx = KernelContext::new(storage.access(), scope, pool);
                     let mut a = Args::new(values, args);
                     let r = kernel(&ctx, &mut a);
-                    let scratch = ctx.scratch_stats();
-                    drop(ctx);
-                    stats.scratch_allocations += scratch.allocations;
-                    stats.scratch_fallbacks += scratch.fallbacks;
-                    stats.peak_scratch_bytes = stats.peak_scratch_bytes.max(scratch.bytes);
+                    record_scratch(stats, &ctx);
                     r.map_err(|source| RuntimeError::Kernel {
                         method: name.clone(),
                         instruction: pc,
@@ -71,11 +80,20 @@ impl Method {
                         source,
                     })
                 }
-                Step::Delegate { backend } => Err(RuntimeError::DelegateUnavailable {
-                    method: name.clone(),
-                    instruction: pc,
-                    backend: backend.clone(),
-                }),
+                Step::Delegate { delegate, args } => {
+                    let loaded = &delegates[*delegate];
+                    let scope = TempScope::new(temp.as_deref().map(|t| t as &dyn MemoryAllocator));
+                    let ctx = KernelContext::new(storage.access(), scope, pool);
+                    let mut a = Args::new(values, args);
+                    let r = loaded.handle.execute(&ctx, &mut a);
+                    record_scratch(stats, &ctx);
+                    r.map_err(|source| RuntimeError::Delegate {
+                        method: name.clone(),
+                        instruction: pc,
+                        backend: loaded.backend.clone(),
+                        source,
+                    })
+                }
                 Step::Move { from, to } => match values.get(*from).cloned() {
                     Some(v) if *to < values.len() => {
                         values[*to] = v;
@@ -117,6 +135,13 @@ impl Method {
         stats.instructions += executed as u64;
         Ok(())
     }
+}
+
+fn record_scratch(stats: &mut MethodStats, ctx: &KernelContext<'_>) {
+    let scratch = ctx.scratch_stats();
+    stats.scratch_allocations += scratch.allocations;
+    stats.scratch_fallbacks += scratch.fallbacks;
+    stats.peak_scratch_bytes = stats.peak_scratch_bytes.max(scratch.bytes);
 }
 
 fn instruction_error(method: &str, instruction: usize, what: &str) -> RuntimeError {

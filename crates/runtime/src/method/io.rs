@@ -37,21 +37,22 @@ impl TensorView<'_> {
 impl Method {
     /// Number of inputs.
     pub fn input_count(&self) -> usize {
-        self.inputs.len()
+        self.plan.inputs.len()
     }
 
     /// Number of outputs.
     pub fn output_count(&self) -> usize {
-        self.outputs.len()
+        self.plan.outputs.len()
     }
 
     fn input_slot(&self, index: usize) -> Result<usize, RuntimeError> {
-        self.inputs
+        self.plan
+            .inputs
             .get(index)
             .copied()
             .ok_or_else(|| RuntimeError::InputCount {
-                method: self.name.clone(),
-                expected: self.inputs.len(),
+                method: self.plan.name.clone(),
+                expected: self.plan.inputs.len(),
                 got: index + 1,
             })
     }
@@ -68,7 +69,7 @@ impl Method {
         bytes: &[u8],
     ) -> Result<(), RuntimeError> {
         let slot = self.input_slot(index)?;
-        let method = &self.name;
+        let method = &self.plan.name;
         let mut t = match self.values.get(slot) {
             Some(EValue::Tensor(t)) => *t,
             other => {
@@ -153,7 +154,7 @@ impl Method {
             (EValue::String(a), Value::String(b)) => **a == **b,
             _ => {
                 return Err(RuntimeError::InputKind {
-                    method: self.name.clone(),
+                    method: self.plan.name.clone(),
                     index,
                     expected: current.kind().to_string(),
                     got: value.kind().to_string(),
@@ -162,7 +163,7 @@ impl Method {
         };
         if !same {
             return Err(RuntimeError::InputValue {
-                method: self.name.clone(),
+                method: self.plan.name.clone(),
                 index,
                 what: format!(
                     "scalar inputs are fixed at export: the program was traced with {current:?}, got {value:?}"
@@ -175,10 +176,10 @@ impl Method {
 
     /// Sets every input in order.
     pub fn set_inputs(&mut self, values: &[Value]) -> Result<(), RuntimeError> {
-        if values.len() != self.inputs.len() {
+        if values.len() != self.plan.inputs.len() {
             return Err(RuntimeError::InputCount {
-                method: self.name.clone(),
-                expected: self.inputs.len(),
+                method: self.plan.name.clone(),
+                expected: self.plan.inputs.len(),
                 got: values.len(),
             });
         }
@@ -191,18 +192,19 @@ impl Method {
     /// A view of tensor output `index` (or an error for a non-tensor output).
     pub fn output_tensor(&mut self, index: usize) -> Result<TensorView<'_>, RuntimeError> {
         let slot = *self
+            .plan
             .outputs
             .get(index)
             .ok_or_else(|| RuntimeError::OutputIndex {
-                method: self.name.clone(),
+                method: self.plan.name.clone(),
                 index,
-                count: self.outputs.len(),
+                count: self.plan.outputs.len(),
             })?;
         let t = match self.values.get(slot) {
             Some(EValue::Tensor(t)) => *t,
             other => {
                 return Err(RuntimeError::InputKind {
-                    method: self.name.clone(),
+                    method: self.plan.name.clone(),
                     index,
                     expected: "Tensor output".to_string(),
                     got: other.map_or("?", |v| v.kind()).to_string(),
@@ -217,14 +219,14 @@ impl Method {
                     ..span
                 })
                 .map_err(|source| RuntimeError::OutputAccess {
-                    method: self.name.clone(),
+                    method: self.plan.name.clone(),
                     index,
                     source,
                 })?,
             None if t.nbytes() == 0 => &[],
             None => {
                 return Err(RuntimeError::OutputAccess {
-                    method: self.name.clone(),
+                    method: self.plan.name.clone(),
                     index,
                     source: etch_memory::AccessError::UnknownRegion { region: u32::MAX },
                 });
@@ -236,12 +238,13 @@ impl Method {
     /// Output `index`, copied out.
     pub fn output(&mut self, index: usize) -> Result<Value, RuntimeError> {
         let slot = *self
+            .plan
             .outputs
             .get(index)
             .ok_or_else(|| RuntimeError::OutputIndex {
-                method: self.name.clone(),
+                method: self.plan.name.clone(),
                 index,
-                count: self.outputs.len(),
+                count: self.plan.outputs.len(),
             })?;
         Ok(match &self.values[slot] {
             EValue::None => Value::None,
@@ -252,7 +255,7 @@ impl Method {
             EValue::Tensor(_) => Value::Tensor(self.output_tensor(index)?.to_host()),
             other => {
                 return Err(RuntimeError::InputKind {
-                    method: self.name.clone(),
+                    method: self.plan.name.clone(),
                     index,
                     expected: "a tensor or scalar output".to_string(),
                     got: other.kind().to_string(),
@@ -263,6 +266,8 @@ impl Method {
 
     /// Every output, copied out.
     pub fn outputs(&mut self) -> Result<Vec<Value>, RuntimeError> {
-        (0..self.outputs.len()).map(|i| self.output(i)).collect()
+        (0..self.plan.outputs.len())
+            .map(|i| self.output(i))
+            .collect()
     }
 }

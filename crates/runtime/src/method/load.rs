@@ -3,13 +3,16 @@
 use std::sync::Arc;
 
 use etch_format::{
-    ExecutionPlan, Instruction, ProgramFile, TensorDataLocation, TensorMeta, Value as FileValue,
+    DataFile, ExecutionPlan, Instruction, ProgramFile, TensorDataLocation, TensorMeta,
+    Value as FileValue,
 };
-use etch_kernels::{EValue, Registry, Tensor, ThreadPool};
+use etch_kernels::backend::{BackendInitContext, CompileSpecRef};
+use etch_kernels::{BackendError, EValue, Registry, Tensor, ThreadPool};
 use etch_memory::{AlignedBuffer, MemoryAllocator, PlannedMemory, RegionId, Span, Storage};
 
-use super::{Method, MethodMeta, MethodStats, Step};
+use super::{LoadedDelegate, Method, MethodMeta, MethodPlan, MethodStats, Step};
 use crate::RuntimeError;
+use crate::backends::{BackendRegistry, ProgramNamedData};
 
 /// Alignment of the buffers that hold non-planned inputs.
 const INPUT_ALIGNMENT: usize = 64;
@@ -141,17 +144,17 @@ impl Loader<'_> {
     }
 }
 
-impl Method {
-    /// Loads method `name` of `file`: values initialised, constants bound zero-copy,
-    /// planned buffers allocated from `memory_allocator`, every operator resolved
-    /// against `registry` (all missing ones reported together).
+impl MethodPlan {
+    /// Resolves method `name` of `file`: every operator against `registry` (all missing
+    /// ones reported together) and every delegate against `backends`, whose `init` runs
+    /// here, once. Allocates no planned memory.
     pub fn load(
         file: &ProgramFile,
         name: &str,
         registry: &Registry,
-        memory_allocator: &Arc<dyn MemoryAllocator>,
-        pool: Arc<ThreadPool>,
-    ) -> Result<Method, RuntimeError> {
+        backends: &BackendRegistry,
+        data_files: &[DataFile],
+    ) -> Result<MethodPlan, RuntimeError> {
         let plan = file
             .plan(name)
             .ok_or_else(|| RuntimeError::MethodNotFound {
@@ -186,37 +189,7 @@ impl Method {
             });
         }
 
-        let mut storage = Storage::new();
-        let planned =
-            PlannedMemory::allocate(&mut storage, &plan.non_const_buffer_sizes, memory_allocator)
-                .map_err(|source| RuntimeError::Plan {
-                method: name.to_string(),
-                source,
-            })?;
-        let planned_bytes = plan
-            .non_const_buffer_sizes
-            .iter()
-            .skip(1)
-            .map(|&s| s as usize)
-            .sum();
-        let mut loader = Loader {
-            file,
-            plan,
-            storage,
-            planned,
-            program_region: None,
-        };
-
-        let mut is_input = vec![false; plan.values.len()];
-        for &i in &plan.inputs {
-            if let Some(f) = is_input.get_mut(i) {
-                *f = true;
-            }
-        }
-        let mut values = Vec::with_capacity(plan.values.len());
-        for (i, v) in plan.values.iter().enumerate() {
-            values.push(loader.value(i, v, is_input[i])?);
-        }
+        let delegates = init_delegates(file, plan, backends, data_files)?;
 
         let mut steps = Vec::new();
         for chain in &plan.chains {
@@ -238,12 +211,12 @@ impl Method {
                             args: args.clone().into_boxed_slice(),
                         }
                     }
-                    Instruction::DelegateCall { delegate_index, .. } => Step::Delegate {
-                        backend: plan
-                            .delegates
-                            .get(*delegate_index)
-                            .map(|d| d.id.clone())
-                            .unwrap_or_default(),
+                    Instruction::DelegateCall {
+                        delegate_index,
+                        args,
+                    } => Step::Delegate {
+                        delegate: *delegate_index,
+                        args: args.clone().into_boxed_slice(),
                     },
                     Instruction::MoveCall { move_from, move_to } => Step::Move {
                         from: *move_from,
@@ -262,8 +235,143 @@ impl Method {
                 });
             }
         }
+        let planned_bytes = plan
+            .non_const_buffer_sizes
+            .iter()
+            .skip(1)
+            .map(|&s| s as usize)
+            .sum();
+        Ok(MethodPlan {
+            name: name.to_string(),
+            meta: MethodMeta::from_plan(plan),
+            steps,
+            operator_names,
+            delegates,
+            inputs: plan.inputs.clone(),
+            outputs: plan.outputs.clone(),
+            planned_bytes,
+        })
+    }
+}
 
-        let input_spans = plan
+/// Initialises every delegate of `plan` with its backend. A delegate whose backend is
+/// not registered fails here, naming the first instruction that calls it.
+fn init_delegates(
+    file: &ProgramFile,
+    plan: &ExecutionPlan,
+    backends: &BackendRegistry,
+    data_files: &[DataFile],
+) -> Result<Vec<LoadedDelegate>, RuntimeError> {
+    let first_call = |index: usize| {
+        plan.chains
+            .iter()
+            .flat_map(|c| &c.instructions)
+            .position(|i| {
+                matches!(i, Instruction::DelegateCall { delegate_index, .. } if *delegate_index == index)
+            })
+            .unwrap_or(0)
+    };
+    let named_data = ProgramNamedData { file, data_files };
+    let mut loaded = Vec::with_capacity(plan.delegates.len());
+    for (index, delegate) in plan.delegates.iter().enumerate() {
+        let Some(backend) = backends.get(&delegate.id) else {
+            return Err(RuntimeError::DelegateUnavailable {
+                method: plan.name.clone(),
+                instruction: first_call(index),
+                backend: delegate.id.clone(),
+            });
+        };
+        let range = file.delegate_data(&delegate.processed)?;
+        let payload = file
+            .slice(range)
+            .ok_or_else(|| RuntimeError::DelegateInit {
+                method: plan.name.clone(),
+                delegate: index,
+                backend: delegate.id.clone(),
+                source: BackendError::InvalidPayload {
+                    field: "processed".into(),
+                    reason: "payload range lies outside the file".into(),
+                },
+            })?;
+        let specs: Vec<CompileSpecRef<'_>> = delegate
+            .compile_specs
+            .iter()
+            .map(|c| CompileSpecRef {
+                key: &c.key,
+                value: &c.value,
+            })
+            .collect();
+        let ctx = BackendInitContext {
+            method: &plan.name,
+            delegate_index: index,
+            compile_specs: &specs,
+            named_data: &named_data,
+        };
+        let handle = backend
+            .init(payload, &ctx)
+            .map_err(|source| RuntimeError::DelegateInit {
+                method: plan.name.clone(),
+                delegate: index,
+                backend: delegate.id.clone(),
+                source,
+            })?;
+        loaded.push(LoadedDelegate {
+            backend: delegate.id.clone(),
+            payload_bytes: payload.len(),
+            handle,
+        });
+    }
+    Ok(loaded)
+}
+
+impl Method {
+    /// A new session of `plan`: values initialised, constants bound zero-copy from
+    /// `file`, planned buffers allocated from `memory_allocator`, kernel scratch from
+    /// `temp`.
+    pub fn new(
+        plan: Arc<MethodPlan>,
+        file: &ProgramFile,
+        memory_allocator: &Arc<dyn MemoryAllocator>,
+        pool: Arc<ThreadPool>,
+        temp: Option<Box<dyn MemoryAllocator>>,
+    ) -> Result<Method, RuntimeError> {
+        let name = plan.name.as_str();
+        let file_plan = file
+            .plan(name)
+            .ok_or_else(|| RuntimeError::MethodNotFound {
+                name: name.to_string(),
+                available: file.method_names().collect::<Vec<_>>().join(", "),
+            })?;
+        let mut storage = Storage::new();
+        let planned = PlannedMemory::allocate(
+            &mut storage,
+            &file_plan.non_const_buffer_sizes,
+            memory_allocator,
+        )
+        .map_err(|source| RuntimeError::Plan {
+            method: name.to_string(),
+            source,
+        })?;
+        let mut loader = Loader {
+            file,
+            plan: file_plan,
+            storage,
+            planned,
+            program_region: None,
+        };
+
+        let mut is_input = vec![false; file_plan.values.len()];
+        for &i in &file_plan.inputs {
+            if let Some(f) = is_input.get_mut(i) {
+                *f = true;
+            }
+        }
+        let mut values = Vec::with_capacity(file_plan.values.len());
+        for (i, v) in file_plan.values.iter().enumerate() {
+            values.push(loader.value(i, v, is_input[i])?);
+        }
+
+        let input_spans = file_plan
             .inputs
             .iter()
             .map(|&i| {
@@ -274,19 +382,13 @@ impl Method {
             })
             .collect();
         Ok(Method {
-            name: name.to_string(),
-            meta: MethodMeta::from_plan(plan),
+            input_set: vec![false; file_plan.inputs.len()],
+            plan,
             storage: loader.storage,
-            program_region: loader.program_region,
-            steps,
-            operator_names,
-            input_set: vec![false; plan.inputs.len()],
-            inputs: plan.inputs.clone(),
-            outputs: plan.outputs.clone(),
             input_spans,
             values,
             pool,
-            planned_bytes,
+            temp,
             stats: MethodStats::default(),
             profile: None,
         })

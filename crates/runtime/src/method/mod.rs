@@ -8,8 +8,8 @@ mod meta;
 
 use std::sync::Arc;
 
-use etch_kernels::{EValue, KernelFn, ThreadPool};
-use etch_memory::{RegionId, Storage};
+use etch_kernels::{DelegateHandle, DelegateSummary, EValue, KernelFn, ThreadPool};
+use etch_memory::{AllocatorStats, MemoryAllocator, Storage};
 
 pub use io::TensorView;
 pub use meta::{MethodMeta, TensorInfo, ValueInfo};
@@ -22,12 +22,14 @@ pub const MAX_INSTRUCTIONS: usize = 10_000_000;
 pub(crate) enum Step {
     Kernel {
         kernel: KernelFn,
-        /// Index into `Method::operator_names`.
+        /// Index into `MethodPlan::operator_names`.
         op: usize,
         args: Box<[usize]>,
     },
     Delegate {
-        backend: String,
+        /// Index into `MethodPlan::delegates`.
+        delegate: usize,
+        args: Box<[usize]>,
     },
     Move {
         from: usize,
@@ -40,6 +42,97 @@ pub(crate) enum Step {
     Free {
         value: usize,
     },
+}
+
+/// A delegate initialised by its backend at load, shared by every session.
+pub struct LoadedDelegate {
+    /// The backend id, e.g. `XnnpackBackend`.
+    pub backend: String,
+    /// Bytes of the processed payload the backend was given.
+    pub payload_bytes: usize,
+    pub(crate) handle: Box<dyn DelegateHandle>,
+}
+
+impl LoadedDelegate {
+    /// Node counts and packed bytes, as the backend reports them.
+    pub fn summary(&self) -> DelegateSummary {
+        self.handle.summary()
+    }
+}
+
+impl std::fmt::Debug for LoadedDelegate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedDelegate")
+            .field("backend", &self.backend)
+            .field("payload_bytes", &self.payload_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What is immutable about a method after load: its instructions with kernels resolved
+/// and delegates initialised. One plan serves every session ([`Method`]) of a program.
+pub struct MethodPlan {
+    name: String,
+    meta: MethodMeta,
+    steps: Vec<Step>,
+    operator_names: Vec<String>,
+    delegates: Vec<LoadedDelegate>,
+    inputs: Vec<usize>,
+    outputs: Vec<usize>,
+    planned_bytes: usize,
+}
+
+impl MethodPlan {
+    /// The method's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Static description of inputs, outputs and memory.
+    pub fn meta(&self) -> &MethodMeta {
+        &self.meta
+    }
+
+    /// Number of instructions.
+    pub fn instruction_count(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// The method's delegates, in the order of its delegate table.
+    pub fn delegates(&self) -> &[LoadedDelegate] {
+        &self.delegates
+    }
+
+    /// Bytes of planned memory each session of this method holds.
+    pub fn planned_bytes(&self) -> usize {
+        self.planned_bytes
+    }
+
+    fn step_name(&self, step: &Step) -> String {
+        match step {
+            Step::Kernel { op, .. } => self.operator_names.get(*op).cloned().unwrap_or_default(),
+            Step::Delegate { delegate, .. } => format!(
+                "delegate:{}",
+                self.delegates
+                    .get(*delegate)
+                    .map(|d| d.backend.as_str())
+                    .unwrap_or_default()
+            ),
+            Step::Move { .. } => "move".into(),
+            Step::JumpFalse { .. } => "jump_false".into(),
+            Step::Free { .. } => "free".into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for MethodPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MethodPlan")
+            .field("name", &self.name)
+            .field("instructions", &self.steps.len())
+            .field("delegates", &self.delegates)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Counters of one method.
@@ -69,24 +162,20 @@ pub struct InstructionProfile {
     pub heap_allocations: u64,
 }
 
-/// A loaded method, ready to run.
+/// A session of a method: the values, planned memory, temp allocator and stats that a
+/// run mutates (a KV cache lives in its planned memory), over a shared [`MethodPlan`].
+/// Sessions of one program share its weights and plans; each is `Send`.
 pub struct Method {
-    name: String,
+    plan: Arc<MethodPlan>,
     values: Vec<EValue>,
     storage: Storage,
-    steps: Vec<Step>,
-    operator_names: Vec<String>,
-    inputs: Vec<usize>,
-    outputs: Vec<usize>,
     /// Per input: whether it has been set.
     input_set: Vec<bool>,
     /// Per input tensor: where its bytes live (planned or a dedicated buffer).
     input_spans: Vec<Option<etch_memory::Span>>,
     pool: Arc<ThreadPool>,
-    meta: MethodMeta,
-    planned_bytes: usize,
-    #[allow(dead_code)]
-    program_region: Option<RegionId>,
+    /// Kernel scratch, reset after every instruction; `None` sends scratch to the heap.
+    temp: Option<Box<dyn MemoryAllocator>>,
     stats: MethodStats,
     profile: Option<Vec<InstructionProfile>>,
 }
@@ -94,12 +183,17 @@ pub struct Method {
 impl Method {
     /// The method's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.plan.name
     }
 
     /// Static description of inputs, outputs and memory.
     pub fn meta(&self) -> &MethodMeta {
-        &self.meta
+        &self.plan.meta
+    }
+
+    /// The shared, immutable part of this method.
+    pub fn plan(&self) -> &Arc<MethodPlan> {
+        &self.plan
     }
 
     /// Counters since load.
@@ -107,31 +201,40 @@ impl Method {
         self.stats
     }
 
-    /// Bytes of planned memory this method holds.
+    /// Bytes of planned memory this session holds.
     pub fn planned_bytes(&self) -> usize {
-        self.planned_bytes
+        self.plan.planned_bytes
     }
 
     /// Number of instructions.
     pub fn instruction_count(&self) -> usize {
-        self.steps.len()
+        self.plan.steps.len()
+    }
+
+    /// The thread pool this session runs on.
+    pub fn pool(&self) -> &Arc<ThreadPool> {
+        &self.pool
+    }
+
+    /// Replaces the temp allocator kernel scratch comes from (`None`: the heap, counted
+    /// as fallbacks).
+    pub fn set_temp_allocator(&mut self, temp: Option<Box<dyn MemoryAllocator>>) {
+        self.temp = temp;
+    }
+
+    /// Counters of this session's temp allocator (all zero without one).
+    pub fn temp_allocator_stats(&self) -> AllocatorStats {
+        self.temp.as_ref().map(|t| t.stats()).unwrap_or_default()
     }
 
     /// Turns per-instruction profiling (time and heap allocations) on or off.
     pub fn set_profiling(&mut self, on: bool) {
         self.profile = on.then(|| {
-            self.steps
+            self.plan
+                .steps
                 .iter()
                 .map(|s| InstructionProfile {
-                    name: match s {
-                        Step::Kernel { op, .. } => {
-                            self.operator_names.get(*op).cloned().unwrap_or_default()
-                        }
-                        Step::Delegate { backend } => format!("delegate:{backend}"),
-                        Step::Move { .. } => "move".into(),
-                        Step::JumpFalse { .. } => "jump_false".into(),
-                        Step::Free { .. } => "free".into(),
-                    },
+                    name: self.plan.step_name(s),
                     ..Default::default()
                 })
                 .collect()
@@ -146,5 +249,14 @@ impl Method {
     /// The current value table (for debugging and tools).
     pub fn values(&self) -> &[EValue] {
         &self.values
+    }
+}
+
+impl std::fmt::Debug for Method {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Method")
+            .field("name", &self.plan.name)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
     }
 }
