@@ -389,11 +389,7 @@ impl<'a> Table<'a> {
     }
 
     /// A union: the tag at `type_id` and the table at `type_id + 1`.
-    pub fn union(
-        &self,
-        type_id: u16,
-        path: &FieldPath<'_>,
-    ) -> Result<(u8, Option<Table<'a>>)> {
+    pub fn union(&self, type_id: u16, path: &FieldPath<'_>) -> Result<(u8, Option<Table<'a>>)> {
         let tag = self.scalar::<u8>(type_id, 0, path)?;
         let value = self.table(type_id + 1, path)?;
         Ok((tag, value))
