@@ -13,47 +13,44 @@ fn short(what: &str) -> KernelError {
 
 /// `out[i] = f(x[i])`; `Clamp` clamps to `[min, max]`.
 pub fn unary(f: UnaryOp, min: f32, max: f32, x: &[f32], out: &mut [f32]) {
-    macro_rules! map {
-        ($e:expr) => {
-            for (o, &v) in out.iter_mut().zip(x) {
-                let g: fn(f32) -> f32 = $e;
-                *o = g(v);
-            }
-        };
-    }
+    let map = |out: &mut [f32], g: &dyn Fn(f32) -> f32| {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = g(v);
+        }
+    };
     match f {
-        UnaryOp::Abs => map!(|v| v.abs()),
-        UnaryOp::Ceiling => map!(|v| v.ceil()),
+        UnaryOp::Abs => map(out, &|v| v.abs()),
+        UnaryOp::Ceiling => map(out, &|v| v.ceil()),
         UnaryOp::Clamp => {
             for (o, &v) in out.iter_mut().zip(x) {
                 *o = v.max(min).min(max);
             }
         }
-        UnaryOp::Cos => map!(|v| v.cos()),
+        UnaryOp::Cos => map(out, &|v| v.cos()),
         UnaryOp::Elu(alpha) => {
             for (o, &v) in out.iter_mut().zip(x) {
                 *o = if v > 0.0 { v } else { alpha * v.exp_m1() };
             }
         }
-        UnaryOp::Exp => map!(|v| v.exp()),
-        UnaryOp::Floor => map!(|v| v.floor()),
-        UnaryOp::Gelu => {
-            map!(|v| 0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2)))
-        }
-        UnaryOp::Hardswish => map!(|v| v * ((v + 3.0).clamp(0.0, 6.0) / 6.0)),
+        UnaryOp::Exp => map(out, &|v| v.exp()),
+        UnaryOp::Floor => map(out, &|v| v.floor()),
+        UnaryOp::Gelu => map(out, &|v| {
+            0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2))
+        }),
+        UnaryOp::Hardswish => map(out, &|v| v * ((v + 3.0).clamp(0.0, 6.0) / 6.0)),
         UnaryOp::LeakyRelu(slope) => {
             for (o, &v) in out.iter_mut().zip(x) {
                 *o = if v >= 0.0 { v } else { v * slope };
             }
         }
-        UnaryOp::Log => map!(|v| v.ln()),
-        UnaryOp::Negate => map!(|v| -v),
-        UnaryOp::ReciprocalSquareRoot => map!(|v| 1.0 / v.sqrt()),
-        UnaryOp::Sigmoid => map!(|v| 1.0 / (1.0 + (-v).exp())),
-        UnaryOp::Sin => map!(|v| v.sin()),
-        UnaryOp::Square => map!(|v| v * v),
-        UnaryOp::SquareRoot => map!(|v| v.sqrt()),
-        UnaryOp::Tanh => map!(|v| v.tanh()),
+        UnaryOp::Log => map(out, &|v| v.ln()),
+        UnaryOp::Negate => map(out, &|v| -v),
+        UnaryOp::ReciprocalSquareRoot => map(out, &|v| 1.0 / v.sqrt()),
+        UnaryOp::Sigmoid => map(out, &|v| 1.0 / (1.0 + (-v).exp())),
+        UnaryOp::Sin => map(out, &|v| v.sin()),
+        UnaryOp::Square => map(out, &|v| v * v),
+        UnaryOp::SquareRoot => map(out, &|v| v.sqrt()),
+        UnaryOp::Tanh => map(out, &|v| v.tanh()),
     }
 }
 

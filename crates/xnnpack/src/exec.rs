@@ -233,8 +233,8 @@ fn run_op(
         } => {
             let xd = shapes[*xv];
             let mut start = [0usize; MAX_DIMS];
-            for i in 0..xd.rank() {
-                start[i] = shape::slice_extent(xd.get(i), offsets.get(i), sizes.get(i)).0;
+            for (i, s) in start.iter_mut().enumerate().take(xd.rank()) {
+                *s = shape::slice_extent(xd.get(i), offsets.get(i), sizes.get(i)).0;
             }
             elementwise::slice(&xd, &start[..xd.rank()], &shapes[*y], x, out)?
         }
@@ -276,11 +276,7 @@ fn run_op(
             ..
         } => {
             let (n, k) = filter.dims(shapes);
-            let m = if k == 0 {
-                0
-            } else {
-                shapes[*xv].numel().unwrap_or(0) / k
-            };
+            let m = shapes[*xv].numel().unwrap_or(0).checked_div(k).unwrap_or(0);
             let bias_slice = match bias {
                 Bias::None => None,
                 Bias::Packed(b) => Some(b.as_slice()),

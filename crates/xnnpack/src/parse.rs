@@ -20,7 +20,7 @@ const MAX_ITEMS: usize = 1 << 20;
 /// Quantization parameters of an `XNNQuantizedTensorValue` (kept for the quantized
 /// nodes; fp32 execution rejects quantized values at init).
 #[derive(Debug, Clone, PartialEq)]
-#[allow(dead_code)]
+#[allow(dead_code, clippy::enum_variant_names)]
 pub enum Quantization {
     /// `PerTensorQuant`.
     PerTensor { scale: f32, zero_point: i32 },
@@ -576,7 +576,7 @@ fn parse_quant(
                 let bytes = scales_f32(0, 4, 5, expect, false)?;
                 let f: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
                 f.iter()
-                    .map(|&s| ((s * 1.003_891_05f32).to_bits() >> 16) as u16)
+                    .map(|&s| ((s * 1.003_891_f32).to_bits() >> 16) as u16)
                     .collect()
             };
             Ok(Quantization::PerChannelGroup {
