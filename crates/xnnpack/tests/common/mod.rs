@@ -8,6 +8,8 @@ use etch_kernels::testing::Harness;
 use etch_kernels::{Args, BackendInitContext, DelegateHandle, KernelContext, KernelError};
 use etch_memory::TempScope;
 
+pub mod fbs;
+
 pub fn linear_program() -> ProgramFile {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../format/tests/data/xnnpack_linear.pte");

@@ -1,0 +1,341 @@
+//! Synthetic XNNGraph payloads (written with a small flatbuffer writer) for the node
+//! kinds the fixtures on hand do not contain: convolution with constants in the
+//! header's region, depthwise convolution, pooling, broadcasting with dynamic shapes,
+//! and the errors that name a node's field. Expected values come from etch-linalg's
+//! direct reference kernels.
+
+mod common;
+
+use common::fbs::{self, F, T};
+use common::*;
+use etch_format::ScalarType;
+use etch_kernels::backend::NoNamedData;
+use etch_kernels::testing::Harness;
+use etch_kernels::{Backend, BackendError};
+use etch_linalg::conv::{ConvGeometry, conv2d_nhwc_reference};
+use etch_linalg::pool::{PoolGeometry, global_avg_pool_nhwc, max_pool2d_nhwc};
+use etch_xnnpack::XnnpackBackend;
+
+fn data(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| ((i as u32 * 37 + seed * 11) % 23) as f32 / 11.0 - 1.0)
+        .collect()
+}
+
+fn bytes(v: &[f32]) -> Vec<u8> {
+    bytemuck::cast_slice(v).to_vec()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn conv_body(pad: u32, k: u32, s: u32, gi: u32, go: u32, groups: u32, ids: [u32; 4]) -> T {
+    T::new()
+        .f(0, F::U32(pad))
+        .f(1, F::U32(pad))
+        .f(2, F::U32(pad))
+        .f(3, F::U32(pad))
+        .f(4, F::U32(k))
+        .f(5, F::U32(k))
+        .f(6, F::U32(s))
+        .f(7, F::U32(s))
+        .f(8, F::U32(1))
+        .f(9, F::U32(1))
+        .f(10, F::U32(gi))
+        .f(11, F::U32(go))
+        .f(12, F::U32(groups))
+        .f(15, F::U32(ids[0]))
+        .f(16, F::U32(ids[1]))
+        .f(17, F::U32(ids[2]))
+        .f(18, F::U32(ids[3]))
+}
+
+fn conv_payload(filter_id: u32) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
+    let filter = data(4 * 3 * 3 * 3, 1);
+    let bias = data(4, 2);
+    let mut constants = bytes(&filter);
+    let foff = 0u64;
+    let boff = constants.len() as u64;
+    constants.extend(bytes(&bias));
+    let g = fbs::graph(
+        vec![
+            fbs::value(0, &[1, 5, 5, 3], Some((0, 1)), 0),
+            fbs::value(1, &[4, 3, 3, 3], None, 1),
+            fbs::value(2, &[4], None, 2),
+            fbs::value(3, &[1, 3, 3, 4], Some((1, 2)), 0),
+        ],
+        vec![fbs::node(
+            7,
+            conv_body(1, 3, 2, 3, 4, 1, [0, filter_id, 2, 3]),
+            Some((0.0, 6.0)),
+        )],
+        2,
+        vec![fbs::constant_at(foff, 432), fbs::constant_at(boff, 16)],
+    );
+    (fbs::payload(&fbs::finish(&g), &constants), filter, bias)
+}
+
+#[test]
+fn conv2d_with_header_constants_matches_the_reference() {
+    let (payload, filter, bias) = conv_payload(1);
+    let handle = XnnpackBackend
+        .init(&payload, &init_ctx(&NoNamedData))
+        .unwrap();
+    assert_eq!(handle.summary().nodes, vec![("Conv2d".to_string(), 1)]);
+    let x = data(75, 3);
+    let mut h = Harness::new();
+    let xi = h.tensor(&[1, 5, 5, 3], &x);
+    let yi = h.out(ScalarType::Float, &[1, 3, 3, 4]);
+    run(&mut h, handle.as_ref(), &[xi, yi]).unwrap();
+    let g = ConvGeometry {
+        in_h: 5,
+        in_w: 5,
+        out_h: 3,
+        out_w: 3,
+        kernel_h: 3,
+        kernel_w: 3,
+        stride_h: 2,
+        stride_w: 2,
+        dilation_h: 1,
+        dilation_w: 1,
+        pad_top: 1,
+        pad_left: 1,
+        groups: 1,
+        group_in: 3,
+        group_out: 4,
+    };
+    let mut want = vec![0f32; 36];
+    assert!(conv2d_nhwc_reference(
+        &g, &x, &filter, &bias, 0.0, 6.0, &mut want
+    ));
+    let got: Vec<f32> = h.read(yi);
+    for (a, b) in got.iter().zip(&want) {
+        assert!((a - b).abs() < 1e-5, "{got:?} vs {want:?}");
+    }
+}
+
+#[test]
+fn a_bad_filter_id_names_node_and_field() {
+    let (payload, _, _) = conv_payload(77);
+    let err = XnnpackBackend
+        .init(&payload, &init_ctx(&NoNamedData))
+        .err()
+        .unwrap();
+    match err {
+        BackendError::InvalidPayload { field, .. } => {
+            assert_eq!(field, "xnodes[0].Conv2d.filter_id")
+        }
+        other => panic!("{other}"),
+    }
+}
+
+#[test]
+fn depthwise_then_pooling() {
+    // x [1,6,6,2] -> depthwise 3x3 (multiplier 2, pad 1) -> [1,6,6,4] -> max pool 2x2/2
+    // -> [1,3,3,4] -> global average (keep dims) -> [1,1,1,4].
+    let filter = data(3 * 3 * 4, 5);
+    let bias = data(4, 6);
+    let mut constants = bytes(&filter);
+    constants.extend(bytes(&bias));
+    let pool = T::new()
+        .f(4, F::U32(2))
+        .f(5, F::U32(2))
+        .f(6, F::U32(2))
+        .f(7, F::U32(2))
+        .f(8, F::U32(1))
+        .f(9, F::U32(1))
+        .f(10, F::U32(3))
+        .f(11, F::U32(4))
+        .f(12, F::U32(0x40));
+    let gap = T::new().f(0, F::U32(4)).f(1, F::U32(5)).f(2, F::U32(0x40));
+    let g = fbs::graph(
+        vec![
+            fbs::value(0, &[1, 6, 6, 2], Some((0, 1)), 0),
+            fbs::value(1, &[1, 3, 3, 4], None, 1),
+            fbs::value(2, &[4], None, 2),
+            fbs::value(3, &[1, 6, 6, 4], None, 0),
+            fbs::value(4, &[1, 3, 3, 4], None, 0),
+            fbs::value(5, &[1, 1, 1, 4], Some((1, 2)), 0),
+        ],
+        vec![
+            fbs::node(13, conv_body(1, 3, 1, 1, 2, 2, [0, 1, 2, 3]), None),
+            fbs::node(14, pool, None),
+            fbs::node(19, gap, None),
+        ],
+        2,
+        vec![fbs::constant_at(0, 144), fbs::constant_at(144, 16)],
+    );
+    let payload = fbs::payload(&fbs::finish(&g), &constants);
+    let handle = XnnpackBackend
+        .init(&payload, &init_ctx(&NoNamedData))
+        .unwrap();
+    let x = data(72, 7);
+    let mut h = Harness::new();
+    let xi = h.tensor(&[1, 6, 6, 2], &x);
+    let yi = h.out(ScalarType::Float, &[1, 1, 1, 4]);
+    run(&mut h, handle.as_ref(), &[xi, yi]).unwrap();
+    // Reference: the depthwise filter as OHWI [4, 3, 3, 1], grouped convolution.
+    let mut ohwi = vec![0f32; 36];
+    for t in 0..9 {
+        for k in 0..4 {
+            ohwi[k * 9 + t] = filter[t * 4 + k];
+        }
+    }
+    let cg = ConvGeometry {
+        in_h: 6,
+        in_w: 6,
+        out_h: 6,
+        out_w: 6,
+        kernel_h: 3,
+        kernel_w: 3,
+        stride_h: 1,
+        stride_w: 1,
+        dilation_h: 1,
+        dilation_w: 1,
+        pad_top: 1,
+        pad_left: 1,
+        groups: 2,
+        group_in: 1,
+        group_out: 2,
+    };
+    let mut c = vec![0f32; 144];
+    assert!(conv2d_nhwc_reference(
+        &cg,
+        &x,
+        &ohwi,
+        &bias,
+        f32::NEG_INFINITY,
+        f32::INFINITY,
+        &mut c
+    ));
+    let pg = PoolGeometry {
+        in_h: 6,
+        in_w: 6,
+        channels: 4,
+        out_h: 3,
+        out_w: 3,
+        kernel_h: 2,
+        kernel_w: 2,
+        stride_h: 2,
+        stride_w: 2,
+        dilation_h: 1,
+        dilation_w: 1,
+        pad_top: 0,
+        pad_left: 0,
+    };
+    let mut p = vec![0f32; 36];
+    assert!(max_pool2d_nhwc(
+        &pg,
+        &c,
+        f32::NEG_INFINITY,
+        f32::INFINITY,
+        &mut p
+    ));
+    let mut want = vec![0f32; 4];
+    assert!(global_avg_pool_nhwc(
+        9,
+        4,
+        &p,
+        f32::NEG_INFINITY,
+        f32::INFINITY,
+        &mut want
+    ));
+    let got: Vec<f32> = h.read(yi);
+    for (a, b) in got.iter().zip(&want) {
+        assert!((a - b).abs() < 1e-5, "{got:?} vs {want:?}");
+    }
+}
+
+#[test]
+fn broadcast_add_follows_dynamic_rows() {
+    // y [n, 4] = x [n, 4] + c [4], n up to 3; a transpose [0, 1] -> [1, 0] and back.
+    let c = [1.0f32, 2.0, 3.0, 4.0];
+    let add = T::new().f(0, F::U32(0)).f(1, F::U32(1)).f(2, F::U32(2));
+    let t1 = T::new()
+        .f(0, F::U32(2))
+        .f(1, F::VecU32(vec![1, 0]))
+        .f(2, F::U32(2))
+        .f(3, F::U32(3));
+    let t2 = T::new()
+        .f(0, F::U32(2))
+        .f(1, F::VecU32(vec![1, 0]))
+        .f(2, F::U32(3))
+        .f(3, F::U32(4));
+    let g = fbs::graph(
+        vec![
+            fbs::value(0, &[3, 4], Some((0, 1)), 0),
+            fbs::value(1, &[4], None, 1),
+            fbs::value(2, &[3, 4], None, 0),
+            fbs::value(3, &[4, 3], None, 0),
+            fbs::value(4, &[3, 4], Some((1, 2)), 0),
+        ],
+        vec![
+            fbs::node(1, add, None),
+            fbs::node(5, t1, None),
+            fbs::node(5, t2, None),
+        ],
+        2,
+        vec![fbs::constant_at(0, 16)],
+    );
+    let payload = fbs::payload(&fbs::finish(&g), &bytes(&c));
+    let handle = XnnpackBackend
+        .init(&payload, &init_ctx(&NoNamedData))
+        .unwrap();
+    let mut h = Harness::new();
+    for n in [3usize, 1, 2] {
+        let x = data(n * 4, n as u32);
+        let xi = h.tensor(&[n, 4], &x);
+        let yi = h.out(ScalarType::Float, &[3, 4]);
+        run(&mut h, handle.as_ref(), &[xi, yi]).unwrap();
+        assert_eq!(h.tensor_meta(yi).sizes(), &[n, 4]);
+        let got: Vec<f32> = h.read(yi);
+        let want: Vec<f32> = x.iter().enumerate().map(|(i, v)| v + c[i % 4]).collect();
+        assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn unsupported_kinds_and_quantized_values_are_named() {
+    let body = T::new().f(6, F::U32(0)).f(7, F::U32(1)).f(8, F::U32(2));
+    let g = fbs::graph(
+        vec![
+            fbs::value(0, &[1, 4, 4, 1], Some((0, 1)), 0),
+            fbs::value(1, &[1, 2, 2, 1], Some((1, 2)), 0),
+            fbs::value(2, &[1, 2, 2, 1], Some((2, 2)), 0),
+        ],
+        vec![fbs::node(21, body, None)],
+        3,
+        vec![],
+    );
+    let payload = fbs::payload(&fbs::finish(&g), &[]);
+    let err = XnnpackBackend
+        .init(&payload, &init_ctx(&NoNamedData))
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, BackendError::Unsupported(ref m) if m.contains("ArgMaxPooling2d")),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_value_read_before_it_is_written_is_refused() {
+    let add = T::new().f(0, F::U32(2)).f(1, F::U32(0)).f(2, F::U32(1));
+    let g = fbs::graph(
+        vec![
+            fbs::value(0, &[4], Some((0, 1)), 0),
+            fbs::value(1, &[4], Some((1, 2)), 0),
+            fbs::value(2, &[4], None, 0),
+        ],
+        vec![fbs::node(1, add, None)],
+        2,
+        vec![],
+    );
+    let payload = fbs::payload(&fbs::finish(&g), &[]);
+    let err = XnnpackBackend
+        .init(&payload, &init_ctx(&NoNamedData))
+        .err()
+        .unwrap();
+    match err {
+        BackendError::InvalidPayload { field, .. } => assert_eq!(field, "xnodes[0].Add.inputs[0]"),
+        other => panic!("{other}"),
+    }
+}
