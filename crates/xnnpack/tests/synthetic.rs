@@ -339,3 +339,143 @@ fn a_value_read_before_it_is_written_is_refused() {
         other => panic!("{other}"),
     }
 }
+
+#[test]
+fn data_movement_softmax_and_matrix_products() {
+    // x [2,3] -> cat(x, x, axis 1) [2,6] -> slice offsets [0,1] sizes [2,4] -> pad
+    // pre [1,0] post [0,1] with -1 [3,5] -> softmax -> s [3,5];
+    // bmm(s, w [5,2]) -> out0; fully connected(s, w as [ic, oc] with the transpose
+    // flag, bias) -> out1.
+    let w = data(10, 9);
+    let bias = [0.5f32, -0.25];
+    let mut constants = bytes(&w);
+    constants.extend(bytes(&bias));
+    let cat = T::new()
+        .f(0, F::U32(1))
+        .f(1, F::U32(0))
+        .f(2, F::U32(0))
+        .f(5, F::U32(1));
+    let slice = T::new()
+        .f(0, F::U32(2))
+        .f(1, F::VecU32(vec![0, 1]))
+        .f(2, F::VecU32(vec![2, 4]))
+        .f(3, F::U32(1))
+        .f(4, F::U32(2));
+    let pad = T::new()
+        .f(0, F::VecU32(vec![1, 0]))
+        .f(1, F::VecU32(vec![0, 1]))
+        .f(2, F::F32(-1.0))
+        .f(3, F::U32(2))
+        .f(4, F::U32(3));
+    let softmax = T::new().f(0, F::U32(3)).f(1, F::U32(4));
+    let bmm = T::new().f(0, F::U32(4)).f(1, F::U32(5)).f(2, F::U32(6));
+    let fc = T::new()
+        .f(0, F::U32(4))
+        .f(1, F::U32(5))
+        .f(2, F::U32(7))
+        .f(3, F::U32(8))
+        .f(4, F::U32(1));
+    let g = fbs::graph(
+        vec![
+            fbs::value(0, &[2, 3], Some((0, 1)), 0),
+            fbs::value(1, &[2, 6], None, 0),
+            fbs::value(2, &[2, 4], None, 0),
+            fbs::value(3, &[3, 5], None, 0),
+            fbs::value(4, &[3, 5], None, 0),
+            fbs::value(5, &[5, 2], None, 1),
+            fbs::value(6, &[3, 2], Some((1, 2)), 0),
+            fbs::value(7, &[2], None, 2),
+            fbs::value(8, &[3, 2], Some((2, 2)), 0),
+        ],
+        vec![
+            fbs::node(32, cat, None),
+            fbs::node(35, slice, None),
+            fbs::node(10, pad, None),
+            fbs::node(3, softmax, None),
+            fbs::node(37, bmm, None),
+            fbs::node(2, fc, None),
+        ],
+        3,
+        vec![fbs::constant_at(0, 40), fbs::constant_at(40, 8)],
+    );
+    let payload = fbs::payload(&fbs::finish(&g), &constants);
+    let handle = XnnpackBackend
+        .init(&payload, &init_ctx(&NoNamedData))
+        .unwrap();
+    let x = data(6, 4);
+    let mut h = Harness::new();
+    let xi = h.tensor(&[2, 3], &x);
+    let y0 = h.out(ScalarType::Float, &[3, 2]);
+    let y1 = h.out(ScalarType::Float, &[3, 2]);
+    run(&mut h, handle.as_ref(), &[xi, y0, y1]).unwrap();
+    // The same steps by hand.
+    let cat: Vec<f32> = (0..2)
+        .flat_map(|r| [&x[r * 3..r * 3 + 3], &x[r * 3..r * 3 + 3]].concat())
+        .collect();
+    let sl: Vec<f32> = (0..2)
+        .flat_map(|r| cat[r * 6 + 1..r * 6 + 5].to_vec())
+        .collect();
+    let mut padded = vec![-1f32; 15];
+    for r in 0..2 {
+        padded[(r + 1) * 5..(r + 1) * 5 + 4].copy_from_slice(&sl[r * 4..r * 4 + 4]);
+    }
+    let mut s = padded.clone();
+    for row in s.chunks_mut(5) {
+        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f32 = row.iter().map(|v| (v - m).exp()).sum();
+        row.iter_mut().for_each(|v| *v = (*v - m).exp() / sum);
+    }
+    let got0: Vec<f32> = h.read(y0);
+    let got1: Vec<f32> = h.read(y1);
+    for r in 0..3 {
+        for j in 0..2 {
+            let want: f32 = (0..5).map(|k| s[r * 5 + k] * w[k * 2 + j]).sum();
+            assert!((got0[r * 2 + j] - want).abs() < 1e-5, "{got0:?}");
+            assert!((got1[r * 2 + j] - want - bias[j]).abs() < 1e-5, "{got1:?}");
+        }
+    }
+}
+
+#[test]
+fn resize_and_transposed_convolution_shapes() {
+    // x [1,2,2,1] -> bilinear 4x4 (half-pixel) -> deconvolution 2x2 stride 2 (filter of
+    // ones, no bias) -> [1,8,8,1]: each output pixel copies one resized pixel.
+    let filter = [1.0f32; 4];
+    let resize = T::new()
+        .f(0, F::U32(4))
+        .f(1, F::U32(4))
+        .f(2, F::U32(0))
+        .f(3, F::U32(1));
+    let mut deconv = conv_body(0, 2, 2, 1, 1, 1, [1, 2, u32::MAX, 3]);
+    deconv.0.retain(|(id, _)| *id != 17);
+    let deconv = deconv.f(17, F::U32(u32::MAX));
+    let g = fbs::graph(
+        vec![
+            fbs::value(0, &[1, 2, 2, 1], Some((0, 1)), 0),
+            fbs::value(1, &[1, 4, 4, 1], None, 0),
+            fbs::value(2, &[1, 2, 2, 1], None, 1),
+            fbs::value(3, &[1, 8, 8, 1], Some((1, 2)), 0),
+        ],
+        vec![fbs::node(9, resize, None), fbs::node(39, deconv, None)],
+        2,
+        vec![fbs::constant_at(0, 16)],
+    );
+    let payload = fbs::payload(&fbs::finish(&g), &bytes(&filter));
+    let handle = XnnpackBackend
+        .init(&payload, &init_ctx(&NoNamedData))
+        .unwrap();
+    let mut h = Harness::new();
+    let xi = h.tensor(&[1, 2, 2, 1], &[0.0f32, 4.0, 8.0, 12.0]);
+    let yi = h.out(ScalarType::Float, &[1, 8, 8, 1]);
+    run(&mut h, handle.as_ref(), &[xi, yi]).unwrap();
+    let got: Vec<f32> = h.read(yi);
+    // Resized row 0: [0, 1, 3, 4]; rows blend by 0, 0.25, 0.75, 1 towards [8, 9, 11, 12].
+    let row = [0.0f32, 1.0, 3.0, 4.0];
+    let blend = [0.0f32, 0.25, 0.75, 1.0];
+    for oy in 0..8 {
+        for ox in 0..8 {
+            let want = row[ox / 2] + 8.0 * blend[oy / 2];
+            assert!((got[oy * 8 + ox] - want).abs() < 1e-5, "{oy},{ox}: {got:?}");
+        }
+    }
+}
