@@ -14,6 +14,7 @@ use rayon::prelude::*;
 use crate::dims::{Dims, MAX_DIMS};
 use crate::elementwise;
 use crate::plan::{Bias, ConvKind, ConvOp, Filter, Loc, Op, Plan, PoolOp};
+use crate::quantize;
 use crate::shape;
 
 /// Output pixels one im2col block holds.
@@ -29,7 +30,9 @@ fn node_error(plan: &Plan, i: usize, reason: &str) -> KernelError {
 }
 
 fn arena_range(plan: &Plan, v: usize, shapes: &[Dims]) -> Result<Range<usize>, KernelError> {
-    let numel = shapes[v].numel().ok_or_else(|| short("shape overflow"))?;
+    let numel = plan.values[v]
+        .len(&shapes[v])
+        .ok_or_else(|| short("shape overflow"))?;
     match plan.values[v].loc {
         Loc::Arena { offset, capacity } if numel <= capacity => Ok(offset..offset + numel),
         Loc::Arena { capacity, .. } => Err(KernelError::invalid(format!(
@@ -198,6 +201,29 @@ fn run_op(
 ) -> Result<(), KernelError> {
     let x = ins[0];
     match op {
+        Op::QuantizeRows { x: xv, .. } => {
+            let d = shapes[*xv];
+            // One row per token: the trailing dim (num_nonbatch_dims 1, linear layers).
+            let row = d.get(d.rank().saturating_sub(1)).max(1);
+            quantize::quantize_rows(row, x, out)?
+        }
+        Op::QuantizedFullyConnected {
+            x: xv,
+            w,
+            bias,
+            min,
+            max,
+            ..
+        } => {
+            let numel = shapes[*xv].numel().unwrap_or(0);
+            let m = numel.checked_div(w.k).unwrap_or(0);
+            let bias = match bias {
+                Bias::None => None,
+                Bias::Packed(b) => Some(b.as_slice()),
+                Bias::Value(_) => Some(ins[1]),
+            };
+            quantize::fully_connected_qd8(pool, m, w, x, bias, *min, *max, out)?
+        }
         Op::Unary { f, min, max, .. } => elementwise::unary(*f, *min, *max, x, out),
         Op::Binary {
             f,

@@ -16,8 +16,10 @@
 //! kernel context's temp allocator, and resizes the outputs.
 //!
 //! Node kinds: every fp32 node of the schema except `ArgMaxPooling2d` and
-//! `ScaledDotProductAttention` (never emitted); quantized values are reported as
-//! [`BackendError::Unsupported`].
+//! `ScaledDotProductAttention` (never emitted), plus the dynamically quantized linear
+//! pattern of 8da4w / 8da8w exports (`Convert` fp32 -> qdint8 per token, then
+//! `FullyConnected` qdint8 x qbint4 / qcint4 / qcint8, scalar for now). Other quantized
+//! nodes (static int8 CNNs) are reported as [`BackendError::Unsupported`] naming the node.
 
 mod dims;
 mod elementwise;
@@ -25,6 +27,7 @@ mod exec;
 pub mod header;
 mod parse;
 mod plan;
+mod quantize;
 pub mod schema;
 mod shape;
 

@@ -981,7 +981,10 @@ impl NodeReader<'_, '_> {
                 )));
             }
         }
-        // Every node's values must be tensors this interpreter runs: fp32 for now.
+        if self.dynamic_quant_pattern(&node)? {
+            return Ok(node);
+        }
+        // Every other node's values must be fp32 tensors.
         for (slot, v) in node
             .inputs
             .iter()
@@ -1002,6 +1005,64 @@ impl NodeReader<'_, '_> {
             }
         }
         Ok(node)
+    }
+
+    /// The dynamically quantized linear pattern (8da4w, 8da8w): `Convert` fp32 -> qdint8
+    /// (per-token), and `FullyConnected` qdint8 x {qbint4, qcint4, qcint8} with an fp32
+    /// bias and output. `Ok(false)` when the node is not quantized at all.
+    fn dynamic_quant_pattern(&self, node: &NodeDef) -> Result<bool, BackendError> {
+        let v = |k: usize| {
+            node.inputs
+                .get(k)
+                .copied()
+                .flatten()
+                .map(|i| &self.values[i])
+        };
+        let out = &self.values[node.outputs[0]];
+        let is_fp32 = |x: &ValueDef| x.datatype == Datatype::Fp32 && x.quant.is_none();
+        let unsupported = || {
+            BackendError::Unsupported(format!(
+                "XNNPACK node {} (xnodes[{}]) with these quantized values",
+                self.kind.name(),
+                self.i
+            ))
+        };
+        match self.kind {
+            NodeKind::Convert if out.datatype == Datatype::QdInt8 => {
+                let input = v(0).ok_or_else(unsupported)?;
+                let ok = is_fp32(input)
+                    && matches!(
+                        out.quant,
+                        Some(Quantization::PerTokenDynamic {
+                            num_nonbatch_dims: 1
+                        })
+                    )
+                    && out.dims.rank() == input.dims.rank();
+                if ok { Ok(true) } else { Err(unsupported()) }
+            }
+            NodeKind::FullyConnected if v(0).is_some_and(|x| x.datatype == Datatype::QdInt8) => {
+                let filter = v(1).ok_or_else(unsupported)?;
+                let bias_ok = v(2).is_none_or(is_fp32);
+                let filter_ok = matches!(
+                    (&filter.datatype, &filter.quant),
+                    (
+                        Datatype::QbInt4,
+                        Some(Quantization::PerChannelGroup { channel_dim: 0, .. })
+                    ) | (
+                        Datatype::QcInt4 | Datatype::QcInt8,
+                        Some(Quantization::PerChannel { channel_dim: 0, .. })
+                    )
+                );
+                let ok = bias_ok
+                    && filter_ok
+                    && filter.constant.is_some()
+                    && filter.dims.rank() == 2
+                    && node.flags == 0
+                    && is_fp32(out);
+                if ok { Ok(true) } else { Err(unsupported()) }
+            }
+            _ => Ok(false),
+        }
     }
 }
 

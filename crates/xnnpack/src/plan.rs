@@ -209,6 +209,32 @@ pub enum Op {
         align_corners: bool,
         legacy: bool,
     },
+    /// `Convert` fp32 -> qdint8: per-row dynamic quantization (XNNPACK's arithmetic).
+    QuantizeRows {
+        x: usize,
+        y: usize,
+    },
+    /// `FullyConnected` with qdint8 input and 4- or 8-bit weights.
+    QuantizedFullyConnected {
+        x: usize,
+        y: usize,
+        w: QuantizedWeights,
+        bias: Bias,
+        min: f32,
+        max: f32,
+    },
+}
+
+/// Integer weights of a quantized fully connected node, unpacked at init: `values[n][k]`
+/// hold `w - zero_point` (4-bit: the stored nibble minus 8), `scales[n][k / block]` the
+/// per-block (or, with `block == k`, per-channel) scales as f32.
+#[derive(Debug, Clone)]
+pub struct QuantizedWeights {
+    pub n: usize,
+    pub k: usize,
+    pub block: usize,
+    pub values: Vec<i8>,
+    pub scales: Vec<f32>,
 }
 
 impl Op {
@@ -232,7 +258,14 @@ impl Op {
             | Op::Slice { x, .. }
             | Op::Pad { x, .. }
             | Op::GlobalAvgPool { x, .. }
+            | Op::QuantizeRows { x, .. }
             | Op::Resize { x, .. } => push(*x),
+            Op::QuantizedFullyConnected { x, bias, .. } => {
+                push(*x);
+                if let Bias::Value(v) = bias {
+                    push(*v);
+                }
+            }
             Op::Binary { a: p, b: q, .. } | Op::BatchMatMul { a: p, b: q, .. } => {
                 push(*p);
                 push(*q);
@@ -270,6 +303,8 @@ impl Op {
             | Op::Concat { y, .. }
             | Op::Pad { y, .. }
             | Op::GlobalAvgPool { y, .. }
+            | Op::QuantizeRows { y, .. }
+            | Op::QuantizedFullyConnected { y, .. }
             | Op::Resize { y, .. } => *y,
             Op::Conv(c) => c.y,
             Op::Pool(p) => p.y,
@@ -294,6 +329,22 @@ pub struct ValuePlan {
     /// Serialized dims (constants' shapes, inputs' expected rank).
     pub dims: Dims,
     pub loc: Loc,
+    /// For a qdint8 value: how many trailing dims form one quantized row (its
+    /// `(scale, zero point)` pairs follow the values in the arena); 0 for fp32.
+    pub row_dims: usize,
+}
+
+impl ValuePlan {
+    /// Arena elements a value of shape `d` occupies.
+    pub fn len(&self, d: &Dims) -> Option<usize> {
+        let numel = d.numel()?;
+        if self.row_dims == 0 {
+            return Some(numel);
+        }
+        let row = d.product(d.rank().saturating_sub(self.row_dims)..d.rank());
+        let rows = numel.checked_div(row).unwrap_or(0);
+        numel.checked_add(rows.checked_mul(2)?)
+    }
 }
 
 /// The executable graph.
@@ -386,6 +437,19 @@ impl<'g> Builder<'g> {
             max,
         };
         let op = match node.kind {
+            Convert if self.graph.values[y].datatype == crate::schema::Datatype::QdInt8 => {
+                Op::QuantizeRows {
+                    x: self.input(node, 0),
+                    y,
+                }
+            }
+            FullyConnected
+                if node.inputs[0].is_some_and(|x| {
+                    self.graph.values[x].datatype == crate::schema::Datatype::QdInt8
+                }) =>
+            {
+                self.quantized_fc(i, node, y)?
+            }
             Abs => unary(UnaryOp::Abs),
             Ceiling => unary(UnaryOp::Ceiling),
             Clamp => unary(UnaryOp::Clamp),
@@ -608,6 +672,81 @@ impl<'g> Builder<'g> {
         })
     }
 
+    fn quantized_fc(&mut self, i: usize, node: &NodeDef, y: usize) -> Result<Op, BackendError> {
+        use crate::parse::Quantization;
+        use crate::schema::Datatype;
+        let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
+        let def = &self.graph.values[fv];
+        let (n, k) = (def.dims.get(0), def.dims.get(1));
+        let bytes = def.constant.as_deref().unwrap_or(&[]);
+        let field = self.field(i, node, "filter_id");
+        let mut values = vec![0i8; n * k];
+        match def.datatype {
+            Datatype::QcInt8 => {
+                for (d, &b) in values.iter_mut().zip(bytes) {
+                    *d = b as i8;
+                }
+            }
+            _ => {
+                // Two 4-bit values per byte, low nibble first, rows of ceil(k / 2) bytes;
+                // stored as q + 8 (weight zero point 8).
+                let row = k.div_ceil(2);
+                for r in 0..n {
+                    for c in 0..k {
+                        let byte = bytes.get(r * row + c / 2).copied().unwrap_or(0);
+                        let nib = if c % 2 == 0 { byte & 0xf } else { byte >> 4 };
+                        values[r * k + c] = nib as i8 - 8;
+                    }
+                }
+            }
+        }
+        let (block, scales) = match &def.quant {
+            Some(Quantization::PerChannelGroup {
+                group_size,
+                scales_bf16,
+                ..
+            }) => (
+                *group_size,
+                scales_bf16
+                    .iter()
+                    .map(|&b| f32::from_bits(u32::from(b) << 16))
+                    .collect::<Vec<f32>>(),
+            ),
+            Some(Quantization::PerChannel { scales, .. }) => (k.max(1), scales.clone()),
+            _ => {
+                return Err(invalid(
+                    field,
+                    "quantized filter without quantization parameters",
+                ));
+            }
+        };
+        if scales.len() != n * k.div_ceil(block.max(1)) {
+            return Err(invalid(
+                field,
+                format!(
+                    "{} scales for a {n} x {k} filter in blocks of {block}",
+                    scales.len()
+                ),
+            ));
+        }
+        self.packed_bytes += values.len() + scales.len() * 4;
+        let bias = self.bias(i, node, n)?;
+        Ok(Op::QuantizedFullyConnected {
+            x: self.input(node, 0),
+            y,
+            w: QuantizedWeights {
+                n,
+                k,
+                block,
+                values,
+                scales,
+            },
+            bias,
+            min: node.output_min,
+            max: node.output_max,
+        })
+    }
+
     fn conv(&mut self, i: usize, node: &NodeDef, y: usize) -> Result<Op, BackendError> {
         let Params::Window(window) = node.params else {
             return Err(invalid(self.field(i, node, "kernel_height"), "missing"));
@@ -712,9 +851,16 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
                 capacity: 0,
             },
         };
+        let row_dims = match def.quant {
+            Some(crate::parse::Quantization::PerTokenDynamic { num_nonbatch_dims }) => {
+                num_nonbatch_dims.max(1)
+            }
+            _ => 0,
+        };
         values.push(ValuePlan {
             dims: def.dims,
             loc,
+            row_dims,
         });
     }
 
@@ -767,8 +913,8 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         .filter(|&v| matches!(values[v].loc, Loc::Arena { .. }) && start[v] != usize::MAX)
         .collect();
     let capacity = |v: usize| -> Result<usize, BackendError> {
-        let a = shapes[v].numel().unwrap_or(usize::MAX);
-        let s = graph.values[v].dims.numel().unwrap_or(usize::MAX);
+        let a = values[v].len(&shapes[v]).unwrap_or(usize::MAX);
+        let s = values[v].len(&graph.values[v].dims).unwrap_or(usize::MAX);
         let c = a.max(s);
         if c > (1usize << 34) {
             return Err(invalid(

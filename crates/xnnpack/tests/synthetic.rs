@@ -479,3 +479,89 @@ fn resize_and_transposed_convolution_shapes() {
         }
     }
 }
+
+#[test]
+fn dynamically_quantized_linear_with_4_bit_blocks() {
+    // x [2,64] -> Convert to qdint8 (per token) -> FullyConnected with qbint4 weights
+    // [3,64] in blocks of 32 (bf16 scales) and an fp32 bias -> [2,3]. Compared with the
+    // float product of the dequantized weights: the only difference is the activation
+    // quantization (at most half a step per element).
+    let (n, k) = (3usize, 64usize);
+    let q: Vec<i8> = (0..n * k).map(|i| ((i * 7 + 3) % 16) as i8 - 8).collect();
+    let mut packed = vec![0u8; n * k / 2];
+    for r in 0..n {
+        for c in (0..k).step_by(2) {
+            let lo = (q[r * k + c] + 8) as u8;
+            let hi = (q[r * k + c + 1] + 8) as u8;
+            packed[r * k / 2 + c / 2] = (hi << 4) | lo;
+        }
+    }
+    let scales_f: Vec<f32> = (0..n * 2).map(|i| 0.015625 * (i + 1) as f32).collect(); // exact in bf16
+    let scales: Vec<u16> = scales_f
+        .iter()
+        .map(|s| (s.to_bits() >> 16) as u16)
+        .collect();
+    let bias = [0.25f32, -0.5, 1.0];
+    let mut constants = packed.clone();
+    let s_off = constants.len();
+    constants.extend(bytemuck::cast_slice::<u16, u8>(&scales));
+    let b_off = constants.len();
+    constants.extend(bytes(&bias));
+    let dyn_q = T::new().f(0, F::I32(1));
+    let group = T::new()
+        .f(1, F::I32(0))
+        .f(2, F::I32(32))
+        .f(4, F::U32(2))
+        .f(5, F::U32((n * 2) as u32));
+    let convert = T::new().f(0, F::U32(0)).f(1, F::U32(1));
+    let fc = T::new()
+        .f(0, F::U32(1))
+        .f(1, F::U32(2))
+        .f(2, F::U32(3))
+        .f(3, F::U32(4));
+    let g = fbs::graph(
+        vec![
+            fbs::value(0, &[2, 64], Some((0, 1)), 0),
+            fbs::qvalue(1, 9, &[2, 64], 0, 3, dyn_q),
+            fbs::qvalue(2, 10, &[3, 64], 1, 4, group),
+            fbs::value(3, &[3], None, 3),
+            fbs::value(4, &[2, 3], Some((1, 2)), 0),
+        ],
+        vec![fbs::node(18, convert, None), fbs::node(2, fc, None)],
+        2,
+        vec![
+            fbs::constant_at(0, s_off as u64),
+            fbs::constant_at(s_off as u64, (b_off - s_off) as u64),
+            fbs::constant_at(b_off as u64, 12),
+        ],
+    );
+    let payload = fbs::payload(&fbs::finish(&g), &constants);
+    let handle = XnnpackBackend
+        .init(&payload, &init_ctx(&NoNamedData))
+        .unwrap();
+    assert_eq!(
+        handle.summary().nodes,
+        vec![
+            ("Convert".to_string(), 1),
+            ("FullyConnected".to_string(), 1)
+        ]
+    );
+    let x = data(2 * k, 8);
+    let mut h = Harness::new();
+    let xi = h.tensor(&[2, 64], &x);
+    let yi = h.out(ScalarType::Float, &[2, 3]);
+    run(&mut h, handle.as_ref(), &[xi, yi]).unwrap();
+    let got: Vec<f32> = h.read(yi);
+    for r in 0..2 {
+        for j in 0..n {
+            let want: f32 = (0..k)
+                .map(|c| x[r * k + c] * q[j * k + c] as f32 * scales_f[j * 2 + c / 32])
+                .sum::<f32>()
+                + bias[j];
+            assert!(
+                (got[r * n + j] - want).abs() < 0.05,
+                "{got:?} vs {want} at {r},{j}"
+            );
+        }
+    }
+}

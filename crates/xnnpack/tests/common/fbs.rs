@@ -182,3 +182,20 @@ pub fn graph(values: Vec<T>, nodes: Vec<T>, num_externs: u32, constants: Vec<T>)
         .f(3, F::U32(num_externs))
         .f(8, F::VecTables(c))
 }
+
+/// A quantized `XValue`: tensor fields as [`value`] with `datatype`, quant params union
+/// member `qtag` with table `qparams`.
+pub fn qvalue(id: u32, datatype: i16, dims: &[u32], cidx: u32, qtag: u8, qparams: T) -> T {
+    let tv = T::new()
+        .f(0, F::I16(datatype))
+        .f(1, F::U32(dims.len() as u32))
+        .f(2, F::VecU32(dims.to_vec()))
+        .f(3, F::U32(cidx))
+        .f(4, F::U32(u32::MAX))
+        .f(6, F::U32(id));
+    let q = T::new()
+        .f(0, F::Table(tv))
+        .f(1, F::U8(qtag))
+        .f(2, F::Table(qparams));
+    T::new().f(0, F::U8(2)).f(1, F::Table(q))
+}
