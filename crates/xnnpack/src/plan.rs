@@ -13,6 +13,10 @@ use crate::schema::{
 };
 use crate::shape;
 
+/// Most f32 one delegate's arena may hold (4 GiB): the official runtime too plans its
+/// memory from the serialized dims, so a larger plan is a corrupt or hostile file.
+pub const MAX_ARENA_ELEMS: usize = 1 << 30;
+
 /// Arena offsets are multiples of this many f32 (64 bytes).
 const ALIGN_ELEMS: usize = 16;
 
@@ -916,7 +920,7 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         let a = values[v].len(&shapes[v]).unwrap_or(usize::MAX);
         let s = values[v].len(&graph.values[v].dims).unwrap_or(usize::MAX);
         let c = a.max(s);
-        if c > (1usize << 34) {
+        if c > MAX_ARENA_ELEMS {
             return Err(invalid(
                 format!("xvalues[{v}].dims"),
                 format!("{c} elements is too large"),
@@ -951,6 +955,12 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
             offset,
             capacity: caps[v],
         };
+    }
+    if arena_len > MAX_ARENA_ELEMS {
+        return Err(BackendError::OutOfMemory {
+            bytes: arena_len.saturating_mul(4),
+            what: "the XNNPACK delegate's value arena (over the 4 GiB limit)",
+        });
     }
     Ok(Plan {
         ops,

@@ -565,3 +565,36 @@ fn dynamically_quantized_linear_with_4_bit_blocks() {
         }
     }
 }
+
+#[test]
+fn mutated_synthetic_graphs_never_panic() {
+    // The conv graph and the quantized-linear graph exercise the window, filter and
+    // quantization parsers; mutate their flatbuffers byte by byte.
+    let (conv, _, _) = conv_payload(1);
+    let mut seed = 0x2545f4914f6cdd1du64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for _ in 0..600 {
+        let mut m = conv.clone();
+        for _ in 0..1 + next() % 4 {
+            let at = 30 + (next() as usize) % (m.len() - 30);
+            m[at] = match next() % 3 {
+                0 => 0xff,
+                1 => m[at] ^ (1 << (next() % 8)),
+                _ => next() as u8,
+            };
+        }
+        if let Ok(handle) = XnnpackBackend.init(&m, &init_ctx(&NoNamedData)) {
+            // A graph that still validates must run (or fail with an error) on inputs of
+            // its declared shape.
+            let mut h = Harness::new();
+            let xi = h.tensor(&[1, 5, 5, 3], &data(75, 1));
+            let yi = h.out(ScalarType::Float, &[1, 3, 3, 4]);
+            let _ = run(&mut h, handle.as_ref(), &[xi, yi]);
+        }
+    }
+}
