@@ -1,4 +1,24 @@
-//! A hand-written, bounds-checked FlatBuffers reader.
+//! A hand-written, bounds-checked FlatBuffers reader, public so that delegates
+//! (the XNNPACK payload's `XNNGraph`, in `etch-xnnpack`) reuse it for their own
+//! schemas instead of writing a second one.
+//!
+//! Usage: [`Buffer::new`] over the bytes, [`Buffer::root`] for the root table, then
+//! [`Table`] accessors by field id (the field's position in the `.fbs` schema, a union
+//! taking two ids). Every accessor takes the [`FieldPath`] of what it reads, so an
+//! error names the field (`xnodes[3].filter_id`).
+//!
+//! ```
+//! use etch_format::flatbuf::{Buffer, FieldPath};
+//! // Root offset 12 -> table at 12, whose vtable (at 4) holds one field at +4.
+//! let mut bytes = vec![12, 0, 0, 0, 6, 0, 8, 0, 4, 0, 0, 0];
+//! bytes.extend_from_slice(&8i32.to_le_bytes());
+//! bytes.extend_from_slice(&42u32.to_le_bytes());
+//! let buffer = Buffer::new(&bytes);
+//! let root = buffer.root(&FieldPath::Root)?;
+//! assert_eq!(root.scalar::<u32>(0, 0, &FieldPath::Root.field("answer"))?, 42);
+//! assert_eq!(root.scalar::<u32>(1, 7, &FieldPath::Root.field("absent"))?, 7);
+//! # Ok::<(), etch_format::FormatError>(())
+//! ```
 //!
 //! Why not flatc-generated code or a FlatBuffers crate: generated readers rely on
 //! `unsafe` unchecked accessors once a verifier has run, and a verifier failure says
@@ -22,21 +42,23 @@ use crate::limits::{MAX_DECODED_ITEMS_PER_BYTE, MAX_TABLE_DEPTH, MIN_DECODE_BUDG
 /// The location of a field, built on the stack as the parser descends and rendered
 /// only when an error is reported.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum FieldPath<'p> {
+pub enum FieldPath<'p> {
     /// The root table (renders as nothing, so children read `execution_plan[0]`).
     Root,
+    /// The field `name` of the parent.
     Field(&'p FieldPath<'p>, &'static str),
+    /// Element `index` of the parent vector.
     Index(&'p FieldPath<'p>, usize),
 }
 
 impl<'p> FieldPath<'p> {
     /// The child field `name`.
-    pub(crate) fn field(&'p self, name: &'static str) -> FieldPath<'p> {
+    pub fn field(&'p self, name: &'static str) -> FieldPath<'p> {
         FieldPath::Field(self, name)
     }
 
     /// The element `index` of this vector.
-    pub(crate) fn index(&'p self, index: usize) -> FieldPath<'p> {
+    pub fn index(&'p self, index: usize) -> FieldPath<'p> {
         FieldPath::Index(self, index)
     }
 
@@ -58,7 +80,8 @@ impl fmt::Display for FieldPath<'_> {
 }
 
 /// A little-endian scalar that can be read from a FlatBuffer.
-pub(crate) trait Scalar: Copy + 'static {
+pub trait Scalar: Copy + 'static {
+    /// Encoded size in bytes.
     const SIZE: usize;
     /// Decodes `Self` from the first `SIZE` bytes of `bytes`, if there are that many.
     fn decode(bytes: &[u8]) -> Option<Self>;
@@ -74,7 +97,7 @@ macro_rules! impl_scalar {
         }
     )*};
 }
-impl_scalar!(u8, i8, u16, i32, u32, i64, u64, f64);
+impl_scalar!(u8, i8, u16, i16, i32, u32, i64, u64, f32, f64);
 
 impl Scalar for bool {
     const SIZE: usize = 1;
@@ -84,14 +107,14 @@ impl Scalar for bool {
 }
 
 /// The buffer being read and the decode budget shared by everything read from it.
-pub(crate) struct Buffer<'a> {
+pub struct Buffer<'a> {
     data: &'a [u8],
     budget: Cell<u64>,
 }
 
 impl<'a> Buffer<'a> {
     /// A reader over `data`, whose byte 0 holds the root offset.
-    pub(crate) fn new(data: &'a [u8]) -> Self {
+    pub fn new(data: &'a [u8]) -> Self {
         let budget = (data.len() as u64)
             .saturating_mul(MAX_DECODED_ITEMS_PER_BYTE)
             .max(MIN_DECODE_BUDGET);
@@ -102,7 +125,7 @@ impl<'a> Buffer<'a> {
     }
 
     /// The root table.
-    pub(crate) fn root(&'a self, path: &FieldPath<'_>) -> Result<Table<'a>> {
+    pub fn root(&'a self, path: &FieldPath<'_>) -> Result<Table<'a>> {
         let offset = self.read::<u32>(0, path)?;
         self.table_at(offset as usize, path, 0)
     }
@@ -208,7 +231,7 @@ impl<'a> Buffer<'a> {
 
 /// A table inside a [`Buffer`] whose header and vtable have been checked.
 #[derive(Clone, Copy)]
-pub(crate) struct Table<'a> {
+pub struct Table<'a> {
     buf: &'a Buffer<'a>,
     pos: usize,
     vtable: usize,
@@ -241,7 +264,7 @@ impl<'a> Table<'a> {
     }
 
     /// A scalar field, or `default` when absent.
-    pub(crate) fn scalar<T: Scalar>(&self, id: u16, default: T, path: &FieldPath<'_>) -> Result<T> {
+    pub fn scalar<T: Scalar>(&self, id: u16, default: T, path: &FieldPath<'_>) -> Result<T> {
         match self.field(id, T::SIZE, path)? {
             Some(pos) => self.buf.read(pos, path),
             None => Ok(default),
@@ -257,7 +280,7 @@ impl<'a> Table<'a> {
     }
 
     /// A sub-table field.
-    pub(crate) fn table(&self, id: u16, path: &FieldPath<'_>) -> Result<Option<Table<'a>>> {
+    pub fn table(&self, id: u16, path: &FieldPath<'_>) -> Result<Option<Table<'a>>> {
         match self.reference(id, path)? {
             Some(target) => self.buf.table_at(target, path, self.depth + 1).map(Some),
             None => Ok(None),
@@ -265,12 +288,12 @@ impl<'a> Table<'a> {
     }
 
     /// A sub-table field that must be present.
-    pub(crate) fn required_table(&self, id: u16, path: &FieldPath<'_>) -> Result<Table<'a>> {
+    pub fn required_table(&self, id: u16, path: &FieldPath<'_>) -> Result<Table<'a>> {
         self.table(id, path)?.ok_or_else(|| missing(path))
     }
 
     /// A string field (UTF-8 checked).
-    pub(crate) fn string(&self, id: u16, path: &FieldPath<'_>) -> Result<Option<&'a str>> {
+    pub fn string(&self, id: u16, path: &FieldPath<'_>) -> Result<Option<&'a str>> {
         let Some(target) = self.reference(id, path)? else {
             return Ok(None);
         };
@@ -285,7 +308,7 @@ impl<'a> Table<'a> {
     }
 
     /// A string field that must be present.
-    pub(crate) fn required_string(&self, id: u16, path: &FieldPath<'_>) -> Result<&'a str> {
+    pub fn required_string(&self, id: u16, path: &FieldPath<'_>) -> Result<&'a str> {
         self.string(id, path)?.ok_or_else(|| missing(path))
     }
 
@@ -319,7 +342,7 @@ impl<'a> Table<'a> {
     }
 
     /// A vector of scalars.
-    pub(crate) fn vector<T: Scalar>(
+    pub fn vector<T: Scalar>(
         &self,
         id: u16,
         limit: usize,
@@ -340,7 +363,7 @@ impl<'a> Table<'a> {
     }
 
     /// A vector of scalars, empty when absent.
-    pub(crate) fn vector_or_empty<T: Scalar>(
+    pub fn vector_or_empty<T: Scalar>(
         &self,
         id: u16,
         limit: usize,
@@ -355,7 +378,7 @@ impl<'a> Table<'a> {
     }
 
     /// A vector of tables, empty when absent.
-    pub(crate) fn tables(&self, id: u16, limit: usize, path: &FieldPath<'_>) -> Result<Tables<'a>> {
+    pub fn tables(&self, id: u16, limit: usize, path: &FieldPath<'_>) -> Result<Tables<'a>> {
         let (start, len) = self.vector_span(id, 4, limit, path)?.unwrap_or((0, 0));
         Ok(Tables {
             buf: self.buf,
@@ -366,11 +389,7 @@ impl<'a> Table<'a> {
     }
 
     /// A union: the tag at `type_id` and the table at `type_id + 1`.
-    pub(crate) fn union(
-        &self,
-        type_id: u16,
-        path: &FieldPath<'_>,
-    ) -> Result<(u8, Option<Table<'a>>)> {
+    pub fn union(&self, type_id: u16, path: &FieldPath<'_>) -> Result<(u8, Option<Table<'a>>)> {
         let tag = self.scalar::<u8>(type_id, 0, path)?;
         let value = self.table(type_id + 1, path)?;
         Ok((tag, value))
@@ -379,7 +398,7 @@ impl<'a> Table<'a> {
 
 /// A checked vector of scalars.
 #[derive(Clone, Copy)]
-pub(crate) struct Vector<'a, T: Scalar> {
+pub struct Vector<'a, T: Scalar> {
     bytes: &'a [u8],
     start: usize,
     len: usize,
@@ -388,29 +407,34 @@ pub(crate) struct Vector<'a, T: Scalar> {
 
 impl<'a, T: Scalar> Vector<'a, T> {
     /// Number of elements.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
     }
 
+    /// True when the vector has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The elements, in order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = T> + 'a {
+    pub fn iter(&self) -> impl Iterator<Item = T> + 'a {
         self.bytes.chunks_exact(T::SIZE).filter_map(T::decode)
     }
 
     /// Absolute position of the first element and the byte length.
-    pub(crate) fn byte_span(&self) -> (usize, usize) {
+    pub fn byte_span(&self) -> (usize, usize) {
         (self.start, self.bytes.len())
     }
 
     /// The raw element bytes.
-    pub(crate) fn bytes(&self) -> &'a [u8] {
+    pub fn bytes(&self) -> &'a [u8] {
         self.bytes
     }
 }
 
 /// A checked vector of table offsets; elements are resolved on access.
 #[derive(Clone, Copy)]
-pub(crate) struct Tables<'a> {
+pub struct Tables<'a> {
     buf: &'a Buffer<'a>,
     start: usize,
     len: usize,
@@ -419,12 +443,17 @@ pub(crate) struct Tables<'a> {
 
 impl<'a> Tables<'a> {
     /// Number of elements.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.len
     }
 
+    /// True when the vector has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The table at `index`; `path` names that element.
-    pub(crate) fn get(&self, index: usize, path: &FieldPath<'_>) -> Result<Table<'a>> {
+    pub fn get(&self, index: usize, path: &FieldPath<'_>) -> Result<Table<'a>> {
         if index >= self.len {
             return Err(FormatError::index(path, index as i64, "vector", self.len));
         }

@@ -41,7 +41,7 @@
 
 mod data_file;
 mod error;
-mod flatbuf;
+pub mod flatbuf;
 pub mod inspect;
 pub mod limits;
 pub mod program;

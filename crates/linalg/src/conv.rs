@@ -1,0 +1,451 @@
+//! 2-D convolutions over NHWC activations: the geometry, im2col (so a convolution is
+//! a GEMM against OHWI filters, which are already `[out_channels, kh * kw * in]`
+//! rows), a direct depthwise kernel, a transposed convolution, and a direct scalar
+//! reference the others are tested against.
+
+/// Geometry of one 2-D convolution over an NHWC image (batch handled by the caller).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConvGeometry {
+    /// Input height, width.
+    pub in_h: usize,
+    pub in_w: usize,
+    /// Output height, width.
+    pub out_h: usize,
+    pub out_w: usize,
+    /// Kernel height, width.
+    pub kernel_h: usize,
+    pub kernel_w: usize,
+    /// Strides.
+    pub stride_h: usize,
+    pub stride_w: usize,
+    /// Dilations.
+    pub dilation_h: usize,
+    pub dilation_w: usize,
+    /// Padding before the first row and column (the rest is implied by the output size).
+    pub pad_top: usize,
+    pub pad_left: usize,
+    /// Groups; channels per group in and out. For a depthwise convolution `groups` is
+    /// the number of input channels and `group_out` the depth multiplier.
+    pub groups: usize,
+    pub group_in: usize,
+    pub group_out: usize,
+}
+
+impl ConvGeometry {
+    /// Input channels of the image.
+    pub fn in_channels(&self) -> usize {
+        self.groups * self.group_in
+    }
+
+    /// Output channels.
+    pub fn out_channels(&self) -> usize {
+        self.groups * self.group_out
+    }
+
+    /// Length of one im2col row: `kernel_h * kernel_w * group_in`.
+    pub fn patch_len(&self) -> usize {
+        self.kernel_h * self.kernel_w * self.group_in
+    }
+
+    /// Output pixels of one image.
+    pub fn out_pixels(&self) -> usize {
+        self.out_h * self.out_w
+    }
+
+    /// True when im2col would copy the input unchanged (1x1, stride 1, no padding, one group).
+    pub fn is_pointwise(&self) -> bool {
+        self.kernel_h == 1
+            && self.kernel_w == 1
+            && self.stride_h == 1
+            && self.stride_w == 1
+            && self.pad_top == 0
+            && self.pad_left == 0
+            && self.groups == 1
+            && self.in_h == self.out_h
+            && self.in_w == self.out_w
+    }
+
+    /// The input row (or column) an output coordinate and kernel tap read, if inside.
+    fn source(
+        out: usize,
+        tap: usize,
+        stride: usize,
+        dilation: usize,
+        pad: usize,
+        size: usize,
+    ) -> Option<usize> {
+        (out * stride + tap * dilation)
+            .checked_sub(pad)
+            .filter(|&s| s < size)
+    }
+}
+
+/// Writes the im2col rows of output pixels `pixels` (row-major over `out_h x out_w`)
+/// for group `group` of one image: row `p` holds `[kh][kw][group_in]` input values,
+/// zero where the tap falls in the padding. `col` must hold `pixels.len() *
+/// patch_len()` elements and `input` one `in_h x in_w x in_channels` image; returns
+/// `false` otherwise.
+pub fn im2col_nhwc(
+    g: &ConvGeometry,
+    input: &[f32],
+    group: usize,
+    pixels: std::ops::Range<usize>,
+    col: &mut [f32],
+) -> bool {
+    let patch = g.patch_len();
+    let c = g.in_channels();
+    if input.len() < g.in_h * g.in_w * c || col.len() < pixels.len() * patch || group >= g.groups {
+        return false;
+    }
+    let c0 = group * g.group_in;
+    for (row, p) in col.chunks_exact_mut(patch.max(1)).zip(pixels) {
+        let (oy, ox) = (p / g.out_w.max(1), p % g.out_w.max(1));
+        let mut at = 0;
+        for ky in 0..g.kernel_h {
+            let iy = ConvGeometry::source(oy, ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h);
+            for kx in 0..g.kernel_w {
+                let ix = ConvGeometry::source(ox, kx, g.stride_w, g.dilation_w, g.pad_left, g.in_w);
+                let dst = &mut row[at..at + g.group_in];
+                match (iy, ix) {
+                    (Some(iy), Some(ix)) => {
+                        let s = (iy * g.in_w + ix) * c + c0;
+                        dst.copy_from_slice(&input[s..s + g.group_in]);
+                    }
+                    _ => dst.fill(0.0),
+                }
+                at += g.group_in;
+            }
+        }
+    }
+    true
+}
+
+/// Direct reference convolution of one NHWC image with an OHWI filter
+/// (`[out_channels, kh, kw, group_in]`), bias per output channel, output clamped.
+/// Returns `false` when a slice is too short.
+pub fn conv2d_nhwc_reference(
+    g: &ConvGeometry,
+    input: &[f32],
+    filter: &[f32],
+    bias: &[f32],
+    min: f32,
+    max: f32,
+    output: &mut [f32],
+) -> bool {
+    let (ci, co, patch) = (g.in_channels(), g.out_channels(), g.patch_len());
+    if input.len() < g.in_h * g.in_w * ci
+        || filter.len() < co * patch
+        || bias.len() < co
+        || output.len() < g.out_pixels() * co
+    {
+        return false;
+    }
+    for oy in 0..g.out_h {
+        for ox in 0..g.out_w {
+            for oc in 0..co {
+                let grp = oc / g.group_out;
+                let mut s = bias[oc];
+                for ky in 0..g.kernel_h {
+                    let Some(iy) =
+                        ConvGeometry::source(oy, ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h)
+                    else {
+                        continue;
+                    };
+                    for kx in 0..g.kernel_w {
+                        let Some(ix) = ConvGeometry::source(
+                            ox,
+                            kx,
+                            g.stride_w,
+                            g.dilation_w,
+                            g.pad_left,
+                            g.in_w,
+                        ) else {
+                            continue;
+                        };
+                        for i in 0..g.group_in {
+                            let x = input[(iy * g.in_w + ix) * ci + grp * g.group_in + i];
+                            let w =
+                                filter[((oc * g.kernel_h + ky) * g.kernel_w + kx) * g.group_in + i];
+                            s += x * w;
+                        }
+                    }
+                }
+                output[(oy * g.out_w + ox) * co + oc] = s.max(min).min(max);
+            }
+        }
+    }
+    true
+}
+
+/// Depthwise convolution of output rows `rows` of one NHWC image: `g.groups` input
+/// channels, depth multiplier `g.group_out`, filter `[kh, kw, channels * multiplier]`
+/// (output channel `c * multiplier + m` reads input channel `c`). `output` holds the
+/// rows `rows` only. Returns `false` when a slice is too short.
+#[allow(clippy::too_many_arguments)]
+pub fn depthwise_conv2d_nhwc(
+    g: &ConvGeometry,
+    input: &[f32],
+    filter: &[f32],
+    bias: &[f32],
+    min: f32,
+    max: f32,
+    rows: std::ops::Range<usize>,
+    output: &mut [f32],
+) -> bool {
+    let c = g.groups;
+    let mult = g.group_out;
+    let co = c * mult;
+    if input.len() < g.in_h * g.in_w * c
+        || filter.len() < g.kernel_h * g.kernel_w * co
+        || bias.len() < co
+        || output.len() < rows.len() * g.out_w * co
+        || rows.end > g.out_h
+    {
+        return false;
+    }
+    for (r, oy) in rows.enumerate() {
+        for ox in 0..g.out_w {
+            let out = &mut output[(r * g.out_w + ox) * co..(r * g.out_w + ox + 1) * co];
+            out.copy_from_slice(&bias[..co]);
+            for ky in 0..g.kernel_h {
+                let Some(iy) =
+                    ConvGeometry::source(oy, ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h)
+                else {
+                    continue;
+                };
+                for kx in 0..g.kernel_w {
+                    let Some(ix) =
+                        ConvGeometry::source(ox, kx, g.stride_w, g.dilation_w, g.pad_left, g.in_w)
+                    else {
+                        continue;
+                    };
+                    let px = &input[(iy * g.in_w + ix) * c..(iy * g.in_w + ix + 1) * c];
+                    let w = &filter[(ky * g.kernel_w + kx) * co..(ky * g.kernel_w + kx + 1) * co];
+                    if mult == 1 {
+                        for ((o, &x), &w) in out.iter_mut().zip(px).zip(w) {
+                            *o = x.mul_add(w, *o);
+                        }
+                    } else {
+                        for (ch, &x) in px.iter().enumerate() {
+                            for m in 0..mult {
+                                let k = ch * mult + m;
+                                out[k] = x.mul_add(w[k], out[k]);
+                            }
+                        }
+                    }
+                }
+            }
+            for o in out.iter_mut() {
+                *o = o.max(min).min(max);
+            }
+        }
+    }
+    true
+}
+
+/// Transposed convolution (deconvolution) of one NHWC image: input pixel `(iy, ix)`
+/// contributes to output `(iy * stride + ky * dilation - pad_top, ...)`. The filter is
+/// `[groups * group_out, kh, kw, group_in]`; `g.in_*` / `g.out_*` are the deconvolution's
+/// own input and output sizes. Returns `false` when a slice is too short.
+pub fn conv_transpose2d_nhwc(
+    g: &ConvGeometry,
+    input: &[f32],
+    filter: &[f32],
+    bias: &[f32],
+    min: f32,
+    max: f32,
+    output: &mut [f32],
+) -> bool {
+    let (ci, co) = (g.in_channels(), g.out_channels());
+    if input.len() < g.in_h * g.in_w * ci
+        || filter.len() < co * g.kernel_h * g.kernel_w * g.group_in
+        || bias.len() < co
+        || output.len() < g.out_pixels() * co
+    {
+        return false;
+    }
+    let output = &mut output[..g.out_pixels() * co];
+    for px in output.chunks_exact_mut(co.max(1)) {
+        px.copy_from_slice(&bias[..co]);
+    }
+    for iy in 0..g.in_h {
+        for ix in 0..g.in_w {
+            let x = &input[(iy * g.in_w + ix) * ci..(iy * g.in_w + ix + 1) * ci];
+            for ky in 0..g.kernel_h {
+                let Some(oy) = (iy * g.stride_h + ky * g.dilation_h)
+                    .checked_sub(g.pad_top)
+                    .filter(|&o| o < g.out_h)
+                else {
+                    continue;
+                };
+                for kx in 0..g.kernel_w {
+                    let Some(ox) = (ix * g.stride_w + kx * g.dilation_w)
+                        .checked_sub(g.pad_left)
+                        .filter(|&o| o < g.out_w)
+                    else {
+                        continue;
+                    };
+                    let out = &mut output[(oy * g.out_w + ox) * co..(oy * g.out_w + ox + 1) * co];
+                    for grp in 0..g.groups {
+                        let xs = &x[grp * g.group_in..(grp + 1) * g.group_in];
+                        for o in 0..g.group_out {
+                            let oc = grp * g.group_out + o;
+                            let w0 = ((oc * g.kernel_h + ky) * g.kernel_w + kx) * g.group_in;
+                            let w = &filter[w0..w0 + g.group_in];
+                            let mut s = 0f32;
+                            for (&a, &b) in xs.iter().zip(w) {
+                                s = a.mul_add(b, s);
+                            }
+                            out[oc] += s;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for o in output.iter_mut() {
+        *o = o.max(min).min(max);
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dense::{Mat, matmul_nt};
+    use proptest::prelude::*;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 20) % 17) as f32 / 8.0
+                    - 1.0
+            })
+            .collect()
+    }
+
+    fn geometry() -> impl Strategy<Value = ConvGeometry> {
+        (
+            1usize..7,
+            1usize..7,
+            1usize..4,
+            1usize..4,
+            1usize..3,
+            1usize..3,
+            0usize..2,
+            1usize..3,
+            1usize..4,
+            1usize..4,
+        )
+            .prop_filter_map(
+                "kernel fits",
+                |(ih, iw, kh, kw, s, d, p, groups, gi, go)| {
+                    let eff_h = d * (kh - 1) + 1;
+                    let eff_w = d * (kw - 1) + 1;
+                    if ih + 2 * p < eff_h || iw + 2 * p < eff_w {
+                        return None;
+                    }
+                    Some(ConvGeometry {
+                        in_h: ih,
+                        in_w: iw,
+                        out_h: (ih + 2 * p - eff_h) / s + 1,
+                        out_w: (iw + 2 * p - eff_w) / s + 1,
+                        kernel_h: kh,
+                        kernel_w: kw,
+                        stride_h: s,
+                        stride_w: s,
+                        dilation_h: d,
+                        dilation_w: d,
+                        pad_top: p,
+                        pad_left: p,
+                        groups,
+                        group_in: gi,
+                        group_out: go,
+                    })
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn im2col_gemm_matches_the_reference(g in geometry(), seed in 0u32..100) {
+            let input = values(g.in_h * g.in_w * g.in_channels(), seed);
+            let filter = values(g.out_channels() * g.patch_len(), seed + 1);
+            let bias = values(g.out_channels(), seed + 2);
+            let mut want = vec![0f32; g.out_pixels() * g.out_channels()];
+            prop_assert!(conv2d_nhwc_reference(&g, &input, &filter, &bias, -0.5, 2.0, &mut want));
+            let mut got = vec![0f32; want.len()];
+            let mut col = vec![0f32; g.out_pixels() * g.patch_len()];
+            for grp in 0..g.groups {
+                prop_assert!(im2col_nhwc(&g, &input, grp, 0..g.out_pixels(), &mut col));
+                let rows = grp * g.group_out * g.patch_len();
+                let ok = matmul_nt(
+                    g.out_pixels(), g.group_out, g.patch_len(),
+                    Mat { data: &col, ld: g.patch_len() },
+                    Mat { data: &filter[rows..], ld: g.patch_len() },
+                    Some(&bias[grp * g.group_out..]),
+                    &mut got[grp * g.group_out..], g.out_channels(), -0.5, 2.0,
+                );
+            prop_assert!(ok);
+            }
+            for (a, b) in got.iter().zip(&want) {
+                prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()));
+            }
+        }
+
+        #[test]
+        fn depthwise_matches_the_grouped_reference(g in geometry(), seed in 0u32..100) {
+            let g = ConvGeometry { group_in: 1, ..g };
+            let (c, m) = (g.groups, g.group_out);
+            let input = values(g.in_h * g.in_w * c, seed);
+            // Depthwise filter [kh, kw, c * m] and the same as OHWI [c * m, kh, kw, 1].
+            let dw = values(g.kernel_h * g.kernel_w * c * m, seed + 3);
+            let mut ohwi = vec![0f32; dw.len()];
+            for t in 0..g.kernel_h * g.kernel_w {
+                for k in 0..c * m {
+                    ohwi[k * g.kernel_h * g.kernel_w + t] = dw[t * c * m + k];
+                }
+            }
+            let bias = values(c * m, seed + 4);
+            let mut want = vec![0f32; g.out_pixels() * c * m];
+            prop_assert!(conv2d_nhwc_reference(&g, &input, &ohwi, &bias, f32::NEG_INFINITY, 6.0, &mut want));
+            let mut got = vec![0f32; want.len()];
+            prop_assert!(depthwise_conv2d_nhwc(&g, &input, &dw, &bias, f32::NEG_INFINITY, 6.0, 0..g.out_h, &mut got));
+            for (a, b) in got.iter().zip(&want) {
+                prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()));
+            }
+        }
+
+        #[test]
+        fn transposed_is_the_adjoint(g in geometry(), seed in 0u32..100) {
+            // <conv(x), y> == <x, conv_transpose(y)> with the roles of in/out swapped.
+            let x = values(g.in_h * g.in_w * g.in_channels(), seed);
+            let f = values(g.out_channels() * g.patch_len(), seed + 5);
+            let zero_out = vec![0f32; g.out_channels()];
+            let zero_in = vec![0f32; g.in_channels()];
+            let mut cx = vec![0f32; g.out_pixels() * g.out_channels()];
+            prop_assert!(conv2d_nhwc_reference(&g, &x, &f, &zero_out, f32::NEG_INFINITY, f32::INFINITY, &mut cx));
+            let y = values(cx.len(), seed + 6);
+            // The transposed convolution maps out_channels -> in_channels; its filter is
+            // [groups * group_in, kh, kw, group_out].
+            let t = ConvGeometry { in_h: g.out_h, in_w: g.out_w, out_h: g.in_h, out_w: g.in_w, group_in: g.group_out, group_out: g.group_in, ..g };
+            let mut ft = vec![0f32; f.len()];
+            for grp in 0..g.groups {
+                for o in 0..g.group_out {
+                    for tap in 0..g.kernel_h * g.kernel_w {
+                        for i in 0..g.group_in {
+                            let src = (((grp * g.group_out + o) * g.kernel_h * g.kernel_w) + tap) * g.group_in + i;
+                            let dst = (((grp * g.group_in + i) * g.kernel_h * g.kernel_w) + tap) * g.group_out + o;
+                            ft[dst] = f[src];
+                        }
+                    }
+                }
+            }
+            let mut ty = vec![0f32; x.len()];
+            prop_assert!(conv_transpose2d_nhwc(&t, &y, &ft, &zero_in, f32::NEG_INFINITY, f32::INFINITY, &mut ty));
+            let lhs: f32 = cx.iter().zip(&y).map(|(a, b)| a * b).sum();
+            let rhs: f32 = x.iter().zip(&ty).map(|(a, b)| a * b).sum();
+            prop_assert!((lhs - rhs).abs() <= 1e-3 * (1.0 + lhs.abs()));
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! Elementwise and data-movement loops of the interpreter: unary functions, broadcast
+//! binary functions, softmax over the last axis, transpose, slice and the embedding a
+//! constant pad needs. (The heavy kernels live in `etch-linalg`.)
+
+use etch_kernels::KernelError;
+
+use crate::dims::{Dims, MAX_DIMS};
+use crate::plan::{BinaryOp, UnaryOp};
+
+fn short(what: &str) -> KernelError {
+    KernelError::invalid(format!("XNNPACK delegate: {what}: operand too short"))
+}
+
+/// `out[i] = f(x[i])`; `Clamp` clamps to `[min, max]`.
+pub fn unary(f: UnaryOp, min: f32, max: f32, x: &[f32], out: &mut [f32]) {
+    let map = |out: &mut [f32], g: &dyn Fn(f32) -> f32| {
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = g(v);
+        }
+    };
+    match f {
+        UnaryOp::Abs => map(out, &|v| v.abs()),
+        UnaryOp::Ceiling => map(out, &|v| v.ceil()),
+        UnaryOp::Clamp => {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = v.max(min).min(max);
+            }
+        }
+        UnaryOp::Cos => map(out, &|v| v.cos()),
+        UnaryOp::Elu(alpha) => {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = if v > 0.0 { v } else { alpha * v.exp_m1() };
+            }
+        }
+        UnaryOp::Exp => map(out, &|v| v.exp()),
+        UnaryOp::Floor => map(out, &|v| v.floor()),
+        UnaryOp::Gelu => map(out, &|v| {
+            0.5 * v * (1.0 + libm::erff(v * std::f32::consts::FRAC_1_SQRT_2))
+        }),
+        UnaryOp::Hardswish => map(out, &|v| v * ((v + 3.0).clamp(0.0, 6.0) / 6.0)),
+        UnaryOp::LeakyRelu(slope) => {
+            for (o, &v) in out.iter_mut().zip(x) {
+                *o = if v >= 0.0 { v } else { v * slope };
+            }
+        }
+        UnaryOp::Log => map(out, &|v| v.ln()),
+        UnaryOp::Negate => map(out, &|v| -v),
+        UnaryOp::ReciprocalSquareRoot => map(out, &|v| 1.0 / v.sqrt()),
+        UnaryOp::Sigmoid => map(out, &|v| 1.0 / (1.0 + (-v).exp())),
+        UnaryOp::Sin => map(out, &|v| v.sin()),
+        UnaryOp::Square => map(out, &|v| v * v),
+        UnaryOp::SquareRoot => map(out, &|v| v.sqrt()),
+        UnaryOp::Tanh => map(out, &|v| v.tanh()),
+    }
+}
+
+#[inline]
+fn apply(f: BinaryOp, a: f32, b: f32) -> f32 {
+    match f {
+        BinaryOp::Add => a + b,
+        BinaryOp::Subtract => a - b,
+        BinaryOp::Multiply => a * b,
+        BinaryOp::Divide => a / b,
+        BinaryOp::Minimum => a.min(b),
+        BinaryOp::Maximum => a.max(b),
+        BinaryOp::PRelu => {
+            if a >= 0.0 {
+                a
+            } else {
+                a * b
+            }
+        }
+    }
+}
+
+/// Element strides of `d` right-aligned to rank `rank`, 0 along broadcast axes.
+fn broadcast_strides(d: &Dims, y: &Dims) -> [usize; MAX_DIMS] {
+    let mut s = [0usize; MAX_DIMS];
+    let lead = y.rank() - d.rank();
+    let mut stride = 1usize;
+    for i in (0..d.rank()).rev() {
+        let size = d.get(i);
+        s[lead + i] = if size == 1 && y.get(lead + i) != 1 {
+            0
+        } else {
+            stride
+        };
+        stride *= size;
+    }
+    s
+}
+
+/// `out = clamp(f(a, b))` with numpy broadcasting of `a` (`ad`) and `b` (`bd`) to `yd`.
+#[allow(clippy::too_many_arguments)]
+pub fn binary(
+    f: BinaryOp,
+    min: f32,
+    max: f32,
+    ad: &Dims,
+    a: &[f32],
+    bd: &Dims,
+    b: &[f32],
+    yd: &Dims,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let n = out.len();
+    let clamp = |v: f32| v.max(min).min(max);
+    if a.len() == n && b.len() == n {
+        for ((o, &p), &q) in out.iter_mut().zip(a).zip(b) {
+            *o = clamp(apply(f, p, q));
+        }
+        return Ok(());
+    }
+    if a.len() == n && b.len() == 1 {
+        let q = b[0];
+        for (o, &p) in out.iter_mut().zip(a) {
+            *o = clamp(apply(f, p, q));
+        }
+        return Ok(());
+    }
+    if a.len() == 1 && b.len() == n {
+        let p = a[0];
+        for (o, &q) in out.iter_mut().zip(b) {
+            *o = clamp(apply(f, p, q));
+        }
+        return Ok(());
+    }
+    let r = yd.rank();
+    let sa = broadcast_strides(ad, yd);
+    let sb = broadcast_strides(bd, yd);
+    let inner = yd.get(r - 1);
+    let (ia, ib) = (sa[r - 1], sb[r - 1]);
+    let mut idx = [0usize; MAX_DIMS];
+    for row in out.chunks_exact_mut(inner.max(1)) {
+        let (mut oa, mut ob) = (0usize, 0usize);
+        for d in 0..r - 1 {
+            oa += idx[d] * sa[d];
+            ob += idx[d] * sb[d];
+        }
+        for (j, o) in row.iter_mut().enumerate() {
+            let p = *a.get(oa + j * ia).ok_or_else(|| short("binary"))?;
+            let q = *b.get(ob + j * ib).ok_or_else(|| short("binary"))?;
+            *o = clamp(apply(f, p, q));
+        }
+        for d in (0..r.saturating_sub(1)).rev() {
+            idx[d] += 1;
+            if idx[d] < yd.get(d) {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+    Ok(())
+}
+
+/// Softmax over rows of `cols` elements.
+pub fn softmax(cols: usize, x: &[f32], out: &mut [f32]) {
+    for (row, o) in x
+        .chunks_exact(cols.max(1))
+        .zip(out.chunks_exact_mut(cols.max(1)))
+    {
+        let m = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut sum = 0f32;
+        for (d, &v) in o.iter_mut().zip(row) {
+            *d = (v - m).exp();
+            sum += *d;
+        }
+        let inv = 1.0 / sum;
+        for d in o.iter_mut() {
+            *d *= inv;
+        }
+    }
+}
+
+fn contiguous_strides(d: &Dims) -> [usize; MAX_DIMS] {
+    let mut s = [0usize; MAX_DIMS];
+    let mut stride = 1;
+    for i in (0..d.rank()).rev() {
+        s[i] = stride;
+        stride *= d.get(i);
+    }
+    s
+}
+
+/// Visits every index of `dims` in row-major order with the flat offsets given by two
+/// stride sets, innermost axis as a run: `f(src_offset, dst_offset, run, src_step)`.
+fn for_each_run(
+    dims: &Dims,
+    src: &[usize; MAX_DIMS],
+    dst: &[usize; MAX_DIMS],
+    mut f: impl FnMut(usize, usize, usize, usize) -> Result<(), KernelError>,
+) -> Result<(), KernelError> {
+    let r = dims.rank();
+    if r == 0 {
+        return f(0, 0, 1, 1);
+    }
+    if dims.numel() == Some(0) {
+        return Ok(());
+    }
+    let inner = dims.get(r - 1);
+    let outer = dims.product(0..r - 1);
+    let mut idx = [0usize; MAX_DIMS];
+    for _ in 0..outer {
+        let (mut so, mut d) = (0, 0);
+        for k in 0..r - 1 {
+            so += idx[k] * src[k];
+            d += idx[k] * dst[k];
+        }
+        f(so, d, inner, src[r - 1])?;
+        for k in (0..r - 1).rev() {
+            idx[k] += 1;
+            if idx[k] < dims.get(k) {
+                break;
+            }
+            idx[k] = 0;
+        }
+    }
+    Ok(())
+}
+
+/// `out = transpose(x, perm)`: output axis `i` is input axis `perm[i]`.
+pub fn transpose(xd: &Dims, perm: &Dims, x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+    let xs = contiguous_strides(xd);
+    let mut yd = *xd;
+    let mut src = [0usize; MAX_DIMS];
+    for (i, &p) in perm.as_slice().iter().enumerate() {
+        yd.as_mut_slice()[i] = xd.get(p);
+        src[i] = xs[p];
+    }
+    let dst = contiguous_strides(&yd);
+    for_each_run(&yd, &src, &dst, |so, d, run, step| {
+        let o = out.get_mut(d..d + run).ok_or_else(|| short("transpose"))?;
+        if step == 1 {
+            o.copy_from_slice(x.get(so..so + run).ok_or_else(|| short("transpose"))?);
+        } else {
+            for (j, v) in o.iter_mut().enumerate() {
+                *v = *x.get(so + j * step).ok_or_else(|| short("transpose"))?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Copies the window of `x` starting at `start` with shape `yd` into `out`.
+pub fn slice(
+    xd: &Dims,
+    start: &[usize],
+    yd: &Dims,
+    x: &[f32],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let xs = contiguous_strides(xd);
+    let base: usize = start.iter().zip(&xs).map(|(a, b)| a * b).sum();
+    let dst = contiguous_strides(yd);
+    for_each_run(yd, &xs, &dst, |so, d, run, _| {
+        out.get_mut(d..d + run)
+            .zip(x.get(base + so..base + so + run))
+            .map(|(o, s)| o.copy_from_slice(s))
+            .ok_or_else(|| short("slice"))
+    })
+}
+
+/// Writes `x` (shape `xd`) into `out` (shape `yd`) at offset `pre` per axis.
+pub fn embed(
+    xd: &Dims,
+    pre: &[usize],
+    yd: &Dims,
+    x: &[f32],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let ys = contiguous_strides(yd);
+    let base: usize = pre.iter().zip(&ys).map(|(a, b)| a * b).sum();
+    let src = contiguous_strides(xd);
+    for_each_run(xd, &src, &ys, |so, d, run, _| {
+        out.get_mut(base + d..base + d + run)
+            .zip(x.get(so..so + run))
+            .map(|(o, s)| o.copy_from_slice(s))
+            .ok_or_else(|| short("pad"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(v: &[usize]) -> Dims {
+        Dims::new(v).unwrap()
+    }
+
+    #[test]
+    fn broadcast_rows_and_columns() {
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let col = [10.0, 20.0];
+        let mut out = [0f32; 6];
+        binary(
+            BinaryOp::Add,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            &d(&[2, 3]),
+            &a,
+            &d(&[2, 1]),
+            &col,
+            &d(&[2, 3]),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out, [11.0, 12.0, 13.0, 24.0, 25.0, 26.0]);
+        let row = [1.0, 0.0, -1.0];
+        binary(
+            BinaryOp::Multiply,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            &d(&[2, 3]),
+            &a,
+            &d(&[3]),
+            &row,
+            &d(&[2, 3]),
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(out, [1.0, 0.0, -3.0, 4.0, 0.0, -6.0]);
+    }
+
+    #[test]
+    fn transpose_slice_embed() {
+        let x: Vec<f32> = (0..6).map(|v| v as f32).collect();
+        let mut out = [0f32; 6];
+        transpose(&d(&[2, 3]), &d(&[1, 0]), &x, &mut out).unwrap();
+        assert_eq!(out, [0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+        let mut s = [0f32; 2];
+        slice(&d(&[2, 3]), &[1, 1], &d(&[1, 2]), &x, &mut s).unwrap();
+        assert_eq!(s, [4.0, 5.0]);
+        let mut p = [9f32; 8];
+        embed(&d(&[1, 2]), &[1, 1], &d(&[2, 4]), &[1.0, 2.0], &mut p).unwrap();
+        assert_eq!(p, [9.0, 9.0, 9.0, 9.0, 9.0, 1.0, 2.0, 9.0]);
+    }
+}

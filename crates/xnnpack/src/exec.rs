@@ -1,0 +1,776 @@
+//! The interpreter: binds the call's arguments, propagates shapes through every node,
+//! then runs the nodes in order over one arena from the temp allocator (no heap
+//! allocation per call).
+
+use std::ops::Range;
+
+use etch_format::ScalarType;
+use etch_kernels::{Args, KernelContext, KernelError, ThreadPool};
+use etch_linalg::conv::{self, ConvGeometry};
+use etch_linalg::dense::{Mat, matmul_nn, matmul_nt};
+use etch_linalg::{pool, resize};
+use rayon::prelude::*;
+
+use crate::dims::{Dims, MAX_DIMS};
+use crate::elementwise;
+use crate::plan::{Bias, ConvKind, ConvOp, Filter, Loc, Op, Plan, PoolOp};
+use crate::quantize;
+use crate::shape;
+
+/// Output pixels one im2col block holds.
+pub const IM2COL_BLOCK: usize = 64;
+
+fn short(what: &str) -> KernelError {
+    KernelError::invalid(format!("XNNPACK delegate: {what}: operand too short"))
+}
+
+fn node_error(plan: &Plan, i: usize, reason: &str) -> KernelError {
+    let kind = plan.kinds.get(i).map(|k| k.name()).unwrap_or("?");
+    KernelError::invalid(format!("XNNPACK delegate node {i} ({kind}): {reason}"))
+}
+
+fn arena_range(plan: &Plan, v: usize, shapes: &[Dims]) -> Result<Range<usize>, KernelError> {
+    let numel = plan.values[v]
+        .len(&shapes[v])
+        .ok_or_else(|| short("shape overflow"))?;
+    match plan.values[v].loc {
+        Loc::Arena { offset, capacity } if numel <= capacity => Ok(offset..offset + numel),
+        Loc::Arena { capacity, .. } => Err(KernelError::invalid(format!(
+            "XNNPACK delegate: value {v} needs {numel} elements, more than its bound of {capacity}"
+        ))),
+        _ => Err(KernelError::invalid(format!(
+            "XNNPACK delegate: value {v} has no run-time storage"
+        ))),
+    }
+}
+
+/// The output slice and input slices of `op`.
+fn operands<'s>(
+    plan: &'s Plan,
+    arena: &'s mut [f32],
+    shapes: &[Dims],
+    op: &Op,
+) -> Result<(&'s mut [f32], [&'s [f32]; 5]), KernelError> {
+    let yr = arena_range(plan, op.output(), shapes)?;
+    if yr.end > arena.len() {
+        return Err(short("arena"));
+    }
+    let (left, rest) = arena.split_at_mut(yr.start);
+    let (out, right) = rest.split_at_mut(yr.len());
+    let (left, right): (&[f32], &[f32]) = (left, right);
+    let mut ins: [&[f32]; 5] = [&[]; 5];
+    let (vs, n) = op.inputs();
+    for (slot, &v) in ins.iter_mut().zip(&vs[..n]) {
+        let numel = shapes[v].numel().ok_or_else(|| short("shape overflow"))?;
+        *slot = match plan.values[v].loc {
+            Loc::Constant => plan.constants[v]
+                .as_deref()
+                .and_then(|c| c.get(..numel))
+                .ok_or_else(|| short("constant"))?,
+            Loc::PackedOnly => return Err(short("packed-only constant read as a value")),
+            Loc::Arena { .. } => {
+                let r = arena_range(plan, v, shapes)?;
+                if r.is_empty() {
+                    &[]
+                } else if r.end <= yr.start {
+                    &left[r]
+                } else if r.start >= yr.end {
+                    right
+                        .get(r.start - yr.end..r.end - yr.end)
+                        .ok_or_else(|| short("arena"))?
+                } else {
+                    return Err(KernelError::invalid(
+                        "XNNPACK delegate: an input overlaps the output (memory plan)",
+                    ));
+                }
+            }
+        };
+    }
+    Ok((out, ins))
+}
+
+/// Runs the plan on one call.
+pub fn execute(
+    plan: &Plan,
+    ctx: &KernelContext<'_>,
+    args: &mut Args<'_>,
+) -> Result<(), KernelError> {
+    if args.len() < plan.num_args {
+        return Err(KernelError::ArgCount {
+            expected: plan.num_args,
+            got: args.len(),
+        });
+    }
+    let shapes = ctx.scratch::<Dims>(plan.values.len())?;
+    for (s, v) in shapes.iter_mut().zip(&plan.values) {
+        *s = v.dims;
+    }
+    // Inputs: physical dims, in the tensor's dim order (as `XNNExecutor::prepare_args`).
+    for &(v, arg) in &plan.inputs {
+        let t = args.tensor(arg)?;
+        if t.dtype() != ScalarType::Float {
+            return Err(KernelError::DtypeMismatch {
+                expected: ScalarType::Float,
+                found: t.dtype(),
+            });
+        }
+        let serialized = plan.values[v].dims;
+        if t.rank() == 0 && serialized.as_slice() == [1] {
+            // Scalars are serialized with dims [1].
+            continue;
+        }
+        if t.rank() != serialized.rank() {
+            return Err(KernelError::invalid(format!(
+                "XNNPACK delegate: argument {arg} has rank {}, the graph expects {}",
+                t.rank(),
+                plan.values[v].dims.rank()
+            )));
+        }
+        let mut d = [0usize; MAX_DIMS];
+        for (j, &o) in t.dim_order().iter().enumerate() {
+            d[j] = t.sizes()[o as usize];
+        }
+        shapes[v] = Dims::new(&d[..t.rank()]).ok_or_else(|| short("rank"))?;
+    }
+    for (i, op) in plan.ops.iter().enumerate() {
+        shape::infer(op, shapes).map_err(|r| node_error(plan, i, r))?;
+        arena_range(plan, op.output(), shapes).map_err(|e| node_error(plan, i, &e.to_string()))?;
+    }
+    let arena = ctx.scratch::<f32>(plan.arena_len)?;
+    let col = ctx.scratch::<f32>(plan.im2col_len(ctx.pool().threads()))?;
+    for &(v, arg) in &plan.inputs {
+        let t = args.tensor(arg)?;
+        let src = ctx.read::<f32>(&t)?;
+        let r = arena_range(plan, v, shapes)?;
+        let n = r.len();
+        arena
+            .get_mut(r)
+            .ok_or_else(|| short("arena"))?
+            .copy_from_slice(src.get(..n).ok_or_else(|| short("input"))?);
+    }
+    for (i, op) in plan.ops.iter().enumerate() {
+        if shapes[op.output()].numel() == Some(0) {
+            continue;
+        }
+        let (out, ins) = operands(plan, arena, shapes, op)?;
+        run_op(op, ctx.pool(), shapes, out, &ins, col)
+            .map_err(|e| node_error(plan, i, &e.to_string()))?;
+    }
+    for &(v, arg) in &plan.outputs {
+        let d = shapes[v];
+        let t = args.tensor(arg)?;
+        if t.rank() == 0 && d.numel() == Some(1) {
+            let dst = ctx.write::<f32>(&t)?;
+            let r = arena_range(plan, v, shapes)?;
+            let src = arena.get(r).ok_or_else(|| short("arena"))?;
+            dst.get_mut(..1)
+                .zip(src.first())
+                .map(|(d, s)| d[0] = *s)
+                .ok_or_else(|| short("output"))?;
+            continue;
+        }
+        if t.rank() != d.rank() {
+            return Err(KernelError::invalid(format!(
+                "XNNPACK delegate: output argument {arg} has rank {}, the graph computes {}",
+                t.rank(),
+                d.rank()
+            )));
+        }
+        let mut sizes = [0usize; MAX_DIMS];
+        for (j, &o) in t.dim_order().iter().enumerate() {
+            sizes[o as usize] = d.get(j);
+        }
+        let t = args.resize_tensor(arg, &sizes[..d.rank()])?;
+        let dst = ctx.write::<f32>(&t)?;
+        let r = arena_range(plan, v, shapes)?;
+        let src = arena.get(r).ok_or_else(|| short("arena"))?;
+        dst.get_mut(..src.len())
+            .ok_or_else(|| short("output"))?
+            .copy_from_slice(src);
+    }
+    Ok(())
+}
+
+fn run_op(
+    op: &Op,
+    pool: &ThreadPool,
+    shapes: &[Dims],
+    out: &mut [f32],
+    ins: &[&[f32]; 5],
+    col: &mut [f32],
+) -> Result<(), KernelError> {
+    let x = ins[0];
+    match op {
+        Op::QuantizeRows { x: xv, .. } => {
+            let d = shapes[*xv];
+            // One row per token: the trailing dim (num_nonbatch_dims 1, linear layers).
+            let row = d.get(d.rank().saturating_sub(1)).max(1);
+            quantize::quantize_rows(row, x, out)?
+        }
+        Op::QuantizedFullyConnected {
+            x: xv,
+            w,
+            bias,
+            min,
+            max,
+            ..
+        } => {
+            let numel = shapes[*xv].numel().unwrap_or(0);
+            let m = numel.checked_div(w.k).unwrap_or(0);
+            let bias = match bias {
+                Bias::None => None,
+                Bias::Packed(b) => Some(b.as_slice()),
+                Bias::Value(_) => Some(ins[1]),
+            };
+            quantize::fully_connected_qd8(pool, m, w, x, bias, *min, *max, out)?
+        }
+        Op::Unary { f, min, max, .. } => elementwise::unary(*f, *min, *max, x, out),
+        Op::Binary {
+            f,
+            a,
+            b,
+            y,
+            min,
+            max,
+        } => elementwise::binary(
+            *f,
+            *min,
+            *max,
+            &shapes[*a],
+            ins[0],
+            &shapes[*b],
+            ins[1],
+            &shapes[*y],
+            out,
+        )?,
+        Op::Copy { .. } | Op::Reshape { .. } => {
+            out.copy_from_slice(x.get(..out.len()).ok_or_else(|| short("copy"))?)
+        }
+        Op::Softmax { x: xv, .. } => {
+            let d = shapes[*xv];
+            elementwise::softmax(d.get(d.rank() - 1), x, out)
+        }
+        Op::Transpose { x: xv, perm, .. } => elementwise::transpose(&shapes[*xv], perm, x, out)?,
+        Op::Slice {
+            x: xv,
+            y,
+            offsets,
+            sizes,
+        } => {
+            let xd = shapes[*xv];
+            let mut start = [0usize; MAX_DIMS];
+            for (i, s) in start.iter_mut().enumerate().take(xd.rank()) {
+                *s = shape::slice_extent(xd.get(i), offsets.get(i), sizes.get(i)).0;
+            }
+            elementwise::slice(&xd, &start[..xd.rank()], &shapes[*y], x, out)?
+        }
+        Op::Concat { xs, n, axis, y } => {
+            let yd = shapes[*y];
+            let outer = yd.product(0..*axis);
+            let inner = yd.product(*axis + 1..yd.rank());
+            let row = yd.get(*axis) * inner;
+            let mut at = 0;
+            for (k, &v) in xs[..*n].iter().enumerate() {
+                let len = shapes[v].get(*axis) * inner;
+                let src = ins[k];
+                for o in 0..outer {
+                    out.get_mut(o * row + at..o * row + at + len)
+                        .zip(src.get(o * len..(o + 1) * len))
+                        .map(|(d, s)| d.copy_from_slice(s))
+                        .ok_or_else(|| short("concatenate"))?;
+                }
+                at += len;
+            }
+        }
+        Op::Pad {
+            x: xv,
+            y,
+            pre,
+            value,
+            ..
+        } => {
+            out.fill(*value);
+            let xd = shapes[*xv];
+            elementwise::embed(&xd, &pre.as_slice()[..xd.rank()], &shapes[*y], x, out)?
+        }
+        Op::FullyConnected {
+            x: xv,
+            filter,
+            bias,
+            min,
+            max,
+            ..
+        } => {
+            let (n, k) = filter.dims(shapes);
+            let m = shapes[*xv].numel().unwrap_or(0).checked_div(k).unwrap_or(0);
+            let bias_slice = match bias {
+                Bias::None => None,
+                Bias::Packed(b) => Some(b.as_slice()),
+                Bias::Value(_) => Some(match filter {
+                    Filter::Value { .. } => ins[2],
+                    Filter::Packed { .. } => ins[1],
+                }),
+            };
+            match filter {
+                Filter::Packed { w, .. } => {
+                    fully_connected(pool, m, n, k, x, w, bias_slice, *min, *max, out)?
+                }
+                Filter::Value {
+                    transposed: false, ..
+                } => fully_connected(pool, m, n, k, x, ins[1], bias_slice, *min, *max, out)?,
+                Filter::Value {
+                    transposed: true, ..
+                } => {
+                    if !matmul_nn(
+                        m,
+                        n,
+                        k,
+                        Mat { data: x, ld: k },
+                        Mat {
+                            data: ins[1],
+                            ld: n,
+                        },
+                        out,
+                        n,
+                    ) {
+                        return Err(short("fully connected"));
+                    }
+                    for row in out.chunks_exact_mut(n.max(1)) {
+                        for (j, o) in row.iter_mut().enumerate() {
+                            let b = bias_slice.and_then(|b| b.get(j)).copied().unwrap_or(0.0);
+                            *o = (*o + b).max(*min).min(*max);
+                        }
+                    }
+                }
+            }
+        }
+        Op::BatchMatMul {
+            a,
+            b,
+            y,
+            transpose_b,
+        } => batch_matmul(
+            &shapes[*a],
+            ins[0],
+            &shapes[*b],
+            ins[1],
+            &shapes[*y],
+            *transpose_b,
+            out,
+        )?,
+        Op::Conv(c) => convolution(c, pool, &shapes[c.x], &shapes[c.y], x, out, col)?,
+        Op::Pool(p) => pooling(p, &shapes[p.x], &shapes[p.y], x, out)?,
+        Op::GlobalAvgPool {
+            x: xv, min, max, ..
+        } => {
+            let d = shapes[*xv];
+            let r = d.rank();
+            let (h, w, c) = (d.get(r - 3), d.get(r - 2), d.get(r - 1));
+            let batch = d.product(0..r - 3);
+            for nb in 0..batch {
+                let src = x
+                    .get(nb * h * w * c..(nb + 1) * h * w * c)
+                    .ok_or_else(|| short("pool"))?;
+                let dst = out
+                    .get_mut(nb * c..(nb + 1) * c)
+                    .ok_or_else(|| short("pool"))?;
+                if !pool::global_avg_pool_nhwc(h * w, c, src, *min, *max, dst) {
+                    return Err(short("global average pooling"));
+                }
+            }
+        }
+        Op::Resize {
+            x: xv,
+            height,
+            width,
+            align_corners,
+            legacy,
+            ..
+        } => {
+            let d = shapes[*xv];
+            let (nb, h, w, c) = (d.get(0), d.get(1), d.get(2), d.get(3));
+            for b in 0..nb {
+                let src = x
+                    .get(b * h * w * c..(b + 1) * h * w * c)
+                    .ok_or_else(|| short("resize"))?;
+                let dst = out
+                    .get_mut(b * height * width * c..(b + 1) * height * width * c)
+                    .ok_or_else(|| short("resize"))?;
+                if !resize::resize_bilinear_nhwc(
+                    h,
+                    w,
+                    c,
+                    *height,
+                    *width,
+                    *align_corners,
+                    *legacy,
+                    src,
+                    dst,
+                ) {
+                    return Err(short("bilinear resize"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `out[m, n] = clamp(x[m, k] . w[n, k] + bias)`, split over rows (prefill) or over
+/// output columns (a few rows: decode).
+#[allow(clippy::too_many_arguments)]
+fn fully_connected(
+    pool: &ThreadPool,
+    m: usize,
+    n: usize,
+    k: usize,
+    x: &[f32],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    min: f32,
+    max: f32,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let threads = pool.threads();
+    let out = out
+        .get_mut(..m * n)
+        .ok_or_else(|| short("fully connected"))?;
+    let ok = std::sync::atomic::AtomicBool::new(true);
+    if m >= 4 * threads || n < 64 {
+        let rows = m.div_ceil(threads).max(1);
+        pool.for_each_chunk_mut(out, rows * n.max(1), 1, |i, chunk| {
+            let r0 = i * rows;
+            let mr = chunk.len() / n.max(1);
+            let xa = x.get(r0 * k..).unwrap_or(&[]);
+            if !matmul_nt(
+                mr,
+                n,
+                k,
+                Mat { data: xa, ld: k },
+                Mat { data: w, ld: k },
+                bias,
+                chunk,
+                n,
+                min,
+                max,
+            ) {
+                ok.store(false, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+    } else {
+        for (r, row) in out.chunks_exact_mut(n).enumerate() {
+            let xr = x.get(r * k..(r + 1) * k).unwrap_or(&[]);
+            let cols = n.div_ceil(threads).max(1);
+            pool.for_each_chunk_mut(row, cols, 1, |i, chunk| {
+                let j0 = i * cols;
+                let wb = w.get(j0 * k..).unwrap_or(&[]);
+                let bb = bias.map(|b| b.get(j0..).unwrap_or(&[]));
+                if !matmul_nt(
+                    1,
+                    chunk.len(),
+                    k,
+                    Mat { data: xr, ld: k },
+                    Mat { data: wb, ld: k },
+                    bb,
+                    chunk,
+                    chunk.len(),
+                    min,
+                    max,
+                ) {
+                    ok.store(false, std::sync::atomic::Ordering::Relaxed);
+                }
+            });
+        }
+    }
+    if ok.into_inner() {
+        Ok(())
+    } else {
+        Err(short("fully connected"))
+    }
+}
+
+/// Batched matrix products with broadcast batch dimensions.
+fn batch_matmul(
+    ad: &Dims,
+    a: &[f32],
+    bd: &Dims,
+    b: &[f32],
+    yd: &Dims,
+    transpose_b: bool,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let (ar, br, yr) = (ad.rank(), bd.rank(), yd.rank());
+    let (m, k) = (ad.get(ar - 2), ad.get(ar - 1));
+    let n = yd.get(yr - 1);
+    let batch_rank = yr - 2;
+    let batches = yd.product(0..batch_rank);
+    let mut idx = [0usize; MAX_DIMS];
+    for bi in 0..batches {
+        // Batch index -> offsets in a and b (broadcast dims of size 1 stay at 0).
+        let mut rem = bi;
+        for d in (0..batch_rank).rev() {
+            idx[d] = rem % yd.get(d).max(1);
+            rem /= yd.get(d).max(1);
+        }
+        let offset = |dims: &Dims, rank: usize| {
+            let lead = rank - 2;
+            let mut off = 0usize;
+            for d in 0..lead {
+                let size = dims.get(d);
+                let i = idx[batch_rank - lead + d];
+                off = off * size + if size == 1 { 0 } else { i };
+            }
+            off
+        };
+        let (ao, bo) = (offset(ad, ar) * m * k, offset(bd, br) * k * n);
+        let am = Mat {
+            data: a.get(ao..).unwrap_or(&[]),
+            ld: k,
+        };
+        let dst = out
+            .get_mut(bi * m * n..(bi + 1) * m * n)
+            .ok_or_else(|| short("batch matmul"))?;
+        let ok = if transpose_b {
+            matmul_nt(
+                m,
+                n,
+                k,
+                am,
+                Mat {
+                    data: b.get(bo..).unwrap_or(&[]),
+                    ld: k,
+                },
+                None,
+                dst,
+                n,
+                f32::NEG_INFINITY,
+                f32::INFINITY,
+            )
+        } else {
+            matmul_nn(
+                m,
+                n,
+                k,
+                am,
+                Mat {
+                    data: b.get(bo..).unwrap_or(&[]),
+                    ld: n,
+                },
+                dst,
+                n,
+            )
+        };
+        if !ok {
+            return Err(short("batch matmul"));
+        }
+    }
+    Ok(())
+}
+
+fn geometry(c: &ConvOp, xd: &Dims, yd: &Dims) -> ConvGeometry {
+    let w = &c.window;
+    ConvGeometry {
+        in_h: xd.get(1),
+        in_w: xd.get(2),
+        out_h: yd.get(1),
+        out_w: yd.get(2),
+        kernel_h: w.kernel_h,
+        kernel_w: w.kernel_w,
+        stride_h: w.stride_h,
+        stride_w: w.stride_w,
+        dilation_h: w.dilation_h,
+        dilation_w: w.dilation_w,
+        pad_top: w.pad_top,
+        pad_left: w.pad_left,
+        groups: w.groups,
+        group_in: w.group_in,
+        group_out: w.group_out,
+    }
+}
+
+fn convolution(
+    c: &ConvOp,
+    pool: &ThreadPool,
+    xd: &Dims,
+    yd: &Dims,
+    x: &[f32],
+    out: &mut [f32],
+    col: &mut [f32],
+) -> Result<(), KernelError> {
+    let g = geometry(c, xd, yd);
+    let batch = xd.get(0);
+    let in_img = g.in_h * g.in_w * g.in_channels();
+    let out_img = g.out_pixels() * g.out_channels();
+    for b in 0..batch {
+        let src = x
+            .get(b * in_img..(b + 1) * in_img)
+            .ok_or_else(|| short("convolution"))?;
+        let dst = out
+            .get_mut(b * out_img..(b + 1) * out_img)
+            .ok_or_else(|| short("convolution"))?;
+        let ok = match c.kind {
+            ConvKind::Conv => conv_gemm(&g, pool, src, c, dst, col),
+            ConvKind::Depthwise => {
+                let row = g.out_w * g.out_channels();
+                let rows = g.out_h.div_ceil(pool.threads()).max(1);
+                let ok = std::sync::atomic::AtomicBool::new(true);
+                pool.for_each_chunk_mut(dst, rows * row.max(1), 1, |i, chunk| {
+                    let r0 = i * rows;
+                    let r1 = (r0 + chunk.len() / row.max(1)).min(g.out_h);
+                    if !conv::depthwise_conv2d_nhwc(
+                        &g,
+                        src,
+                        &c.filter,
+                        &c.bias,
+                        c.min,
+                        c.max,
+                        r0..r1,
+                        chunk,
+                    ) {
+                        ok.store(false, std::sync::atomic::Ordering::Relaxed);
+                    }
+                });
+                ok.into_inner()
+            }
+            ConvKind::Transposed => {
+                conv::conv_transpose2d_nhwc(&g, src, &c.filter, &c.bias, c.min, c.max, dst)
+            }
+        };
+        if !ok {
+            return Err(short("convolution"));
+        }
+    }
+    Ok(())
+}
+
+/// im2col blocks of output pixels times the OHWI filter, one task per share of pixels,
+/// each with its own im2col block from `col`.
+fn conv_gemm(
+    g: &ConvGeometry,
+    pool: &ThreadPool,
+    src: &[f32],
+    c: &ConvOp,
+    dst: &mut [f32],
+    col: &mut [f32],
+) -> bool {
+    let (co, patch, pixels) = (g.out_channels(), g.patch_len(), g.out_pixels());
+    if g.is_pointwise() {
+        return matmul_nt(
+            pixels,
+            co,
+            patch,
+            Mat {
+                data: src,
+                ld: patch,
+            },
+            Mat {
+                data: &c.filter,
+                ld: patch,
+            },
+            Some(&c.bias),
+            dst,
+            co,
+            c.min,
+            c.max,
+        );
+    }
+    let per_task = pixels.div_ceil(pool.threads()).max(1);
+    let task = |t: usize, chunk: &mut [f32], col: &mut [f32]| -> bool {
+        let p0 = t * per_task;
+        let np = chunk.len() / co.max(1);
+        let mut p = 0;
+        while p < np {
+            let nb = IM2COL_BLOCK.min(np - p);
+            let col = &mut col[..nb * patch];
+            for grp in 0..g.groups {
+                if !conv::im2col_nhwc(g, src, grp, p0 + p..p0 + p + nb, col) {
+                    return false;
+                }
+                let f = c.filter.get(grp * g.group_out * patch..).unwrap_or(&[]);
+                let b = c.bias.get(grp * g.group_out..).unwrap_or(&[]);
+                let out = &mut chunk[p * co + grp * g.group_out..];
+                if !matmul_nt(
+                    nb,
+                    g.group_out,
+                    patch,
+                    Mat {
+                        data: col,
+                        ld: patch,
+                    },
+                    Mat { data: f, ld: patch },
+                    Some(b),
+                    out,
+                    co,
+                    c.min,
+                    c.max,
+                ) {
+                    return false;
+                }
+            }
+            p += nb;
+        }
+        true
+    };
+    let block = IM2COL_BLOCK * patch;
+    let chunk = per_task * co;
+    if col.len() < block * pool.threads().max(1) {
+        return false;
+    }
+    if pool.threads() == 1 || pixels <= per_task {
+        let col = &mut col[..block];
+        return dst
+            .chunks_mut(chunk.max(1))
+            .enumerate()
+            .all(|(t, ch)| task(t, ch, col));
+    }
+    pool.install(|| {
+        dst.par_chunks_mut(chunk.max(1))
+            .zip(col.par_chunks_mut(block.max(1)))
+            .enumerate()
+            .map(|(t, (ch, col))| task(t, ch, col))
+            .all(|ok| ok)
+    })
+}
+
+fn pooling(
+    p: &PoolOp,
+    xd: &Dims,
+    yd: &Dims,
+    x: &[f32],
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let w = &p.window;
+    let g = pool::PoolGeometry {
+        in_h: xd.get(1),
+        in_w: xd.get(2),
+        channels: xd.get(3),
+        out_h: yd.get(1),
+        out_w: yd.get(2),
+        kernel_h: w.kernel_h,
+        kernel_w: w.kernel_w,
+        stride_h: w.stride_h,
+        stride_w: w.stride_w,
+        dilation_h: w.dilation_h,
+        dilation_w: w.dilation_w,
+        pad_top: w.pad_top,
+        pad_left: w.pad_left,
+    };
+    let in_img = g.in_h * g.in_w * g.channels;
+    let out_img = g.out_h * g.out_w * g.channels;
+    for b in 0..xd.get(0) {
+        let src = x
+            .get(b * in_img..(b + 1) * in_img)
+            .ok_or_else(|| short("pooling"))?;
+        let dst = out
+            .get_mut(b * out_img..(b + 1) * out_img)
+            .ok_or_else(|| short("pooling"))?;
+        let ok = if p.max_pool {
+            pool::max_pool2d_nhwc(&g, src, p.min, p.max, dst)
+        } else {
+            pool::avg_pool2d_nhwc(&g, src, p.min, p.max, dst)
+        };
+        if !ok {
+            return Err(short("pooling"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! etch's XNNPACK delegate, in pure Rust: [`XnnpackBackend`] reads the payload an
+//! ExecuTorch XNNPACK partition leaves in a `.pte` (the `XH00` header, then the
+//! `XNNGraph` flatbuffer of `backends/xnnpack/serialization/runtime_schema.fbs`, then
+//! constant data) and runs the graph on etch's own kernels. No C XNNPACK, no FFI.
+//!
+//! At init ([`Backend::init`]) everything is validated (every value id, node input and
+//! output, dim, flag, datatype, constant index, named key, offset and length: a bad one is
+//! a [`BackendError::InvalidPayload`] naming node and field, e.g.
+//! `xnodes[12].Conv2d.filter_id`), constants are fetched from the program's named data or
+//! the payload, weights are packed into the layouts etch's kernels read (the unpacked copy
+//! is dropped), and a memory plan places every intermediate value in one arena.
+//!
+//! Each call binds the external values to the `DelegateCall` arguments (`args[external_id]`:
+//! inputs first, then outputs), sets the real input dims (serialized dims are upper bounds),
+//! propagates shapes through every node, runs the nodes in order with scratch from the
+//! kernel context's temp allocator, and resizes the outputs.
+//!
+//! Node kinds: every fp32 node of the schema except `ArgMaxPooling2d` and
+//! `ScaledDotProductAttention` (never emitted), plus the dynamically quantized linear
+//! pattern of 8da4w / 8da8w exports (`Convert` fp32 -> qdint8 per token, then
+//! `FullyConnected` qdint8 x qbint4 / qcint4 / qcint8, scalar for now). Other quantized
+//! nodes (static int8 CNNs) are reported as [`BackendError::Unsupported`] naming the node.
+
+mod dims;
+mod elementwise;
+mod exec;
+pub mod header;
+mod parse;
+mod plan;
+mod quantize;
+pub mod schema;
+mod shape;
+
+use std::collections::BTreeMap;
+
+use etch_kernels::{
+    Args, Backend, BackendError, BackendInitContext, DelegateHandle, DelegateSummary,
+    KernelContext, KernelError,
+};
+
+pub use dims::{Dims, MAX_DIMS};
+
+/// The id programs name this backend by.
+pub const BACKEND_ID: &str = "XnnpackBackend";
+
+/// The XNNPACK delegate backend.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct XnnpackBackend;
+
+impl XnnpackBackend {
+    /// The backend.
+    pub fn new() -> Self {
+        Self
+    }
+}
+
+impl Backend for XnnpackBackend {
+    fn id(&self) -> &'static str {
+        BACKEND_ID
+    }
+
+    fn init(
+        &self,
+        processed: &[u8],
+        ctx: &BackendInitContext<'_>,
+    ) -> Result<Box<dyn DelegateHandle>, BackendError> {
+        let handle = XnnpackDelegate::new(processed, ctx)?;
+        Ok(Box::new(handle))
+    }
+}
+
+/// An initialised XNNPACK delegate: the validated, packed, planned graph.
+#[derive(Debug)]
+pub struct XnnpackDelegate {
+    plan: plan::Plan,
+    summary: DelegateSummary,
+}
+
+impl XnnpackDelegate {
+    /// Parses, validates, packs and plans `processed`.
+    pub fn new(processed: &[u8], ctx: &BackendInitContext<'_>) -> Result<Self, BackendError> {
+        let layout = header::parse_header(processed)?;
+        let graph = parse::parse_graph(processed, &layout, ctx)?;
+        let plan = plan::build(&graph)?;
+        let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+        for kind in &plan.kinds {
+            *counts.entry(kind.name()).or_default() += 1;
+        }
+        let constant_bytes: usize = plan.constants.iter().flatten().map(|c| c.len() * 4).sum();
+        let summary = DelegateSummary {
+            nodes: counts
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            packed_bytes: plan.packed_bytes + constant_bytes,
+        };
+        Ok(Self { plan, summary })
+    }
+
+    /// Elements of the per-call arena (f32).
+    pub fn arena_len(&self) -> usize {
+        self.plan.arena_len
+    }
+}
+
+impl DelegateHandle for XnnpackDelegate {
+    fn execute(&self, ctx: &KernelContext<'_>, args: &mut Args<'_>) -> Result<(), KernelError> {
+        exec::execute(&self.plan, ctx, args)
+    }
+
+    fn summary(&self) -> DelegateSummary {
+        self.summary.clone()
+    }
+}

@@ -1,0 +1,1114 @@
+//! Reading and validating the XNNGraph flatbuffer (field ids of
+//! `serialization/runtime_schema.fbs`) into [`GraphDef`]: every value id, node
+//! input and output, dim, flag, datatype, constant index, named key, offset and length
+//! is checked here, at init, so that execution meets only validated data.
+
+use std::collections::HashMap;
+
+use etch_format::FormatError;
+use etch_format::flatbuf::{Buffer, FieldPath, Table};
+use etch_kernels::backend::NamedDataMap;
+use etch_kernels::{BackendError, BackendInitContext};
+
+use crate::dims::{Dims, MAX_DIMS};
+use crate::header::PayloadLayout;
+use crate::schema::*;
+
+/// Most values or nodes one graph may hold.
+const MAX_ITEMS: usize = 1 << 20;
+
+/// Quantization parameters of an `XNNQuantizedTensorValue` (kept for the quantized
+/// nodes; fp32 execution rejects quantized values at init).
+#[derive(Debug, Clone, PartialEq)]
+#[allow(dead_code, clippy::enum_variant_names)]
+pub enum Quantization {
+    /// `PerTensorQuant`.
+    PerTensor { scale: f32, zero_point: i32 },
+    /// `PerChannelQuant`: one fp32 scale per channel along `channel_dim`.
+    PerChannel {
+        channel_dim: usize,
+        scales: Vec<f32>,
+    },
+    /// `PerChannelGroupQuant`: bf16 scales per (channel, group of `group_size`).
+    PerChannelGroup {
+        channel_dim: usize,
+        group_size: usize,
+        scales_bf16: Vec<u16>,
+    },
+    /// `PerTokenDynamicQuant`.
+    PerTokenDynamic { num_nonbatch_dims: usize },
+}
+
+/// How a value is bound to the delegate call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct External {
+    /// Argument index (`external_id`).
+    pub arg: usize,
+    /// `XNN_VALUE_FLAG_EXTERNAL_INPUT`.
+    pub input: bool,
+    /// `XNN_VALUE_FLAG_EXTERNAL_OUTPUT`.
+    pub output: bool,
+}
+
+/// One validated value.
+#[derive(Debug, Clone)]
+pub struct ValueDef {
+    /// Serialized id (`id_out`).
+    pub id: u32,
+    /// Element type.
+    pub datatype: Datatype,
+    /// Serialized dims (upper bounds for dynamic shapes).
+    pub dims: Dims,
+    /// Binding to the call's arguments.
+    pub external: Option<External>,
+    /// Constant bytes (checked against dims and datatype).
+    pub constant: Option<Vec<u8>>,
+    /// Quantization parameters.
+    pub quant: Option<Quantization>,
+}
+
+/// Convolution and pooling geometry (`_XNNNodeConv`, `_XNNPooling2D`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Window {
+    pub pad_top: usize,
+    pub pad_right: usize,
+    pub pad_bottom: usize,
+    pub pad_left: usize,
+    pub kernel_h: usize,
+    pub kernel_w: usize,
+    pub stride_h: usize,
+    pub stride_w: usize,
+    pub dilation_h: usize,
+    pub dilation_w: usize,
+    /// Convolution only.
+    pub groups: usize,
+    pub group_in: usize,
+    pub group_out: usize,
+    pub adjust_h: usize,
+    pub adjust_w: usize,
+}
+
+/// Node parameters beyond inputs and outputs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Params {
+    None,
+    /// ELU alpha, LeakyReLU negative slope.
+    Scalar(f32),
+    Window(Window),
+    Transpose(Dims),
+    Reshape(Dims),
+    Slice {
+        offsets: Dims,
+        sizes: Dims,
+    },
+    Pad {
+        pre: Dims,
+        post: Dims,
+        value: f32,
+    },
+    Resize {
+        height: usize,
+        width: usize,
+    },
+    Concat {
+        axis: usize,
+    },
+}
+
+/// One validated node: value indices (into [`GraphDef::values`]) of its inputs (a
+/// missing bias is `None`) and outputs.
+#[derive(Debug, Clone)]
+pub struct NodeDef {
+    pub kind: NodeKind,
+    pub inputs: Vec<Option<usize>>,
+    pub outputs: Vec<usize>,
+    pub flags: u32,
+    pub output_min: f32,
+    pub output_max: f32,
+    pub params: Params,
+}
+
+/// A validated XNNGraph.
+#[derive(Debug, Clone)]
+pub struct GraphDef {
+    pub values: Vec<ValueDef>,
+    pub nodes: Vec<NodeDef>,
+    /// One more than the highest external id (arguments the call must have).
+    pub num_args: usize,
+}
+
+pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> BackendError {
+    BackendError::InvalidPayload {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+fn from_format(e: FormatError) -> BackendError {
+    invalid(
+        e.path().unwrap_or("<flatbuffer>").to_string(),
+        e.to_string(),
+    )
+}
+
+trait Checked<T> {
+    fn fb(self) -> Result<T, BackendError>;
+}
+
+impl<T> Checked<T> for Result<T, FormatError> {
+    fn fb(self) -> Result<T, BackendError> {
+        self.map_err(from_format)
+    }
+}
+
+/// Where constant bytes come from.
+struct ConstantSource<'a> {
+    payload: &'a [u8],
+    layout: &'a PayloadLayout,
+    named: &'a dyn NamedDataMap,
+}
+
+/// Parses and validates the flatbuffer of `payload` laid out as `layout`.
+pub fn parse_graph(
+    payload: &[u8],
+    layout: &PayloadLayout,
+    ctx: &BackendInitContext<'_>,
+) -> Result<GraphDef, BackendError> {
+    let fb = payload.get(layout.flatbuffer.clone()).unwrap_or(&[]);
+    let ident = fb.get(4..8).unwrap_or(&[]);
+    if ident != b"XN00" && ident != b"XN01" {
+        return Err(invalid(
+            "identifier",
+            format!(
+                "expected XN00 or XN01, found {:?}",
+                String::from_utf8_lossy(ident)
+            ),
+        ));
+    }
+    let buf = Buffer::new(fb);
+    let root_path = FieldPath::Root;
+    let root = buf.root(&root_path).fb()?;
+    let num_externs = root
+        .scalar::<u32>(3, 0, &root_path.field("num_externs"))
+        .fb()?;
+    if num_externs > MAX_EXTERNS {
+        return Err(invalid(
+            "num_externs",
+            format!("{num_externs} exceeds the maximum of {MAX_EXTERNS}"),
+        ));
+    }
+    let source = ConstantSource {
+        payload,
+        layout,
+        named: ctx.named_data,
+    };
+    let values = parse_values(&root, &source, num_externs)?;
+    let mut index_of = HashMap::with_capacity(values.len());
+    for (i, v) in values.iter().enumerate() {
+        if index_of.insert(v.id, i).is_some() {
+            return Err(invalid(
+                format!("xvalues[{i}].id_out"),
+                format!("id {} is defined twice", v.id),
+            ));
+        }
+    }
+    let nodes = parse_nodes(&root, &values, &index_of)?;
+    check_dataflow(&values, &nodes)?;
+    let num_args = values
+        .iter()
+        .filter_map(|v| v.external.map(|e| e.arg + 1))
+        .max()
+        .unwrap_or(0);
+    Ok(GraphDef {
+        values,
+        nodes,
+        num_args,
+    })
+}
+
+fn parse_values(
+    root: &Table<'_>,
+    source: &ConstantSource<'_>,
+    num_externs: u32,
+) -> Result<Vec<ValueDef>, BackendError> {
+    let root_path = FieldPath::Root;
+    let xvalues_path = root_path.field("xvalues");
+    let xvalues = root.tables(2, MAX_ITEMS, &xvalues_path).fb()?;
+    let constant_data_path = root_path.field("constant_data");
+    let constant_data = root.tables(8, MAX_ITEMS, &constant_data_path).fb()?;
+    let constant_buffer_path = root_path.field("constant_buffer");
+    let constant_buffer = root.tables(6, MAX_ITEMS, &constant_buffer_path).fb()?;
+    let mut values = Vec::with_capacity(xvalues.len());
+    let mut seen_external = HashMap::new();
+    for i in 0..xvalues.len() {
+        let path = xvalues_path.index(i);
+        let xvalue = xvalues.get(i, &path).fb()?;
+        let (tag, table) = xvalue.union(0, &path.field("xvalue_union")).fb()?;
+        let table = table.ok_or_else(|| invalid(format!("xvalues[{i}]"), "no value"))?;
+        let (tensor, quant_table) = match tag {
+            1 => (table, None),
+            2 => {
+                let qpath = path.field("XNNQuantizedTensorValue");
+                let tensor = table.required_table(0, &qpath.field("tensor_value")).fb()?;
+                let (qtag, qtable) = table.union(1, &qpath.field("quant_params")).fb()?;
+                (tensor, Some((qtag, qtable)))
+            }
+            other => {
+                return Err(invalid(
+                    format!("xvalues[{i}].xvalue_union"),
+                    format!("unknown value kind {other}"),
+                ));
+            }
+        };
+        let field = |name: &str| format!("xvalues[{i}].{name}");
+        let tpath = path.field("tensor_value");
+        let code = tensor.scalar::<i16>(0, 0, &tpath.field("datatype")).fb()?;
+        let datatype = Datatype::from_code(code)
+            .ok_or_else(|| invalid(field("datatype"), format!("unknown datatype {code}")))?;
+        let dq = tensor
+            .scalar::<i16>(7, 0, &tpath.field("dq_datatype"))
+            .fb()?;
+        if dq != 0 {
+            return Err(BackendError::Unsupported(format!(
+                "{}: legacy dq_datatype {dq} (dynamic quantization of an external input)",
+                field("dq_datatype")
+            )));
+        }
+        let dims_vec = tensor
+            .vector_or_empty::<u32>(2, MAX_DIMS + 1, &tpath.field("dims"))
+            .fb()?;
+        let raw: Vec<usize> = dims_vec.iter().map(|d| d as usize).collect();
+        let dims = Dims::new(&raw).ok_or_else(|| {
+            invalid(
+                field("dims"),
+                format!("{} dims exceed the limit of {MAX_DIMS}", raw.len()),
+            )
+        })?;
+        let num_dims = tensor.scalar::<u32>(1, 0, &tpath.field("num_dims")).fb()?;
+        if num_dims as usize != dims.rank() {
+            return Err(invalid(
+                field("num_dims"),
+                format!("{num_dims} but dims has {} entries", dims.rank()),
+            ));
+        }
+        let numel = dims
+            .numel()
+            .ok_or_else(|| invalid(field("dims"), format!("{dims:?} overflows")))?;
+        let flags = tensor.scalar::<u32>(5, 0, &tpath.field("flags")).fb()?;
+        if flags & !(VALUE_FLAG_EXTERNAL_INPUT | VALUE_FLAG_EXTERNAL_OUTPUT) != 0 {
+            return Err(invalid(
+                field("flags"),
+                format!("unsupported flag bits {flags:#x}"),
+            ));
+        }
+        let external_id = tensor
+            .scalar::<u32>(4, 0, &tpath.field("external_id"))
+            .fb()?;
+        let external = if flags != 0 {
+            if external_id >= num_externs {
+                return Err(invalid(
+                    field("external_id"),
+                    format!("{external_id} is not below num_externs {num_externs}"),
+                ));
+            }
+            if let Some(prev) = seen_external.insert(external_id, i) {
+                return Err(invalid(
+                    field("external_id"),
+                    format!("{external_id} is also used by xvalues[{prev}]"),
+                ));
+            }
+            Some(External {
+                arg: external_id as usize,
+                input: flags & VALUE_FLAG_EXTERNAL_INPUT != 0,
+                output: flags & VALUE_FLAG_EXTERNAL_OUTPUT != 0,
+            })
+        } else {
+            None
+        };
+        let id = tensor.scalar::<u32>(6, 0, &tpath.field("id_out")).fb()?;
+        if id == INVALID_VALUE_ID {
+            return Err(invalid(field("id_out"), "the invalid value id"));
+        }
+        let cidx = tensor
+            .scalar::<u32>(3, 0, &tpath.field("constant_buffer_idx"))
+            .fb()?;
+        let row = dims.as_slice().last().copied().unwrap_or(1);
+        let constant = if cidx == 0 {
+            None
+        } else {
+            if external.is_some() {
+                return Err(invalid(
+                    field("constant_buffer_idx"),
+                    "an external value cannot be constant",
+                ));
+            }
+            let need = datatype.constant_bytes(numel, row).ok_or_else(|| {
+                invalid(field("dims"), "constant byte size overflows".to_string())
+            })?;
+            let bytes = constant_bytes(
+                cidx,
+                need,
+                &field("constant_buffer_idx"),
+                source,
+                &constant_data,
+                &constant_buffer,
+            )?;
+            Some(bytes)
+        };
+        let quant = match quant_table {
+            None => None,
+            Some((qtag, qtable)) => Some(parse_quant(
+                i,
+                qtag,
+                qtable,
+                &dims,
+                source,
+                &constant_data,
+                &constant_buffer,
+            )?),
+        };
+        values.push(ValueDef {
+            id,
+            datatype,
+            dims,
+            external,
+            constant,
+            quant,
+        });
+    }
+    Ok(values)
+}
+
+/// The `need` bytes of constant `idx`: from named data, the header's constant region,
+/// or (headerless payloads) the legacy inline `constant_buffer`.
+fn constant_bytes(
+    idx: u32,
+    need: usize,
+    field: &str,
+    source: &ConstantSource<'_>,
+    constant_data: &etch_format::flatbuf::Tables<'_>,
+    constant_buffer: &etch_format::flatbuf::Tables<'_>,
+) -> Result<Vec<u8>, BackendError> {
+    let idx = idx as usize;
+    let too_short = |have: usize| {
+        invalid(
+            field,
+            format!("constant {idx} holds {have} bytes, the value needs {need}"),
+        )
+    };
+    if !source.layout.has_header {
+        if idx >= constant_buffer.len() {
+            return Err(invalid(
+                field,
+                format!(
+                    "{idx} is out of range for constant_buffer of {}",
+                    constant_buffer.len()
+                ),
+            ));
+        }
+        let path = FieldPath::Root.field("constant_buffer");
+        let path = path.index(idx);
+        let entry = constant_buffer.get(idx, &path).fb()?;
+        let storage = entry
+            .vector_or_empty::<u8>(0, usize::MAX, &path.field("storage"))
+            .fb()?;
+        let bytes = storage.bytes();
+        return bytes
+            .get(..need)
+            .map(<[u8]>::to_vec)
+            .ok_or(too_short(bytes.len()));
+    }
+    if idx >= constant_data.len() {
+        return Err(invalid(
+            field,
+            format!(
+                "{idx} is out of range for constant_data of {}",
+                constant_data.len()
+            ),
+        ));
+    }
+    let root = FieldPath::Root;
+    let cd_path = root.field("constant_data");
+    let path = cd_path.index(idx);
+    let entry = constant_data.get(idx, &path).fb()?;
+    let offset = entry.scalar::<u64>(0, 0, &path.field("offset")).fb()?;
+    let size = entry.scalar::<u64>(1, 0, &path.field("size")).fb()?;
+    let key = entry.string(2, &path.field("named_key")).fb()?;
+    match key {
+        Some(key) => {
+            let named = source
+                .named
+                .get(key)
+                .ok_or_else(|| BackendError::MissingNamedData {
+                    key: key.to_string(),
+                })?;
+            let bytes = named.as_slice();
+            bytes
+                .get(..need)
+                .map(<[u8]>::to_vec)
+                .ok_or(too_short(bytes.len()))
+        }
+        None => {
+            let region = &source.layout.constants;
+            let region_len = (region.end - region.start) as u64;
+            if offset > region_len || size > region_len - offset {
+                return Err(invalid(
+                    format!("constant_data[{idx}].offset"),
+                    format!(
+                        "offset {offset} + size {size} exceeds the constant region of {region_len} bytes"
+                    ),
+                ));
+            }
+            if (size as usize) < need {
+                return Err(too_short(size as usize));
+            }
+            let start = region.start + offset as usize;
+            source
+                .payload
+                .get(start..start + need)
+                .map(<[u8]>::to_vec)
+                .ok_or(too_short(0))
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn parse_quant(
+    i: usize,
+    tag: u8,
+    table: Option<Table<'_>>,
+    dims: &Dims,
+    source: &ConstantSource<'_>,
+    constant_data: &etch_format::flatbuf::Tables<'_>,
+    constant_buffer: &etch_format::flatbuf::Tables<'_>,
+) -> Result<Quantization, BackendError> {
+    let field = |name: &str| format!("xvalues[{i}].quant_params.{name}");
+    let table = table.ok_or_else(|| invalid(field("value"), "missing"))?;
+    let p = FieldPath::Root.field("quant_params");
+    let channel_dim = |id: u16| -> Result<usize, BackendError> {
+        let c = table.scalar::<i32>(id, 0, &p.field("channel_dim")).fb()?;
+        usize::try_from(c)
+            .ok()
+            .filter(|&c| c < dims.rank().max(1))
+            .ok_or_else(|| invalid(field("channel_dim"), format!("{c} out of range")))
+    };
+    let scales_f32 = |id: u16, buf_id: u16, num_id: u16, expect: usize, bf16: bool| {
+        let idx = table
+            .scalar::<u32>(buf_id, 0, &p.field("scale_buffer_idx"))
+            .fb()?;
+        if idx != 0 {
+            let num = table
+                .scalar::<u32>(num_id, 0, &p.field("num_scales"))
+                .fb()? as usize;
+            if num != expect {
+                return Err(invalid(
+                    field("num_scales"),
+                    format!("{num} scales, the value needs {expect}"),
+                ));
+            }
+            let width = if bf16 { 2 } else { 4 };
+            constant_bytes(
+                idx,
+                expect * width,
+                &field("scale_buffer_idx"),
+                source,
+                constant_data,
+                constant_buffer,
+            )
+        } else {
+            let v = table
+                .vector_or_empty::<f32>(id, MAX_ITEMS, &p.field("scale"))
+                .fb()?;
+            if v.len() != expect {
+                return Err(invalid(
+                    field("scale"),
+                    format!("{} scales, the value needs {expect}", v.len()),
+                ));
+            }
+            Ok(v.bytes().to_vec())
+        }
+    };
+    match tag {
+        1 => {
+            let cd = channel_dim(1)?;
+            let bytes = scales_f32(0, 2, 3, dims.get(cd), false)?;
+            Ok(Quantization::PerChannel {
+                channel_dim: cd,
+                scales: bytemuck::pod_collect_to_vec(&bytes),
+            })
+        }
+        2 => Ok(Quantization::PerTensor {
+            scale: table.scalar::<f32>(0, 0.0, &p.field("scale")).fb()?,
+            zero_point: table.scalar::<i32>(1, 0, &p.field("zero_point")).fb()?,
+        }),
+        3 => {
+            let n = table
+                .scalar::<i32>(0, 0, &p.field("num_nonbatch_dims"))
+                .fb()?;
+            let n = usize::try_from(n)
+                .ok()
+                .filter(|&n| n <= dims.rank())
+                .ok_or_else(|| invalid(field("num_nonbatch_dims"), format!("{n} out of range")))?;
+            Ok(Quantization::PerTokenDynamic {
+                num_nonbatch_dims: n,
+            })
+        }
+        4 => {
+            let cd = channel_dim(1)?;
+            let gs = table.scalar::<i32>(2, 0, &p.field("group_size")).fb()?;
+            let ic = dims.get(1);
+            let gs = usize::try_from(gs)
+                .ok()
+                .filter(|&g| g > 0 && dims.rank() == 2 && ic % g == 0)
+                .ok_or_else(|| {
+                    invalid(field("group_size"), format!("{gs} does not divide {ic}"))
+                })?;
+            let expect = dims.get(0) * (ic / gs);
+            let idx = table
+                .scalar::<u32>(4, 0, &p.field("scale_buffer_idx"))
+                .fb()?;
+            let scales_bf16 = if idx != 0 {
+                let bytes = scales_f32(0, 4, 5, expect, true)?;
+                bytemuck::pod_collect_to_vec(&bytes)
+            } else {
+                // Old files: fp32 scales, converted as `XNNCompiler.cpp` does (x 1.00389105,
+                // then truncated to bf16).
+                let bytes = scales_f32(0, 4, 5, expect, false)?;
+                let f: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
+                f.iter()
+                    .map(|&s| ((s * 1.003_891_f32).to_bits() >> 16) as u16)
+                    .collect()
+            };
+            Ok(Quantization::PerChannelGroup {
+                channel_dim: cd,
+                group_size: gs,
+                scales_bf16,
+            })
+        }
+        other => Err(invalid(
+            field("type"),
+            format!("unknown quantization kind {other}"),
+        )),
+    }
+}
+
+fn parse_nodes(
+    root: &Table<'_>,
+    values: &[ValueDef],
+    index_of: &HashMap<u32, usize>,
+) -> Result<Vec<NodeDef>, BackendError> {
+    let root_path = FieldPath::Root;
+    let xnodes_path = root_path.field("xnodes");
+    let xnodes = root.tables(1, MAX_ITEMS, &xnodes_path).fb()?;
+    let mut nodes = Vec::with_capacity(xnodes.len());
+    for i in 0..xnodes.len() {
+        let path = xnodes_path.index(i);
+        let xnode = xnodes.get(i, &path).fb()?;
+        let (tag, table) = xnode.union(0, &path.field("xnode_union")).fb()?;
+        let kind = NodeKind::from_tag(tag).ok_or_else(|| {
+            invalid(
+                format!("xnodes[{i}].xnode_union"),
+                format!("unknown node kind {tag}"),
+            )
+        })?;
+        let table =
+            table.ok_or_else(|| invalid(format!("xnodes[{i}].{}", kind.name()), "missing"))?;
+        let (output_min, output_max) = match xnode.table(3, &path.field("output_min_max")).fb()? {
+            Some(t) => {
+                let mp = path.field("output_min_max");
+                (
+                    t.scalar::<f32>(0, 0.0, &mp.field("output_min")).fb()?,
+                    t.scalar::<f32>(1, 0.0, &mp.field("output_max")).fb()?,
+                )
+            }
+            None => (f32::NEG_INFINITY, f32::INFINITY),
+        };
+        if output_min.is_nan() || output_max.is_nan() || output_min > output_max {
+            return Err(invalid(
+                format!("xnodes[{i}].output_min_max"),
+                format!("[{output_min}, {output_max}] is not a range"),
+            ));
+        }
+        let reader = NodeReader {
+            i,
+            kind,
+            table,
+            index_of,
+            values,
+        };
+        nodes.push(reader.read(output_min, output_max)?);
+    }
+    Ok(nodes)
+}
+
+struct NodeReader<'a, 't> {
+    i: usize,
+    kind: NodeKind,
+    table: Table<'t>,
+    index_of: &'a HashMap<u32, usize>,
+    values: &'a [ValueDef],
+}
+
+impl NodeReader<'_, '_> {
+    fn field(&self, name: &str) -> String {
+        format!("xnodes[{}].{}.{name}", self.i, self.kind.name())
+    }
+
+    fn u32(&self, id: u16, name: &'static str) -> Result<u32, BackendError> {
+        let p = FieldPath::Root.field(name);
+        self.table
+            .scalar::<u32>(id, 0, &p)
+            .map_err(|e| invalid(self.field(name), e.to_string()))
+    }
+
+    fn usize(&self, id: u16, name: &'static str) -> Result<usize, BackendError> {
+        self.u32(id, name).map(|v| v as usize)
+    }
+
+    fn f32(&self, id: u16, name: &'static str) -> Result<f32, BackendError> {
+        let p = FieldPath::Root.field(name);
+        self.table
+            .scalar::<f32>(id, 0.0, &p)
+            .map_err(|e| invalid(self.field(name), e.to_string()))
+    }
+
+    fn dims(&self, id: u16, name: &'static str) -> Result<Dims, BackendError> {
+        let p = FieldPath::Root.field(name);
+        let v = self
+            .table
+            .vector::<u32>(id, MAX_DIMS + 1, &p)
+            .map_err(|e| invalid(self.field(name), e.to_string()))?
+            .ok_or_else(|| invalid(self.field(name), "missing"))?;
+        let raw: Vec<usize> = v.iter().map(|d| d as usize).collect();
+        Dims::new(&raw).ok_or_else(|| invalid(self.field(name), "too many dims"))
+    }
+
+    /// A value id field resolved to a value index.
+    fn value(&self, id: u16, name: &'static str) -> Result<usize, BackendError> {
+        let raw = self.u32(id, name)?;
+        self.index_of.get(&raw).copied().ok_or_else(|| {
+            invalid(
+                self.field(name),
+                format!("value id {raw} is not defined in xvalues"),
+            )
+        })
+    }
+
+    /// An optional value id (`XNN_INVALID_VALUE_ID` means none).
+    fn opt_value(&self, id: u16, name: &'static str) -> Result<Option<usize>, BackendError> {
+        if self.u32(id, name)? == INVALID_VALUE_ID {
+            Ok(None)
+        } else {
+            self.value(id, name).map(Some)
+        }
+    }
+
+    fn check_flags(&self, flags: u32, allowed: u32) -> Result<(), BackendError> {
+        if flags & !allowed != 0 {
+            return Err(invalid(
+                self.field("flags"),
+                format!("unsupported flag bits {:#x}", flags & !allowed),
+            ));
+        }
+        Ok(())
+    }
+
+    fn window(&self, conv: bool) -> Result<Window, BackendError> {
+        let mut w = Window {
+            pad_top: self.usize(0, "padding_top")?,
+            pad_right: self.usize(1, "padding_right")?,
+            pad_bottom: self.usize(2, "padding_bottom")?,
+            pad_left: self.usize(3, "padding_left")?,
+            ..Window::default()
+        };
+        if conv {
+            w.kernel_h = self.usize(4, "kernel_height")?;
+            w.kernel_w = self.usize(5, "kernel_width")?;
+            w.stride_h = self.usize(6, "subsampling_height")?;
+            w.stride_w = self.usize(7, "subsampling_width")?;
+            w.dilation_h = self.usize(8, "dilation_height")?;
+            w.dilation_w = self.usize(9, "dilation_width")?;
+            w.group_in = self.usize(10, "group_input_channels")?;
+            w.group_out = self.usize(11, "group_output_channels")?;
+            w.groups = self.usize(12, "groups")?;
+            w.adjust_h = self.usize(13, "adjustment_height")?;
+            w.adjust_w = self.usize(14, "adjustment_width")?;
+            for (v, name) in [
+                (w.groups, "groups"),
+                (w.group_in, "group_input_channels"),
+                (w.group_out, "group_output_channels"),
+            ] {
+                if v == 0 || v > 1 << 24 {
+                    return Err(invalid(self.field(name), format!("{v} is out of range")));
+                }
+            }
+        } else {
+            w.kernel_h = self.usize(4, "pooling_height")?;
+            w.kernel_w = self.usize(5, "pooling_width")?;
+            w.stride_h = self.usize(6, "stride_height")?;
+            w.stride_w = self.usize(7, "stride_width")?;
+            // Average pooling serializes dilation 0 ("unused").
+            w.dilation_h = self.usize(8, "dilation_height")?.max(1);
+            w.dilation_w = self.usize(9, "dilation_width")?.max(1);
+        }
+        let limit = 1 << 16;
+        for (v, name) in [
+            (w.kernel_h, "kernel_height"),
+            (w.kernel_w, "kernel_width"),
+            (w.stride_h, "subsampling_height"),
+            (w.stride_w, "subsampling_width"),
+            (w.dilation_h, "dilation_height"),
+            (w.dilation_w, "dilation_width"),
+        ] {
+            if v == 0 || v > limit {
+                return Err(invalid(self.field(name), format!("{v} is out of range")));
+            }
+        }
+        for (v, name) in [
+            (w.pad_top, "padding_top"),
+            (w.pad_right, "padding_right"),
+            (w.pad_bottom, "padding_bottom"),
+            (w.pad_left, "padding_left"),
+            (w.adjust_h, "adjustment_height"),
+            (w.adjust_w, "adjustment_width"),
+        ] {
+            if v > limit {
+                return Err(invalid(self.field(name), format!("{v} is out of range")));
+            }
+        }
+        Ok(w)
+    }
+
+    fn read(&self, output_min: f32, output_max: f32) -> Result<NodeDef, BackendError> {
+        use NodeKind::*;
+        let mut node = NodeDef {
+            kind: self.kind,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            flags: 0,
+            output_min,
+            output_max,
+            params: Params::None,
+        };
+        match self.kind {
+            Softmax | Sigmoid | Clamp | Floor | Convert | GlobalAvgPooling2d | SquareRoot
+            | Ceiling | Hardswish | Negate | Square | Abs | ReciprocalSquareRoot | Log | Gelu
+            | Tanh | Exp | Sin | Copy | Cos => {
+                node.inputs = vec![Some(self.value(0, "input_id")?)];
+                node.outputs = vec![self.value(1, "output_id")?];
+                node.flags = self.u32(2, "flags")?;
+                let allowed = if self.kind == GlobalAvgPooling2d {
+                    FLAG_KEEP_DIMS
+                } else {
+                    0
+                };
+                self.check_flags(node.flags, allowed)?;
+            }
+            Add | Div | Minimum | Multiply | Subtract | Maximum | PReLU | BatchMatrixMultiply => {
+                node.inputs = vec![
+                    Some(self.value(0, "input1_id")?),
+                    Some(self.value(1, "input2_id")?),
+                ];
+                node.outputs = vec![self.value(2, "output_id")?];
+                node.flags = self.u32(3, "flags")?;
+                let allowed = if self.kind == BatchMatrixMultiply {
+                    FLAG_TRANSPOSE_WEIGHTS
+                } else {
+                    0
+                };
+                self.check_flags(node.flags, allowed)?;
+            }
+            FullyConnected => {
+                node.inputs = vec![
+                    Some(self.value(0, "input1_id")?),
+                    Some(self.value(1, "filter_id")?),
+                    self.opt_value(2, "bias_id")?,
+                ];
+                node.outputs = vec![self.value(3, "output_id")?];
+                node.flags = self.u32(4, "flags")?;
+                self.check_flags(node.flags, FLAG_TRANSPOSE_WEIGHTS)?;
+            }
+            Conv2d | DepthwiseConv2d | ConvTranspose2d => {
+                node.params = Params::Window(self.window(true)?);
+                node.inputs = vec![
+                    Some(self.value(15, "input1_id")?),
+                    Some(self.value(16, "filter_id")?),
+                    self.opt_value(17, "bias_id")?,
+                ];
+                node.outputs = vec![self.value(18, "output_id")?];
+                node.flags = self.u32(19, "flags")?;
+                self.check_flags(node.flags, 0)?;
+            }
+            AvgPooling2d | MaxPooling2d => {
+                node.params = Params::Window(self.window(false)?);
+                node.inputs = vec![Some(self.value(10, "input_id")?)];
+                node.outputs = vec![self.value(11, "output_id")?];
+                node.flags = self.u32(12, "flags")?;
+                self.check_flags(node.flags, FLAG_KEEP_DIMS)?;
+            }
+            StaticTranspose => {
+                let perm = self.dims(1, "perm")?;
+                let n = self.usize(0, "num_dims")?;
+                if n != perm.rank() {
+                    return Err(invalid(
+                        self.field("num_dims"),
+                        format!("{n} but perm has {}", perm.rank()),
+                    ));
+                }
+                let mut seen = [false; MAX_DIMS];
+                for &p in perm.as_slice() {
+                    if p >= perm.rank() || std::mem::replace(&mut seen[p], true) {
+                        return Err(invalid(
+                            self.field("perm"),
+                            format!("{perm:?} is not a permutation"),
+                        ));
+                    }
+                }
+                node.params = Params::Transpose(perm);
+                node.inputs = vec![Some(self.value(2, "input_id")?)];
+                node.outputs = vec![self.value(3, "output_id")?];
+                node.flags = self.u32(4, "flags")?;
+                self.check_flags(node.flags, 0)?;
+            }
+            StaticReshape => {
+                let shape = self.dims(1, "new_shape")?;
+                if shape.as_slice().iter().filter(|&&d| d == 0).count() > 1 {
+                    return Err(invalid(
+                        self.field("new_shape"),
+                        format!("{shape:?} has more than one inferred (0) dim"),
+                    ));
+                }
+                node.params = Params::Reshape(shape);
+                node.inputs = vec![Some(self.value(2, "input_id")?)];
+                node.outputs = vec![self.value(3, "output_id")?];
+                node.flags = self.u32(4, "flags")?;
+                self.check_flags(node.flags, 0)?;
+            }
+            StaticSlice => {
+                let offsets = self.dims(1, "offsets")?;
+                let sizes = self.dims(2, "sizes")?;
+                if offsets.rank() != sizes.rank() {
+                    return Err(invalid(
+                        self.field("sizes"),
+                        format!("{} sizes for {} offsets", sizes.rank(), offsets.rank()),
+                    ));
+                }
+                node.params = Params::Slice { offsets, sizes };
+                node.inputs = vec![Some(self.value(3, "input_id")?)];
+                node.outputs = vec![self.value(4, "output_id")?];
+                node.flags = self.u32(5, "flags")?;
+                self.check_flags(node.flags, 0)?;
+            }
+            StaticConstantPad => {
+                let pre = self.dims(0, "pre_paddings")?;
+                let post = self.dims(1, "post_paddings")?;
+                if pre.rank() != post.rank() {
+                    return Err(invalid(
+                        self.field("post_paddings"),
+                        "length differs from pre_paddings",
+                    ));
+                }
+                if pre
+                    .as_slice()
+                    .iter()
+                    .chain(post.as_slice())
+                    .any(|&p| p > 1 << 24)
+                {
+                    return Err(invalid(self.field("pre_paddings"), "padding out of range"));
+                }
+                let value = self.f32(2, "padding_value")?;
+                node.params = Params::Pad { pre, post, value };
+                node.inputs = vec![Some(self.value(3, "input_id")?)];
+                node.outputs = vec![self.value(4, "output_id")?];
+                node.flags = self.u32(5, "flags")?;
+                self.check_flags(node.flags, 0)?;
+            }
+            StaticResizeBilinear2D => {
+                let height = self.usize(0, "new_height")?;
+                let width = self.usize(1, "new_width")?;
+                for (v, n) in [(height, "new_height"), (width, "new_width")] {
+                    if v == 0 || v >= 1 << 24 {
+                        return Err(invalid(self.field(n), format!("{v} is out of range")));
+                    }
+                }
+                node.params = Params::Resize { height, width };
+                node.inputs = vec![Some(self.value(2, "input_id")?)];
+                node.outputs = vec![self.value(3, "output_id")?];
+                node.flags = self.u32(4, "flags")?;
+                self.check_flags(node.flags, FLAG_ALIGN_CORNERS | FLAG_TENSORFLOW_LEGACY_MODE)?;
+            }
+            LeakyReLU | ELU => {
+                let name = if self.kind == ELU {
+                    "alpha"
+                } else {
+                    "negative_slope"
+                };
+                node.params = Params::Scalar(self.f32(0, name)?);
+                node.inputs = vec![Some(self.value(1, "input_id")?)];
+                node.outputs = vec![self.value(2, "output_id")?];
+                node.flags = self.u32(3, "flags")?;
+                self.check_flags(node.flags, 0)?;
+            }
+            Concatenate2 | Concatenate3 | Concatenate4 | Concatenate5 => {
+                let n = match self.kind {
+                    Concatenate2 => 2,
+                    Concatenate3 => 3,
+                    Concatenate4 => 4,
+                    _ => 5,
+                };
+                let ids: [(u16, &'static str); 5] = [
+                    (1, "input1_id"),
+                    (2, "input2_id"),
+                    (3, "input3_id"),
+                    (4, "input4_id"),
+                    (7, "input5_id"),
+                ];
+                for &(id, name) in &ids[..n] {
+                    node.inputs.push(Some(self.value(id, name)?));
+                }
+                node.params = Params::Concat {
+                    axis: self.usize(0, "axis")?,
+                };
+                node.outputs = vec![self.value(5, "output_id")?];
+                node.flags = self.u32(6, "flags")?;
+                self.check_flags(node.flags, 0)?;
+            }
+            ArgMaxPooling2d | ScaledDotProductAttention => {
+                return Err(BackendError::Unsupported(format!(
+                    "XNNPACK node {} (xnodes[{}])",
+                    self.kind.name(),
+                    self.i
+                )));
+            }
+        }
+        if self.dynamic_quant_pattern(&node)? {
+            return Ok(node);
+        }
+        // Every other node's values must be fp32 tensors.
+        for (slot, v) in node
+            .inputs
+            .iter()
+            .flatten()
+            .chain(node.outputs.iter())
+            .enumerate()
+        {
+            let value = &self.values[*v];
+            if value.datatype != Datatype::Fp32 || value.quant.is_some() {
+                return Err(BackendError::Unsupported(format!(
+                    "XNNPACK node {} (xnodes[{}]) with a {} value (xvalues id {}, operand {slot}); \
+                     quantized nodes are not implemented yet",
+                    self.kind.name(),
+                    self.i,
+                    value.datatype.name(),
+                    value.id
+                )));
+            }
+        }
+        Ok(node)
+    }
+
+    /// The dynamically quantized linear pattern (8da4w, 8da8w): `Convert` fp32 -> qdint8
+    /// (per-token), and `FullyConnected` qdint8 x {qbint4, qcint4, qcint8} with an fp32
+    /// bias and output. `Ok(false)` when the node is not quantized at all.
+    fn dynamic_quant_pattern(&self, node: &NodeDef) -> Result<bool, BackendError> {
+        let v = |k: usize| {
+            node.inputs
+                .get(k)
+                .copied()
+                .flatten()
+                .map(|i| &self.values[i])
+        };
+        let out = &self.values[node.outputs[0]];
+        let is_fp32 = |x: &ValueDef| x.datatype == Datatype::Fp32 && x.quant.is_none();
+        let unsupported = || {
+            BackendError::Unsupported(format!(
+                "XNNPACK node {} (xnodes[{}]) with these quantized values",
+                self.kind.name(),
+                self.i
+            ))
+        };
+        match self.kind {
+            NodeKind::Convert if out.datatype == Datatype::QdInt8 => {
+                let input = v(0).ok_or_else(unsupported)?;
+                let ok = is_fp32(input)
+                    && matches!(
+                        out.quant,
+                        Some(Quantization::PerTokenDynamic {
+                            num_nonbatch_dims: 1
+                        })
+                    )
+                    && out.dims.rank() == input.dims.rank();
+                if ok { Ok(true) } else { Err(unsupported()) }
+            }
+            NodeKind::FullyConnected if v(0).is_some_and(|x| x.datatype == Datatype::QdInt8) => {
+                let filter = v(1).ok_or_else(unsupported)?;
+                let bias_ok = v(2).is_none_or(is_fp32);
+                let filter_ok = matches!(
+                    (&filter.datatype, &filter.quant),
+                    (
+                        Datatype::QbInt4,
+                        Some(Quantization::PerChannelGroup { channel_dim: 0, .. })
+                    ) | (
+                        Datatype::QcInt4 | Datatype::QcInt8,
+                        Some(Quantization::PerChannel { channel_dim: 0, .. })
+                    )
+                );
+                let ok = bias_ok
+                    && filter_ok
+                    && filter.constant.is_some()
+                    && filter.dims.rank() == 2
+                    && node.flags == 0
+                    && is_fp32(out);
+                if ok { Ok(true) } else { Err(unsupported()) }
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+/// Values are defined in order and nodes run in order: every input must be an external
+/// input, a constant, or the output of an earlier node; every output is written by
+/// exactly one node and is neither constant nor an external input.
+fn check_dataflow(values: &[ValueDef], nodes: &[NodeDef]) -> Result<(), BackendError> {
+    let mut defined: Vec<bool> = values
+        .iter()
+        .map(|v| v.constant.is_some() || v.external.is_some_and(|e| e.input))
+        .collect();
+    for (i, node) in nodes.iter().enumerate() {
+        let name = node.kind.name();
+        for (k, input) in node.inputs.iter().enumerate() {
+            if let Some(v) = *input
+                && !defined[v]
+            {
+                return Err(invalid(
+                    format!("xnodes[{i}].{name}.inputs[{k}]"),
+                    format!(
+                        "value id {} is read before any node writes it",
+                        values[v].id
+                    ),
+                ));
+            }
+        }
+        for (k, &out) in node.outputs.iter().enumerate() {
+            if defined[out] {
+                return Err(invalid(
+                    format!("xnodes[{i}].{name}.output_id"),
+                    format!(
+                        "value id {} (output {k}) is already defined (constant, input, or an earlier node's output)",
+                        values[out].id
+                    ),
+                ));
+            }
+            defined[out] = true;
+        }
+    }
+    for (i, v) in values.iter().enumerate() {
+        if v.external.is_some_and(|e| e.output) && !defined[i] {
+            return Err(invalid(
+                format!("xvalues[{i}].flags"),
+                format!("external output id {} is written by no node", v.id),
+            ));
+        }
+    }
+    Ok(())
+}

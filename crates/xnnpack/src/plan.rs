@@ -1,0 +1,977 @@
+//! The executable form of a validated graph: one [`Op`] per node with value indices
+//! resolved, weights packed once into the layouts etch's kernels read (the unpacked
+//! copies dropped), and a memory plan placing every non-constant value in one arena
+//! by lifetime, so a call needs one scratch block.
+
+use etch_kernels::BackendError;
+
+use crate::dims::Dims;
+use crate::parse::{GraphDef, NodeDef, Params, Window, invalid};
+use crate::schema::{
+    FLAG_ALIGN_CORNERS, FLAG_KEEP_DIMS, FLAG_TENSORFLOW_LEGACY_MODE, FLAG_TRANSPOSE_WEIGHTS,
+    NodeKind,
+};
+use crate::shape;
+
+/// Most f32 one delegate's arena may hold (4 GiB): the official runtime too plans its
+/// memory from the serialized dims, so a larger plan is a corrupt or hostile file.
+pub const MAX_ARENA_ELEMS: usize = 1 << 30;
+
+/// Arena offsets are multiples of this many f32 (64 bytes).
+const ALIGN_ELEMS: usize = 16;
+
+/// An elementwise function of one input.
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[allow(missing_docs)]
+pub enum UnaryOp {
+    Abs,
+    Ceiling,
+    Clamp,
+    Cos,
+    Elu(f32),
+    Exp,
+    Floor,
+    Gelu,
+    Hardswish,
+    LeakyRelu(f32),
+    Log,
+    Negate,
+    ReciprocalSquareRoot,
+    Sigmoid,
+    Sin,
+    Square,
+    SquareRoot,
+    Tanh,
+}
+
+/// An elementwise function of two broadcast inputs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum BinaryOp {
+    Add,
+    Subtract,
+    Multiply,
+    Divide,
+    Minimum,
+    Maximum,
+    /// `x >= 0 ? x : x * slope`, the slope broadcast like a second operand.
+    PRelu,
+}
+
+/// The weights of a fully connected node.
+#[derive(Debug, Clone)]
+pub enum Filter {
+    /// Packed at init: `[n, k]` row-major (output channel rows).
+    Packed { w: Vec<f32>, n: usize, k: usize },
+    /// A runtime value: `[n, k]`, or `[k, n]` when `transposed`.
+    Value { v: usize, transposed: bool },
+}
+
+impl Filter {
+    /// `(n, k)`: output and input channels.
+    pub fn dims(&self, shapes: &[Dims]) -> (usize, usize) {
+        match self {
+            Filter::Packed { n, k, .. } => (*n, *k),
+            Filter::Value { v, transposed } => {
+                let d = shapes.get(*v).copied().unwrap_or_default();
+                let (a, b) = (d.get(0), d.get(1));
+                if *transposed { (b, a) } else { (a, b) }
+            }
+        }
+    }
+}
+
+/// A bias operand.
+#[derive(Debug, Clone)]
+pub enum Bias {
+    None,
+    Packed(Vec<f32>),
+    Value(usize),
+}
+
+/// Which convolution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConvKind {
+    /// Grouped convolution, filter `[groups * group_out, kh, kw, group_in]` (OHWI),
+    /// which is already the `[n, k]` GEMM layout of the im2col product per group.
+    Conv,
+    /// Depthwise, filter `[kh, kw, channels * multiplier]`.
+    Depthwise,
+    /// Transposed (deconvolution), filter `[groups * group_out, kh, kw, group_in]`.
+    Transposed,
+}
+
+/// A convolution node.
+#[derive(Debug, Clone)]
+pub struct ConvOp {
+    pub kind: ConvKind,
+    pub x: usize,
+    pub y: usize,
+    pub window: Window,
+    pub filter: Vec<f32>,
+    /// One per output channel (zeros without a bias).
+    pub bias: Vec<f32>,
+    pub min: f32,
+    pub max: f32,
+}
+
+/// A pooling node.
+#[derive(Debug, Clone)]
+pub struct PoolOp {
+    pub max_pool: bool,
+    pub x: usize,
+    pub y: usize,
+    pub window: Window,
+    pub min: f32,
+    pub max: f32,
+}
+
+/// One executable node.
+#[derive(Debug, Clone)]
+#[allow(missing_docs)]
+pub enum Op {
+    Unary {
+        f: UnaryOp,
+        x: usize,
+        y: usize,
+        min: f32,
+        max: f32,
+    },
+    Binary {
+        f: BinaryOp,
+        a: usize,
+        b: usize,
+        y: usize,
+        min: f32,
+        max: f32,
+    },
+    FullyConnected {
+        x: usize,
+        y: usize,
+        filter: Filter,
+        bias: Bias,
+        min: f32,
+        max: f32,
+    },
+    BatchMatMul {
+        a: usize,
+        b: usize,
+        y: usize,
+        transpose_b: bool,
+    },
+    Softmax {
+        x: usize,
+        y: usize,
+    },
+    Transpose {
+        x: usize,
+        y: usize,
+        perm: Dims,
+    },
+    Reshape {
+        x: usize,
+        y: usize,
+        shape: Dims,
+    },
+    Copy {
+        x: usize,
+        y: usize,
+    },
+    Slice {
+        x: usize,
+        y: usize,
+        offsets: Dims,
+        sizes: Dims,
+    },
+    Concat {
+        xs: [usize; 5],
+        n: usize,
+        axis: usize,
+        y: usize,
+    },
+    Pad {
+        x: usize,
+        y: usize,
+        pre: Dims,
+        post: Dims,
+        value: f32,
+    },
+    Conv(ConvOp),
+    Pool(PoolOp),
+    GlobalAvgPool {
+        x: usize,
+        y: usize,
+        keep_dims: bool,
+        min: f32,
+        max: f32,
+    },
+    Resize {
+        x: usize,
+        y: usize,
+        height: usize,
+        width: usize,
+        align_corners: bool,
+        legacy: bool,
+    },
+    /// `Convert` fp32 -> qdint8: per-row dynamic quantization (XNNPACK's arithmetic).
+    QuantizeRows {
+        x: usize,
+        y: usize,
+    },
+    /// `FullyConnected` with qdint8 input and 4- or 8-bit weights.
+    QuantizedFullyConnected {
+        x: usize,
+        y: usize,
+        w: QuantizedWeights,
+        bias: Bias,
+        min: f32,
+        max: f32,
+    },
+}
+
+/// Integer weights of a quantized fully connected node, unpacked at init: `values[n][k]`
+/// hold `w - zero_point` (4-bit: the stored nibble minus 8), `scales[n][k / block]` the
+/// per-block (or, with `block == k`, per-channel) scales as f32.
+#[derive(Debug, Clone)]
+pub struct QuantizedWeights {
+    pub n: usize,
+    pub k: usize,
+    pub block: usize,
+    pub values: Vec<i8>,
+    pub scales: Vec<f32>,
+}
+
+impl Op {
+    /// Values the op reads (constants included; packed weights are not values): the
+    /// first `n` entries of the array.
+    pub fn inputs(&self) -> ([usize; 5], usize) {
+        let mut a = [0usize; 5];
+        let mut n = 0;
+        let mut push = |v: usize| {
+            if n < 5 {
+                a[n] = v;
+                n += 1;
+            }
+        };
+        match self {
+            Op::Unary { x, .. }
+            | Op::Softmax { x, .. }
+            | Op::Transpose { x, .. }
+            | Op::Reshape { x, .. }
+            | Op::Copy { x, .. }
+            | Op::Slice { x, .. }
+            | Op::Pad { x, .. }
+            | Op::GlobalAvgPool { x, .. }
+            | Op::QuantizeRows { x, .. }
+            | Op::Resize { x, .. } => push(*x),
+            Op::QuantizedFullyConnected { x, bias, .. } => {
+                push(*x);
+                if let Bias::Value(v) = bias {
+                    push(*v);
+                }
+            }
+            Op::Binary { a: p, b: q, .. } | Op::BatchMatMul { a: p, b: q, .. } => {
+                push(*p);
+                push(*q);
+            }
+            Op::FullyConnected {
+                x, filter, bias, ..
+            } => {
+                push(*x);
+                if let Filter::Value { v, .. } = filter {
+                    push(*v);
+                }
+                if let Bias::Value(v) = bias {
+                    push(*v);
+                }
+            }
+            Op::Concat { xs, n: count, .. } => xs[..*count].iter().for_each(|&v| push(v)),
+            Op::Conv(c) => push(c.x),
+            Op::Pool(p) => push(p.x),
+        }
+        (a, n)
+    }
+
+    /// The value the op writes.
+    pub fn output(&self) -> usize {
+        match self {
+            Op::Unary { y, .. }
+            | Op::Binary { y, .. }
+            | Op::FullyConnected { y, .. }
+            | Op::BatchMatMul { y, .. }
+            | Op::Softmax { y, .. }
+            | Op::Transpose { y, .. }
+            | Op::Reshape { y, .. }
+            | Op::Copy { y, .. }
+            | Op::Slice { y, .. }
+            | Op::Concat { y, .. }
+            | Op::Pad { y, .. }
+            | Op::GlobalAvgPool { y, .. }
+            | Op::QuantizeRows { y, .. }
+            | Op::QuantizedFullyConnected { y, .. }
+            | Op::Resize { y, .. } => *y,
+            Op::Conv(c) => c.y,
+            Op::Pool(p) => p.y,
+        }
+    }
+}
+
+/// Where a value lives during a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loc {
+    /// `capacity` f32 at `offset` in the call's arena.
+    Arena { offset: usize, capacity: usize },
+    /// Constant data held by the plan (`Plan::constants[value]`).
+    Constant,
+    /// Only read as packed weights: no data at run time.
+    PackedOnly,
+}
+
+/// A value as the interpreter sees it.
+#[derive(Debug, Clone)]
+pub struct ValuePlan {
+    /// Serialized dims (constants' shapes, inputs' expected rank).
+    pub dims: Dims,
+    pub loc: Loc,
+    /// For a qdint8 value: how many trailing dims form one quantized row (its
+    /// `(scale, zero point)` pairs follow the values in the arena); 0 for fp32.
+    pub row_dims: usize,
+}
+
+impl ValuePlan {
+    /// Arena elements a value of shape `d` occupies.
+    pub fn len(&self, d: &Dims) -> Option<usize> {
+        let numel = d.numel()?;
+        if self.row_dims == 0 {
+            return Some(numel);
+        }
+        let row = d.product(d.rank().saturating_sub(self.row_dims)..d.rank());
+        let rows = numel.checked_div(row).unwrap_or(0);
+        numel.checked_add(rows.checked_mul(2)?)
+    }
+}
+
+/// The executable graph.
+#[derive(Debug)]
+pub struct Plan {
+    pub ops: Vec<Op>,
+    pub kinds: Vec<NodeKind>,
+    pub values: Vec<ValuePlan>,
+    /// Constant f32 data by value index (`None` for non-constants and packed-only).
+    pub constants: Vec<Option<Vec<f32>>>,
+    /// `(value, argument)` of the external inputs, then of the outputs.
+    pub inputs: Vec<(usize, usize)>,
+    pub outputs: Vec<(usize, usize)>,
+    pub num_args: usize,
+    pub arena_len: usize,
+    pub packed_bytes: usize,
+    /// Longest im2col row of the convolutions.
+    pub max_patch: usize,
+}
+
+impl Plan {
+    /// Elements of im2col scratch a call with `threads` threads needs.
+    pub fn im2col_len(&self, threads: usize) -> usize {
+        self.max_patch * crate::exec::IM2COL_BLOCK * threads.max(1)
+    }
+}
+
+fn f32_data(bytes: &[u8]) -> Vec<f32> {
+    bytemuck::pod_collect_to_vec(bytes)
+}
+
+struct Builder<'g> {
+    graph: &'g GraphDef,
+    /// Whether a constant is read as an ordinary operand somewhere.
+    plain_use: Vec<bool>,
+    packed_bytes: usize,
+}
+
+impl<'g> Builder<'g> {
+    fn field(&self, i: usize, node: &NodeDef, name: &str) -> String {
+        format!("xnodes[{i}].{}.{name}", node.kind.name())
+    }
+
+    fn constant(&self, v: usize) -> Option<&'g [u8]> {
+        let graph: &'g GraphDef = self.graph;
+        graph.values[v].constant.as_deref()
+    }
+
+    fn operand(&mut self, v: usize) -> usize {
+        if self.graph.values[v].constant.is_some() {
+            self.plain_use[v] = true;
+        }
+        v
+    }
+
+    fn input(&mut self, node: &NodeDef, k: usize) -> usize {
+        let v = node.inputs.get(k).copied().flatten().unwrap_or(0);
+        self.operand(v)
+    }
+
+    fn bias(&mut self, i: usize, node: &NodeDef, n: usize) -> Result<Bias, BackendError> {
+        let Some(v) = node.inputs.get(2).copied().flatten() else {
+            return Ok(Bias::None);
+        };
+        let numel = self.graph.values[v].dims.numel().unwrap_or(0);
+        if numel != n {
+            return Err(invalid(
+                self.field(i, node, "bias_id"),
+                format!("bias of {numel} elements for {n} output channels"),
+            ));
+        }
+        match self.constant(v) {
+            Some(bytes) => {
+                self.packed_bytes += n * 4;
+                Ok(Bias::Packed(f32_data(bytes)))
+            }
+            None => Ok(Bias::Value(self.operand(v))),
+        }
+    }
+
+    fn op(&mut self, i: usize, node: &NodeDef) -> Result<Op, BackendError> {
+        use NodeKind::*;
+        let (min, max) = (node.output_min, node.output_max);
+        let y = node.outputs.first().copied().unwrap_or(0);
+        let unary = |f| Op::Unary {
+            f,
+            x: 0,
+            y,
+            min,
+            max,
+        };
+        let op = match node.kind {
+            Convert if self.graph.values[y].datatype == crate::schema::Datatype::QdInt8 => {
+                Op::QuantizeRows {
+                    x: self.input(node, 0),
+                    y,
+                }
+            }
+            FullyConnected
+                if node.inputs[0].is_some_and(|x| {
+                    self.graph.values[x].datatype == crate::schema::Datatype::QdInt8
+                }) =>
+            {
+                self.quantized_fc(i, node, y)?
+            }
+            Abs => unary(UnaryOp::Abs),
+            Ceiling => unary(UnaryOp::Ceiling),
+            Clamp => unary(UnaryOp::Clamp),
+            Cos => unary(UnaryOp::Cos),
+            Exp => unary(UnaryOp::Exp),
+            Floor => unary(UnaryOp::Floor),
+            Gelu => unary(UnaryOp::Gelu),
+            Hardswish => unary(UnaryOp::Hardswish),
+            Log => unary(UnaryOp::Log),
+            Negate => unary(UnaryOp::Negate),
+            ReciprocalSquareRoot => unary(UnaryOp::ReciprocalSquareRoot),
+            Sigmoid => unary(UnaryOp::Sigmoid),
+            Sin => unary(UnaryOp::Sin),
+            Square => unary(UnaryOp::Square),
+            SquareRoot => unary(UnaryOp::SquareRoot),
+            Tanh => unary(UnaryOp::Tanh),
+            ELU | LeakyReLU => {
+                let Params::Scalar(s) = node.params else {
+                    return Err(invalid(self.field(i, node, "params"), "missing"));
+                };
+                unary(if node.kind == ELU {
+                    UnaryOp::Elu(s)
+                } else {
+                    UnaryOp::LeakyRelu(s)
+                })
+            }
+            Add | Subtract | Multiply | Div | Minimum | Maximum | PReLU => {
+                let f = match node.kind {
+                    Add => BinaryOp::Add,
+                    Subtract => BinaryOp::Subtract,
+                    Multiply => BinaryOp::Multiply,
+                    Div => BinaryOp::Divide,
+                    Minimum => BinaryOp::Minimum,
+                    Maximum => BinaryOp::Maximum,
+                    _ => BinaryOp::PRelu,
+                };
+                // Minimum, Maximum and PReLU carry no output range upstream.
+                let (min, max) =
+                    if matches!(f, BinaryOp::Minimum | BinaryOp::Maximum | BinaryOp::PRelu) {
+                        (f32::NEG_INFINITY, f32::INFINITY)
+                    } else {
+                        (min, max)
+                    };
+                Op::Binary {
+                    f,
+                    a: self.input(node, 0),
+                    b: self.input(node, 1),
+                    y,
+                    min,
+                    max,
+                }
+            }
+            BatchMatrixMultiply => Op::BatchMatMul {
+                a: self.input(node, 0),
+                b: self.input(node, 1),
+                y,
+                transpose_b: node.flags & FLAG_TRANSPOSE_WEIGHTS != 0,
+            },
+            FullyConnected => {
+                let x = self.input(node, 0);
+                let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
+                let transposed = node.flags & FLAG_TRANSPOSE_WEIGHTS != 0;
+                let fd = self.graph.values[fv].dims;
+                if fd.rank() != 2 {
+                    return Err(invalid(
+                        self.field(i, node, "filter_id"),
+                        format!("filter dims {fd:?} are not 2-D"),
+                    ));
+                }
+                let (n, k) = if transposed {
+                    (fd.get(1), fd.get(0))
+                } else {
+                    (fd.get(0), fd.get(1))
+                };
+                let filter = match self.constant(fv) {
+                    Some(bytes) => {
+                        let raw = f32_data(bytes);
+                        let w = if transposed {
+                            let mut w = vec![0f32; n * k];
+                            for (kk, row) in raw.chunks_exact(n.max(1)).enumerate().take(k) {
+                                for (nn, &v) in row.iter().enumerate() {
+                                    w[nn * k + kk] = v;
+                                }
+                            }
+                            w
+                        } else {
+                            raw
+                        };
+                        self.packed_bytes += w.len() * 4;
+                        Filter::Packed { w, n, k }
+                    }
+                    None => Filter::Value {
+                        v: self.operand(fv),
+                        transposed,
+                    },
+                };
+                let bias = self.bias(i, node, n)?;
+                Op::FullyConnected {
+                    x,
+                    y,
+                    filter,
+                    bias,
+                    min,
+                    max,
+                }
+            }
+            Softmax => Op::Softmax {
+                x: self.input(node, 0),
+                y,
+            },
+            Copy | Convert => Op::Copy {
+                x: self.input(node, 0),
+                y,
+            },
+            GlobalAvgPooling2d => Op::GlobalAvgPool {
+                x: self.input(node, 0),
+                y,
+                keep_dims: node.flags & FLAG_KEEP_DIMS != 0,
+                min,
+                max,
+            },
+            StaticTranspose => {
+                let Params::Transpose(perm) = node.params else {
+                    return Err(invalid(self.field(i, node, "perm"), "missing"));
+                };
+                Op::Transpose {
+                    x: self.input(node, 0),
+                    y,
+                    perm,
+                }
+            }
+            StaticReshape => {
+                let Params::Reshape(shape) = node.params else {
+                    return Err(invalid(self.field(i, node, "new_shape"), "missing"));
+                };
+                Op::Reshape {
+                    x: self.input(node, 0),
+                    y,
+                    shape,
+                }
+            }
+            StaticSlice => {
+                let Params::Slice { offsets, sizes } = node.params else {
+                    return Err(invalid(self.field(i, node, "offsets"), "missing"));
+                };
+                Op::Slice {
+                    x: self.input(node, 0),
+                    y,
+                    offsets,
+                    sizes,
+                }
+            }
+            StaticConstantPad => {
+                let Params::Pad { pre, post, value } = node.params else {
+                    return Err(invalid(self.field(i, node, "pre_paddings"), "missing"));
+                };
+                Op::Pad {
+                    x: self.input(node, 0),
+                    y,
+                    pre,
+                    post,
+                    value,
+                }
+            }
+            StaticResizeBilinear2D => {
+                let Params::Resize { height, width } = node.params else {
+                    return Err(invalid(self.field(i, node, "new_height"), "missing"));
+                };
+                Op::Resize {
+                    x: self.input(node, 0),
+                    y,
+                    height,
+                    width,
+                    align_corners: node.flags & FLAG_ALIGN_CORNERS != 0,
+                    legacy: node.flags & FLAG_TENSORFLOW_LEGACY_MODE != 0,
+                }
+            }
+            Concatenate2 | Concatenate3 | Concatenate4 | Concatenate5 => {
+                let Params::Concat { axis } = node.params else {
+                    return Err(invalid(self.field(i, node, "axis"), "missing"));
+                };
+                let mut xs = [0usize; 5];
+                let n = node.inputs.len().min(5);
+                for (k, slot) in xs.iter_mut().enumerate().take(n) {
+                    *slot = self.input(node, k);
+                }
+                Op::Concat { xs, n, axis, y }
+            }
+            AvgPooling2d | MaxPooling2d => {
+                let Params::Window(window) = node.params else {
+                    return Err(invalid(self.field(i, node, "pooling_height"), "missing"));
+                };
+                Op::Pool(PoolOp {
+                    max_pool: node.kind == MaxPooling2d,
+                    x: self.input(node, 0),
+                    y,
+                    window,
+                    min,
+                    max,
+                })
+            }
+            Conv2d | DepthwiseConv2d | ConvTranspose2d => self.conv(i, node, y)?,
+            ArgMaxPooling2d | ScaledDotProductAttention => {
+                return Err(BackendError::Unsupported(format!(
+                    "XNNPACK node {}",
+                    node.kind.name()
+                )));
+            }
+        };
+        // The single-input ops built with `unary` above read input 0.
+        Ok(match op {
+            Op::Unary { f, y, min, max, .. } => Op::Unary {
+                f,
+                x: self.input(node, 0),
+                y,
+                min,
+                max,
+            },
+            other => other,
+        })
+    }
+
+    fn quantized_fc(&mut self, i: usize, node: &NodeDef, y: usize) -> Result<Op, BackendError> {
+        use crate::parse::Quantization;
+        use crate::schema::Datatype;
+        let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
+        let def = &self.graph.values[fv];
+        let (n, k) = (def.dims.get(0), def.dims.get(1));
+        let bytes = def.constant.as_deref().unwrap_or(&[]);
+        let field = self.field(i, node, "filter_id");
+        let mut values = vec![0i8; n * k];
+        match def.datatype {
+            Datatype::QcInt8 => {
+                for (d, &b) in values.iter_mut().zip(bytes) {
+                    *d = b as i8;
+                }
+            }
+            _ => {
+                // Two 4-bit values per byte, low nibble first, rows of ceil(k / 2) bytes;
+                // stored as q + 8 (weight zero point 8).
+                let row = k.div_ceil(2);
+                for r in 0..n {
+                    for c in 0..k {
+                        let byte = bytes.get(r * row + c / 2).copied().unwrap_or(0);
+                        let nib = if c % 2 == 0 { byte & 0xf } else { byte >> 4 };
+                        values[r * k + c] = nib as i8 - 8;
+                    }
+                }
+            }
+        }
+        let (block, scales) = match &def.quant {
+            Some(Quantization::PerChannelGroup {
+                group_size,
+                scales_bf16,
+                ..
+            }) => (
+                *group_size,
+                scales_bf16
+                    .iter()
+                    .map(|&b| f32::from_bits(u32::from(b) << 16))
+                    .collect::<Vec<f32>>(),
+            ),
+            Some(Quantization::PerChannel { scales, .. }) => (k.max(1), scales.clone()),
+            _ => {
+                return Err(invalid(
+                    field,
+                    "quantized filter without quantization parameters",
+                ));
+            }
+        };
+        if scales.len() != n * k.div_ceil(block.max(1)) {
+            return Err(invalid(
+                field,
+                format!(
+                    "{} scales for a {n} x {k} filter in blocks of {block}",
+                    scales.len()
+                ),
+            ));
+        }
+        self.packed_bytes += values.len() + scales.len() * 4;
+        let bias = self.bias(i, node, n)?;
+        Ok(Op::QuantizedFullyConnected {
+            x: self.input(node, 0),
+            y,
+            w: QuantizedWeights {
+                n,
+                k,
+                block,
+                values,
+                scales,
+            },
+            bias,
+            min: node.output_min,
+            max: node.output_max,
+        })
+    }
+
+    fn conv(&mut self, i: usize, node: &NodeDef, y: usize) -> Result<Op, BackendError> {
+        let Params::Window(window) = node.params else {
+            return Err(invalid(self.field(i, node, "kernel_height"), "missing"));
+        };
+        let kind = match node.kind {
+            NodeKind::DepthwiseConv2d => ConvKind::Depthwise,
+            NodeKind::ConvTranspose2d => ConvKind::Transposed,
+            _ => ConvKind::Conv,
+        };
+        let w = &window;
+        let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
+        let fd = self.graph.values[fv].dims;
+        let (expect, out_c): (Vec<usize>, usize) = match kind {
+            ConvKind::Depthwise => {
+                if w.group_out % w.group_in != 0 {
+                    return Err(invalid(
+                        self.field(i, node, "group_output_channels"),
+                        format!(
+                            "{} is not a multiple of group_input_channels {}",
+                            w.group_out, w.group_in
+                        ),
+                    ));
+                }
+                let c = w.groups * (w.group_out / w.group_in);
+                (vec![1, w.kernel_h, w.kernel_w, c], c)
+            }
+            _ => {
+                let oc = w.groups * w.group_out;
+                (vec![oc, w.kernel_h, w.kernel_w, w.group_in], oc)
+            }
+        };
+        if fd.as_slice() != expect.as_slice() {
+            return Err(invalid(
+                self.field(i, node, "filter_id"),
+                format!("filter dims {fd:?}, the node's geometry needs {expect:?}"),
+            ));
+        }
+        let Some(bytes) = self.constant(fv) else {
+            return Err(BackendError::Unsupported(format!(
+                "xnodes[{i}].{}: a filter that is not constant",
+                node.kind.name()
+            )));
+        };
+        let mut window = window;
+        if kind == ConvKind::Depthwise {
+            // Depth multiplier (group_out / group_in) in group_out, channels in groups.
+            window.group_out = w.group_out / w.group_in;
+            window.group_in = 1;
+        }
+        let filter = f32_data(bytes);
+        self.packed_bytes += filter.len() * 4;
+        let bias = match self.bias(i, node, out_c)? {
+            Bias::None => vec![0f32; out_c],
+            Bias::Packed(b) => b,
+            Bias::Value(_) => {
+                return Err(BackendError::Unsupported(format!(
+                    "xnodes[{i}].{}: a bias that is not constant",
+                    node.kind.name()
+                )));
+            }
+        };
+        Ok(Op::Conv(ConvOp {
+            kind,
+            x: self.input(node, 0),
+            y,
+            window,
+            filter,
+            bias,
+            min: node.output_min,
+            max: node.output_max,
+        }))
+    }
+}
+
+/// Builds the plan: ops, packed weights, shape bounds and the arena layout.
+pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
+    let n_values = graph.values.len();
+    let mut b = Builder {
+        graph,
+        plain_use: vec![false; n_values],
+        packed_bytes: 0,
+    };
+    let mut ops = Vec::with_capacity(graph.nodes.len());
+    let mut kinds = Vec::with_capacity(graph.nodes.len());
+    for (i, node) in graph.nodes.iter().enumerate() {
+        ops.push(b.op(i, node)?);
+        kinds.push(node.kind);
+    }
+    let plain_use = b.plain_use;
+    let packed_bytes = b.packed_bytes;
+    let mut constants: Vec<Option<Vec<f32>>> = vec![None; n_values];
+    let mut values = Vec::with_capacity(n_values);
+    for (v, def) in graph.values.iter().enumerate() {
+        let loc = match &def.constant {
+            Some(bytes) if plain_use[v] => {
+                constants[v] = Some(f32_data(bytes));
+                Loc::Constant
+            }
+            Some(_) => Loc::PackedOnly,
+            None => Loc::Arena {
+                offset: 0,
+                capacity: 0,
+            },
+        };
+        let row_dims = match def.quant {
+            Some(crate::parse::Quantization::PerTokenDynamic { num_nonbatch_dims }) => {
+                num_nonbatch_dims.max(1)
+            }
+            _ => 0,
+        };
+        values.push(ValuePlan {
+            dims: def.dims,
+            loc,
+            row_dims,
+        });
+    }
+
+    let max_patch = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Conv(c) if c.kind == ConvKind::Conv => {
+                Some(c.window.kernel_h * c.window.kernel_w * c.window.group_in)
+            }
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+
+    // Shape bounds: infer every node's shapes from the serialized input dims.
+    let mut shapes: Vec<_> = graph.values.iter().map(|v| v.dims).collect();
+    for (i, op) in ops.iter().enumerate() {
+        shape::infer(op, &mut shapes)
+            .map_err(|reason| invalid(format!("xnodes[{i}].{}", kinds[i].name()), reason))?;
+    }
+
+    // Lifetimes: [first node writing, last node reading]; inputs from 0, outputs to the end.
+    let n_ops = ops.len();
+    let mut start = vec![usize::MAX; n_values];
+    let mut end = vec![0usize; n_values];
+    let mut inputs = Vec::new();
+    let mut outputs = Vec::new();
+    for (v, def) in graph.values.iter().enumerate() {
+        if let Some(e) = def.external {
+            if e.input {
+                start[v] = 0;
+                inputs.push((v, e.arg));
+            }
+            if e.output {
+                end[v] = n_ops;
+                outputs.push((v, e.arg));
+            }
+        }
+    }
+    for (i, op) in ops.iter().enumerate() {
+        let y = op.output();
+        start[y] = start[y].min(i);
+        end[y] = end[y].max(i);
+        let (ins, n) = op.inputs();
+        for &v in &ins[..n] {
+            end[v] = end[v].max(i);
+        }
+    }
+    let mut order: Vec<usize> = (0..n_values)
+        .filter(|&v| matches!(values[v].loc, Loc::Arena { .. }) && start[v] != usize::MAX)
+        .collect();
+    let capacity = |v: usize| -> Result<usize, BackendError> {
+        let a = values[v].len(&shapes[v]).unwrap_or(usize::MAX);
+        let s = values[v].len(&graph.values[v].dims).unwrap_or(usize::MAX);
+        let c = a.max(s);
+        if c > MAX_ARENA_ELEMS {
+            return Err(invalid(
+                format!("xvalues[{v}].dims"),
+                format!("{c} elements is too large"),
+            ));
+        }
+        Ok(c.div_ceil(ALIGN_ELEMS).max(1) * ALIGN_ELEMS)
+    };
+    let mut caps = vec![0usize; n_values];
+    for &v in &order {
+        caps[v] = capacity(v)?;
+    }
+    order.sort_by(|&a, &b| caps[b].cmp(&caps[a]).then(a.cmp(&b)));
+    let mut placed: Vec<(usize, usize, usize)> = Vec::new(); // (value, offset, end)
+    let mut arena_len = 0usize;
+    for &v in &order {
+        let mut conflicts: Vec<(usize, usize)> = placed
+            .iter()
+            .filter(|&&(u, _, _)| start[u] <= end[v] && start[v] <= end[u])
+            .map(|&(_, o, e)| (o, e))
+            .collect();
+        conflicts.sort_unstable();
+        let mut offset = 0usize;
+        for (o, e) in conflicts {
+            if offset + caps[v] <= o {
+                break;
+            }
+            offset = offset.max(e);
+        }
+        placed.push((v, offset, offset + caps[v]));
+        arena_len = arena_len.max(offset + caps[v]);
+        values[v].loc = Loc::Arena {
+            offset,
+            capacity: caps[v],
+        };
+    }
+    if arena_len > MAX_ARENA_ELEMS {
+        return Err(BackendError::OutOfMemory {
+            bytes: arena_len.saturating_mul(4),
+            what: "the XNNPACK delegate's value arena (over the 4 GiB limit)",
+        });
+    }
+    Ok(Plan {
+        ops,
+        kinds,
+        values,
+        constants,
+        inputs,
+        outputs,
+        num_args: graph.num_args,
+        arena_len,
+        packed_bytes,
+        max_patch,
+    })
+}
