@@ -24,8 +24,8 @@ impl BackendRegistry {
     ///
     /// A new backend crate registers itself here, one line per backend.
     pub fn with_defaults() -> Self {
-        #[allow(unused_mut)]
         let mut r = Self::empty();
+        r.register(Arc::new(etch_xnnpack::XnnpackBackend::new()));
         r
     }
 
