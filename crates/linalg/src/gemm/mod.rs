@@ -174,12 +174,12 @@ impl Gemm<'_> {
             }
             c.check("addend")?;
         }
-        if let Some((lo, hi)) = self.clamp {
-            if !(lo <= hi) {
-                return Err(LinalgError::Shape(format!(
-                    "output clamp [{lo}, {hi}] is empty"
-                )));
-            }
+        if let Some((lo, hi)) = self.clamp
+            && lo.partial_cmp(&hi).is_none_or(|o| o.is_gt())
+        {
+            return Err(LinalgError::Shape(format!(
+                "output clamp [{lo}, {hi}] is empty"
+            )));
         }
         Ok(())
     }
@@ -440,10 +440,10 @@ pub fn gemm_f64(g: &Gemm<'_>, alpha: f64, beta: f64, out: &mut [f64]) -> Result<
                     * get_f64(&g.b.data, g.b.offset + kk * g.b.rs + j * g.b.cs);
             }
             let mut v = alpha * s;
-            if let Some((c, _)) = &g.addend {
-                if beta != 0.0 {
-                    v += beta * get_f64(&c.data, c.offset + i * c.rs + j * c.cs);
-                }
+            if let Some((c, _)) = &g.addend
+                && beta != 0.0
+            {
+                v += beta * get_f64(&c.data, c.offset + i * c.rs + j * c.cs);
             }
             out[i * n + j] = v;
         }

@@ -27,10 +27,10 @@ fn reference(g: &Gemm<'_>) -> Vec<f64> {
                     * get(&g.b.data, g.b.offset + kk * g.b.rs + j * g.b.cs) as f64;
             }
             let mut v = g.alpha as f64 * s;
-            if let Some((c, beta)) = &g.addend {
-                if *beta != 0.0 {
-                    v += *beta as f64 * get(&c.data, c.offset + i * c.rs + j * c.cs) as f64;
-                }
+            if let Some((c, beta)) = &g.addend
+                && *beta != 0.0
+            {
+                v += *beta as f64 * get(&c.data, c.offset + i * c.rs + j * c.cs) as f64;
             }
             out[i * n + j] = v;
         }
