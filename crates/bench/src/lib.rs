@@ -112,6 +112,74 @@ pub fn fma_peak(threads: usize) -> f64 {
 /// Independent accumulators: enough to hide FMA latency on 2 FMA ports x 16 lanes.
 const LANES: usize = 128;
 
+/// Which FMA loop [`fma_peak_of`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FmaWidth {
+    /// 256-bit AVX2 FMAs (8 lanes).
+    Avx2,
+    /// 512-bit AVX-512 FMAs (16 lanes).
+    Avx512,
+}
+
+/// f32 FLOP/s of independent fused multiply-adds of one register width on `threads`
+/// threads, or `None` when the CPU lacks it.
+pub fn fma_peak_of(width: FmaWidth, threads: usize) -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let ok = match width {
+            FmaWidth::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            FmaWidth::Avx512 => is_x86_feature_detected!("avx512f"),
+        };
+        if !ok {
+            return None;
+        }
+        let iters = 20_000_000usize;
+        let start = Instant::now();
+        let total: f32 = (0..threads)
+            .into_par_iter()
+            .map(|t| match width {
+                // SAFETY: AVX2 and FMA were detected above.
+                FmaWidth::Avx2 => unsafe { fma_loop_avx2(iters, t as f32) },
+                // SAFETY: AVX-512F was detected above.
+                FmaWidth::Avx512 => unsafe { fma_loop_avx512_explicit(iters, t as f32) },
+            })
+            .sum();
+        let secs = start.elapsed().as_secs_f64();
+        std::hint::black_box(total);
+        Some((threads * iters * LANES * 2) as f64 / secs)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (width, threads);
+        None
+    }
+}
+
+/// 16 independent 16-lane FMA chains (256 lanes; the step count is scaled so that the
+/// FLOPs match [`LANES`] lanes per iteration).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn fma_loop_avx512_explicit(iters: usize, seed: f32) -> f32 {
+    use std::arch::x86_64::*;
+    let x = _mm512_set1_ps(0.999_999);
+    let y = _mm512_set1_ps(1e-7);
+    let mut acc = [_mm512_set1_ps(seed); 16];
+    for (i, a) in acc.iter_mut().enumerate() {
+        *a = _mm512_add_ps(*a, _mm512_set1_ps(i as f32 * 1e-3));
+    }
+    let steps = iters * LANES / 256;
+    for _ in 0..steps {
+        for a in acc.iter_mut() {
+            *a = _mm512_fmadd_ps(*a, x, y);
+        }
+    }
+    let mut sum = _mm512_setzero_ps();
+    for a in acc {
+        sum = _mm512_add_ps(sum, a);
+    }
+    _mm512_reduce_add_ps(sum)
+}
+
 fn fma_loop(iters: usize, seed: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     {

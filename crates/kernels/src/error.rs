@@ -59,6 +59,8 @@ pub enum KernelError {
     Access(#[from] AccessError),
     #[error(transparent)]
     Alloc(#[from] AllocError),
+    #[error(transparent)]
+    Linalg(#[from] etch_linalg::LinalgError),
 }
 
 impl KernelError {

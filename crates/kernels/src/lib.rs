@@ -13,14 +13,13 @@ pub mod ops;
 mod registry;
 mod tensor;
 pub mod testing;
-mod threadpool;
 mod value;
 
 pub use backend::{Backend, BackendError, BackendInitContext, DelegateHandle, DelegateSummary};
 pub use context::KernelContext;
 pub use element::Element;
 pub use error::{KernelError, ShapeError};
+pub use etch_linalg::{GRAIN_SIZE, ThreadPool, ThreadPoolError, default_threads};
 pub use registry::{KernelFn, Registry};
 pub use tensor::{MAX_RANK, Tensor, normalize_dim};
-pub use threadpool::{GRAIN_SIZE, ThreadPool, ThreadPoolError, default_threads};
 pub use value::{Args, EValue, IntList, Scalar, TensorList};

@@ -5,16 +5,13 @@
 //! dot-product path. f64 runs plain loops. As in PyTorch every operand must have the
 //! output's dtype.
 
-#[path = "gemm/mod.rs"]
-pub(crate) mod gemm;
-
 use etch_format::ScalarType;
 
 use crate::ops::shape::common::{
     MAX_DIMS, broadcast_shapes, broadcast_strides, require_contiguous,
 };
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
-use gemm::{Elems, Gemm, Isa, MatRef};
+use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
@@ -72,12 +69,12 @@ fn run_products<'a>(
     if out.numel() < count * block {
         return Err(KernelError::invalid("matmul out tensor too small"));
     }
-    let isa = Isa::detect();
+    let isa = etch_linalg::dispatch().gemm;
     let pool = ctx.pool();
     macro_rules! run_as {
         ($t:ty) => {{
             let o = ctx.write::<$t>(out)?;
-            let need = gemm::scratch_len(&make(0), pool.threads());
+            let need = gemm::scratch_len(isa, &make(0), pool.threads());
             let scratch = ctx.scratch::<f32>(need)?;
             for (i, blk) in o.chunks_exact_mut(block).take(count).enumerate() {
                 gemm::gemm(pool, isa, &make(i), blk, scratch)?;
@@ -184,6 +181,7 @@ fn linear(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
                 1.0,
             )
         }),
+        clamp: None,
     };
     run_products(ctx, &out, 1, m, n, 1.0, 1.0, |_| g)
 }
@@ -232,6 +230,7 @@ fn mm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
         },
         alpha: 1.0,
         addend: None,
+        clamp: None,
     };
     run_products(ctx, &out, 1, m, n, 1.0, 0.0, |_| g)
 }
@@ -297,6 +296,7 @@ fn addmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
             },
             beta as f32,
         )),
+        clamp: None,
     };
     run_products(ctx, &out, 1, m, n, alpha, beta, |_| g)
 }
@@ -345,6 +345,7 @@ fn bmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
         },
         alpha: 1.0,
         addend: None,
+        clamp: None,
     })
 }
 
@@ -432,6 +433,7 @@ fn matmul(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
         },
         alpha: 1.0,
         addend: None,
+        clamp: None,
     })
 }
 

@@ -27,10 +27,10 @@ fn reference(g: &Gemm<'_>) -> Vec<f64> {
                     * get(&g.b.data, g.b.offset + kk * g.b.rs + j * g.b.cs) as f64;
             }
             let mut v = g.alpha as f64 * s;
-            if let Some((c, beta)) = &g.addend {
-                if *beta != 0.0 {
-                    v += *beta as f64 * get(&c.data, c.offset + i * c.rs + j * c.cs) as f64;
-                }
+            if let Some((c, beta)) = &g.addend
+                && *beta != 0.0
+            {
+                v += *beta as f64 * get(&c.data, c.offset + i * c.rs + j * c.cs) as f64;
             }
             out[i * n + j] = v;
         }
@@ -142,11 +142,12 @@ fn check(
         b,
         alpha: if addend == 2 { 2.0 } else { 1.0 },
         addend: add,
+        clamp: None,
     };
     let want = reference(&g);
     let pool = ThreadPool::new(threads).unwrap();
     for &isa in Isa::available() {
-        let mut scratch = vec![0f32; scratch_len(&g, threads)];
+        let mut scratch = vec![0f32; scratch_len(isa, &g, threads)];
         let tol = |w: f64| match dt {
             Dt::F32 => 1e-4 * (1.0 + w.abs()) * (1.0 + (k as f64).sqrt()),
             Dt::F16 => 2e-3 * (1.0 + w.abs()) + 1e-4 * k as f64,
@@ -241,9 +242,10 @@ fn gemm_rejects_bad_views() {
         },
         alpha: 1.0,
         addend: None,
+        clamp: None,
     };
     let mut out = vec![0f32; 4];
-    let mut scratch = vec![0f32; scratch_len(&good, 1)];
+    let mut scratch = vec![0f32; scratch_len(Isa::Scalar, &good, 1)];
     gemm(&pool, Isa::Scalar, &good, &mut out, &mut scratch).unwrap();
     let mut bad = good;
     bad.a.offset = 1;
@@ -264,5 +266,194 @@ proptest! {
         ta in any::<bool>(), tb in any::<bool>(), addend in 0u8..4, threads in 1usize..4, seed in any::<u64>(),
     ) {
         check(m, n, k, ta, tb, Dt::F32, addend, threads, seed);
+    }
+}
+
+/// Naive f64 `clamp(A·B + bias)` with B as `[k, n]`.
+fn reference_f32(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    b_kn: &[f32],
+    bias: Option<&[f32]>,
+    clamp: Option<(f32, f32)>,
+) -> Vec<f64> {
+    let mut out = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let mut s: f64 = (0..k)
+                .map(|kk| a[i * k + kk] as f64 * b_kn[kk * n + j] as f64)
+                .sum();
+            if let Some(b) = bias {
+                s += b[j] as f64;
+            }
+            if let Some((lo, hi)) = clamp {
+                s = s.clamp(lo as f64, hi as f64);
+            }
+            out[i * n + j] = s;
+        }
+    }
+    out
+}
+
+/// The public f32 entry point, every layout of B and every instruction set, against
+/// the naive product.
+fn check_f32_api(
+    m: usize,
+    n: usize,
+    k: usize,
+    with_bias: bool,
+    with_clamp: bool,
+    threads: usize,
+    seed: u64,
+) {
+    let a = rand_vec(m * k, seed);
+    let b_kn = rand_vec(k * n, seed + 1);
+    let mut b_nk = vec![0f32; n * k];
+    for kk in 0..k {
+        for j in 0..n {
+            b_nk[j * k + kk] = b_kn[kk * n + j];
+        }
+    }
+    let bias = rand_vec(n, seed + 2);
+    let bias = with_bias.then_some(&bias[..]);
+    let clamp = with_clamp.then_some((-0.5f32, 0.75f32));
+    let want = reference_f32(m, n, k, &a, &b_kn, bias, clamp);
+    let pool = ThreadPool::new(threads).unwrap();
+    for &isa in Isa::available() {
+        let packed = PackedB::pack(isa, &b_nk, n, k, true).unwrap();
+        let packed_kn = PackedB::pack(isa, &b_kn, n, k, false).unwrap();
+        for b in [
+            RhsF32::NK(&b_nk),
+            RhsF32::KN(&b_kn),
+            RhsF32::Packed(&packed),
+            RhsF32::Packed(&packed_kn),
+        ] {
+            let p = GemmF32 {
+                m,
+                n,
+                k,
+                a: &a,
+                lda: k,
+                b,
+                bias,
+                clamp,
+            };
+            let mut scratch = vec![0f32; p.scratch_len_with(isa, threads)];
+            let mut out = vec![f32::NAN; m * n];
+            gemm_f32_with(&pool, isa, &p, &mut out, &mut scratch).unwrap();
+            for (idx, (&o, &w)) in out.iter().zip(&want).enumerate() {
+                assert!(
+                    (o as f64 - w).abs() <= 1e-4 * (1.0 + w.abs()) * (1.0 + (k as f64).sqrt()),
+                    "{isa:?} {b:?} {m}x{n}x{k} at {idx}: {o} vs {w}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn gemm_f32_api_shapes() {
+    for (m, n, k) in [
+        (1, 1, 1),
+        (1, 70, 33),
+        (5, 1, 9),
+        (8, 32, 256),
+        (13, 300, 5),
+        (2, 3, 0),
+        (0, 4, 4),
+        (9, 65, 300),
+    ] {
+        check_f32_api(m, n, k, true, true, 2, 3);
+        check_f32_api(m, n, k, false, false, 1, 4);
+    }
+}
+
+#[test]
+fn gemm_f32_api_rejects_bad_operands() {
+    let pool = ThreadPool::serial();
+    let a = vec![0f32; 6];
+    let w = vec![0f32; 6];
+    let good = GemmF32 {
+        m: 2,
+        n: 2,
+        k: 3,
+        a: &a,
+        lda: 3,
+        b: RhsF32::NK(&w),
+        bias: None,
+        clamp: None,
+    };
+    let mut out = vec![0f32; 4];
+    let mut scratch = vec![0f32; good.scratch_len(1)];
+    gemm_f32(&pool, &good, &mut out, &mut scratch).unwrap();
+    let short = GemmF32 {
+        b: RhsF32::NK(&w[..5]),
+        ..good
+    };
+    assert!(gemm_f32(&pool, &short, &mut out, &mut scratch).is_err());
+    let bias = [1f32; 3];
+    let bad_bias = GemmF32 {
+        bias: Some(&bias),
+        ..good
+    };
+    assert!(gemm_f32(&pool, &bad_bias, &mut out, &mut scratch).is_err());
+    let bad_clamp = GemmF32 {
+        clamp: Some((1.0, -1.0)),
+        ..good
+    };
+    assert!(gemm_f32(&pool, &bad_clamp, &mut out, &mut scratch).is_err());
+    let packed = PackedB::from_nk(&w, 3, 2).unwrap();
+    let wrong_pack = GemmF32 {
+        b: RhsF32::Packed(&packed),
+        ..good
+    };
+    assert!(gemm_f32(&pool, &wrong_pack, &mut out, &mut scratch).is_err());
+    assert!(gemm_f32(&pool, &good, &mut out[..3], &mut scratch).is_err());
+    assert!(PackedB::from_nk(&w, 4, 2).is_err());
+    let big = GemmF32 {
+        m: 7,
+        n: 40,
+        k: 3,
+        a: &a,
+        lda: 3,
+        b: RhsF32::NK(&w),
+        bias: None,
+        clamp: None,
+    };
+    assert!(gemm_f32(&pool, &big, &mut out, &mut []).is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn gemm_f32_api_matches_reference(
+        m in 0usize..30, n in 0usize..80, k in 0usize..200,
+        bias in any::<bool>(), clamp in any::<bool>(), threads in 1usize..4, seed in any::<u64>(),
+    ) {
+        check_f32_api(m, n, k, bias, clamp, threads, seed);
+    }
+
+    /// Every instruction set's GEMM against the scalar twin's, on the same operands.
+    #[test]
+    fn gemm_matches_the_scalar_twin(
+        m in 1usize..40, n in 1usize..90, k in 1usize..300, seed in any::<u64>(),
+    ) {
+        let a = rand_vec(m * k, seed);
+        let b = rand_vec(k * n, seed + 1);
+        let pool = ThreadPool::new(2).unwrap();
+        let p = GemmF32 { m, n, k, a: &a, lda: k, b: RhsF32::KN(&b), bias: None, clamp: None };
+        let mut want = vec![0f32; m * n];
+        let mut scratch = vec![0f32; p.scratch_len_with(Isa::Scalar, 2)];
+        gemm_f32_with(&pool, Isa::Scalar, &p, &mut want, &mut scratch).unwrap();
+        for &isa in Isa::available() {
+            let mut got = vec![0f32; m * n];
+            let mut scratch = vec![0f32; p.scratch_len_with(isa, 2)];
+            gemm_f32_with(&pool, isa, &p, &mut got, &mut scratch).unwrap();
+            for (g, w) in got.iter().zip(&want) {
+                prop_assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()) * (1.0 + (k as f32).sqrt()));
+            }
+        }
     }
 }

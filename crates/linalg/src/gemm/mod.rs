@@ -1,6 +1,7 @@
-//! Matrix products for the matmul family: a packed, cache-blocked GEMM with an
-//! AVX2+FMA micro-kernel for prefill-sized products and a parallel dot-product path
-//! for matrix-vector products (decode: one token against a weight matrix).
+//! Matrix products: a packed, cache-blocked GEMM with one micro-kernel per instruction
+//! set (AVX-512 8x32, AVX2+FMA 6x16, NEON 6x16, and the scalar twin) for products of
+//! several rows, and a parallel dot-product path for matrix-vector products (decode:
+//! one token against a weight matrix).
 //!
 //! Operands are f32, f16 or bf16; everything is computed in f32 and rounded once
 //! into the output type. All scratch comes from the caller (the kernel context's
@@ -12,13 +13,21 @@
 //! converted) in a second, row-parallel pass. Splitting over columns keeps every
 //! thread busy even for a handful of rows.
 
-pub(crate) mod kernels;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+mod f32_api;
+mod kernels;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 use half::{bf16, f16};
 
-use crate::{GRAIN_SIZE, KernelError, ThreadPool};
-pub(crate) use kernels::Isa;
-use kernels::{MR, NR, WeightElem, dot_rows, micro_kernel};
+use crate::{GRAIN_SIZE, Isa, LinalgError, ThreadPool};
+pub use f32_api::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_with};
+use kernels::{Tile, micro_kernel};
+pub use kernels::{WeightElem, dot_rows};
 
 /// Depth of one packed block (k).
 const KC: usize = 256;
@@ -29,11 +38,14 @@ const NB_MAX: usize = 256;
 
 /// The element slice of an operand.
 #[derive(Clone, Copy)]
-pub(crate) enum Elems<'a> {
+pub enum Elems<'a> {
+    /// f32 elements.
     F32(&'a [f32]),
+    /// f16 elements.
     F16(&'a [f16]),
+    /// bf16 elements.
     BF16(&'a [bf16]),
-    /// Only for [`gemm_f64`].
+    /// f64 elements; only for [`gemm_f64`].
     F64(&'a [f64]),
 }
 
@@ -54,18 +66,24 @@ impl Elems<'_> {
 
 /// A strided matrix view: element `(i, j)` is at `offset + i*rs + j*cs`.
 #[derive(Clone, Copy)]
-pub(crate) struct MatRef<'a> {
+pub struct MatRef<'a> {
+    /// The elements the view indexes into.
     pub data: Elems<'a>,
+    /// Index of element `(0, 0)`.
     pub offset: usize,
+    /// Rows of the view.
     pub rows: usize,
+    /// Columns of the view.
     pub cols: usize,
+    /// Row stride (elements).
     pub rs: usize,
+    /// Column stride (elements).
     pub cs: usize,
 }
 
 impl MatRef<'_> {
     /// Fails unless every element lies inside the data.
-    fn check(&self, what: &str) -> Result<(), KernelError> {
+    fn check(&self, what: &'static str) -> Result<(), LinalgError> {
         if self.rows == 0 || self.cols == 0 {
             return Ok(());
         }
@@ -79,18 +97,19 @@ impl MatRef<'_> {
             .and_then(|x| x.checked_add(self.offset));
         match last {
             Some(l) if l < self.data.len() => Ok(()),
-            _ => Err(KernelError::invalid(format!(
-                "{what}: a {}x{} view does not fit its {} elements",
-                self.rows,
-                self.cols,
-                self.data.len()
-            ))),
+            _ => Err(LinalgError::ViewOutOfBounds {
+                what,
+                rows: self.rows,
+                cols: self.cols,
+                len: self.data.len(),
+            }),
         }
     }
 }
 
 /// An output element type.
-pub(crate) trait OutElem: Copy + Send + Sync {
+pub trait OutElem: Copy + Send + Sync {
+    /// `v` rounded to this type.
     fn from_f32(v: f32) -> Self;
 }
 impl OutElem for f32 {
@@ -113,13 +132,20 @@ impl OutElem for bf16 {
 }
 
 /// `out = alpha * a·b + beta * addend` (the addend is optional; `beta == 0` skips
-/// it, as PyTorch does), with `out` row-major `m x n`.
+/// it, as PyTorch does), then clamped to `clamp` when given, with `out` row-major
+/// `m x n`.
 #[derive(Clone, Copy)]
-pub(crate) struct Gemm<'a> {
+pub struct Gemm<'a> {
+    /// The left operand, `m x k`.
     pub a: MatRef<'a>,
+    /// The right operand, `k x n`.
     pub b: MatRef<'a>,
+    /// Scale of the product.
     pub alpha: f32,
+    /// The addend (`m x n`, strides 0 broadcast) and its scale `beta`.
     pub addend: Option<(MatRef<'a>, f32)>,
+    /// `(min, max)` bounds of every output (XNNPACK's output clamp).
+    pub clamp: Option<(f32, f32)>,
 }
 
 impl Gemm<'_> {
@@ -127,21 +153,33 @@ impl Gemm<'_> {
         (self.a.rows, self.b.cols, self.a.cols)
     }
 
-    fn validate(&self) -> Result<(), KernelError> {
+    fn validate(&self, packed_b: bool) -> Result<(), LinalgError> {
         let (m, n, k) = self.dims();
         if self.b.rows != k {
-            return Err(KernelError::invalid(format!(
+            return Err(LinalgError::Shape(format!(
                 "inner dimensions differ: {m}x{k} times {}x{n}",
                 self.b.rows
             )));
         }
         self.a.check("left operand")?;
-        self.b.check("right operand")?;
+        if !packed_b {
+            self.b.check("right operand")?;
+        }
         if let Some((c, _)) = &self.addend {
             if c.rows != m || c.cols != n {
-                return Err(KernelError::invalid("addend shape differs from the output"));
+                return Err(LinalgError::Shape(format!(
+                    "addend of {}x{} for a {m}x{n} output",
+                    c.rows, c.cols
+                )));
             }
             c.check("addend")?;
+        }
+        if let Some((lo, hi)) = self.clamp
+            && lo.partial_cmp(&hi).is_none_or(|o| o.is_gt())
+        {
+            return Err(LinalgError::Shape(format!(
+                "output clamp [{lo}, {hi}] is empty"
+            )));
         }
         Ok(())
     }
@@ -158,6 +196,7 @@ impl Gemm<'_> {
 /// Scratch plan of one product.
 #[derive(Clone, Copy, Debug)]
 struct Plan {
+    tile: Tile,
     mb: usize,
     /// Columns per task.
     nb: usize,
@@ -166,21 +205,26 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(m: usize, n: usize, threads: usize) -> Plan {
+    fn new(tile: Tile, m: usize, n: usize, threads: usize) -> Plan {
         let mb = m.clamp(1, MB);
         let threads = threads.max(1);
         // Enough rounds that each task owns at most NB_MAX columns, spread evenly.
         let per_round_max = threads * NB_MAX;
         let rounds = n.div_ceil(per_round_max).max(1);
         let cols_per_round = n.div_ceil(rounds);
-        let nb = cols_per_round.div_ceil(threads).div_ceil(NR) * NR;
-        let nb = nb.clamp(NR, NB_MAX);
+        let nb = cols_per_round.div_ceil(threads).div_ceil(tile.nr) * tile.nr;
+        let nb = nb.clamp(tile.nr, NB_MAX);
         let tasks = cols_per_round.div_ceil(nb).clamp(1, threads);
-        Plan { mb, nb, tasks }
+        Plan {
+            tile,
+            mb,
+            nb,
+            tasks,
+        }
     }
 
     fn a_len(&self, k: usize) -> usize {
-        self.mb.div_ceil(MR) * MR * k
+        self.mb.div_ceil(self.tile.mr) * self.tile.mr * k
     }
 
     fn task_len(&self) -> usize {
@@ -188,8 +232,9 @@ impl Plan {
     }
 }
 
-/// Scratch (f32 elements) that [`gemm`] needs for this product on `threads` threads.
-pub(crate) fn scratch_len(g: &Gemm<'_>, threads: usize) -> usize {
+/// Scratch (f32 elements) that [`gemm`] needs for this product on `threads` threads
+/// with the micro-kernel of `isa`.
+pub fn scratch_len(isa: Isa, g: &Gemm<'_>, threads: usize) -> usize {
     let (m, n, k) = g.dims();
     if m == 0 || n == 0 {
         return 0;
@@ -197,53 +242,83 @@ pub(crate) fn scratch_len(g: &Gemm<'_>, threads: usize) -> usize {
     if g.is_gemv() {
         return k;
     }
-    let p = Plan::new(m, n, threads);
+    scratch_len_tiled(isa, m, n, k, threads)
+}
+
+fn scratch_len_tiled(isa: Isa, m: usize, n: usize, k: usize, threads: usize) -> usize {
+    let p = Plan::new(Tile::of(isa), m, n, threads);
     p.a_len(k) + p.tasks * p.task_len()
 }
 
-/// Runs the product into `out` (`m*n` elements, row-major), using `scratch` (at least
-/// [`scratch_len`] elements).
-pub(crate) fn gemm<O: OutElem>(
+/// Runs the product into `out` (`m*n` elements, row-major) with the kernels of `isa`,
+/// using `scratch` (at least [`scratch_len`] elements).
+pub fn gemm<O: OutElem>(
     pool: &ThreadPool,
     isa: Isa,
     g: &Gemm<'_>,
     out: &mut [O],
     scratch: &mut [f32],
-) -> Result<(), KernelError> {
-    g.validate()?;
+) -> Result<(), LinalgError> {
+    run(pool, isa, g, None, out, scratch)
+}
+
+/// [`gemm`], with B already packed (then `g.b` only gives the shape).
+fn run<O: OutElem>(
+    pool: &ThreadPool,
+    isa: Isa,
+    g: &Gemm<'_>,
+    packed: Option<&PackedB>,
+    out: &mut [O],
+    scratch: &mut [f32],
+) -> Result<(), LinalgError> {
+    g.validate(packed.is_some())?;
     if g.a.data.is_f64() || g.b.data.is_f64() || g.addend.is_some_and(|(c, _)| c.data.is_f64()) {
-        return Err(KernelError::invalid("f64 operands go through gemm_f64"));
+        return Err(LinalgError::Unsupported("f64 operands go through gemm_f64"));
     }
     let (m, n, k) = g.dims();
     if out.len() < m * n {
-        return Err(KernelError::invalid("matmul out tensor too small"));
+        return Err(LinalgError::OutputTooSmall {
+            what: "matrix product",
+            need: m * n,
+            len: out.len(),
+        });
     }
     let out = &mut out[..m * n];
     if m == 0 || n == 0 {
         return Ok(());
     }
-    if scratch.len() < scratch_len(g, pool.threads()) {
-        return Err(KernelError::invalid("matmul scratch too small"));
+    let gemv = packed.is_none() && g.is_gemv();
+    let need = if gemv {
+        k
+    } else {
+        scratch_len_tiled(isa, m, n, k, pool.threads())
+    };
+    if scratch.len() < need {
+        return Err(LinalgError::ScratchTooSmall {
+            what: "matrix product",
+            need,
+            len: scratch.len(),
+        });
     }
     if k == 0 {
         // Empty sum: only the addend contributes.
         for (i, row) in out.chunks_exact_mut(n).enumerate() {
             for (j, o) in row.iter_mut().enumerate() {
-                *o = O::from_f32(addend_at(g, i, j));
+                *o = O::from_f32(clamp(g, addend_at(g, i, j)));
             }
         }
         return Ok(());
     }
-    if g.is_gemv() {
-        return gemv(pool, isa, g, out, scratch);
+    if gemv {
+        return gemv_rows(pool, isa, g, out, scratch);
     }
-    let plan = Plan::new(m, n, pool.threads());
+    let plan = Plan::new(Tile::of(isa), m, n, pool.threads());
     let (apack, rest) = scratch.split_at_mut(plan.a_len(k));
     let work = &mut rest[..plan.tasks * plan.task_len()];
     let mut m0 = 0;
     while m0 < m {
         let mb = plan.mb.min(m - m0);
-        pack_a(pool, &g.a, m0, mb, apack);
+        pack_a(pool, plan.tile, &g.a, m0, mb, apack);
         let mut n0 = 0;
         while n0 < n {
             let round = (plan.tasks * plan.nb).min(n - n0);
@@ -253,7 +328,12 @@ pub(crate) fn gemm<O: OutElem>(
                 let c0 = n0 + t * plan.nb;
                 let nb = plan.nb.min(n0 + round - c0);
                 let (tile, bpack) = chunk.split_at_mut(plan.mb * plan.nb);
-                task(isa, g, apack, mb, c0, nb, plan.nb, tile, bpack);
+                let cols = Cols {
+                    c0,
+                    nb,
+                    ld: plan.nb,
+                };
+                task(isa, plan.tile, g, packed, apack, mb, cols, tile, bpack);
             };
             let used = &mut work[..tasks * plan.task_len()];
             if tasks > 1 {
@@ -298,16 +378,27 @@ fn addend_at(g: &Gemm<'_>, i: usize, j: usize) -> f32 {
     }
 }
 
+/// `v` inside the output clamp (NaN stays NaN).
+#[inline]
+fn clamp(g: &Gemm<'_>, v: f32) -> f32 {
+    match g.clamp {
+        Some((lo, _)) if v < lo => lo,
+        Some((_, hi)) if v > hi => hi,
+        _ => v,
+    }
+}
+
 #[inline]
 fn finish(g: &Gemm<'_>, v: f32, i: usize, j: usize) -> f32 {
     let v = if g.alpha == 1.0 { v } else { g.alpha * v };
-    match &g.addend {
+    let v = match &g.addend {
         Some((c, beta)) if *beta != 0.0 => {
             let x = get(&c.data, c.offset + i * c.rs + j * c.cs);
             v + if *beta == 1.0 { x } else { beta * x }
         }
         _ => v,
-    }
+    };
+    clamp(g, v)
 }
 
 #[inline]
@@ -330,18 +421,17 @@ fn get_f64(d: &Elems<'_>, i: usize) -> f64 {
     }
 }
 
-/// The product in f64 (plain loops; f64 matmuls are rare in exported programs).
-pub(crate) fn gemm_f64(
-    g: &Gemm<'_>,
-    alpha: f64,
-    beta: f64,
-    out: &mut [f64],
-) -> Result<(), KernelError> {
-    g.validate()?;
+/// The product in f64 (plain loops; f64 matmuls are rare in exported programs):
+/// `out = alpha * a·b + beta * addend` (the clamp of `g` is ignored).
+pub fn gemm_f64(g: &Gemm<'_>, alpha: f64, beta: f64, out: &mut [f64]) -> Result<(), LinalgError> {
+    g.validate(false)?;
     let (m, n, k) = g.dims();
-    let out = out
-        .get_mut(..m * n)
-        .ok_or_else(|| KernelError::invalid("matmul out tensor too small"))?;
+    let len = out.len();
+    let out = out.get_mut(..m * n).ok_or(LinalgError::OutputTooSmall {
+        what: "matrix product",
+        need: m * n,
+        len,
+    })?;
     for i in 0..m {
         for j in 0..n {
             let mut s = 0f64;
@@ -350,10 +440,10 @@ pub(crate) fn gemm_f64(
                     * get_f64(&g.b.data, g.b.offset + kk * g.b.rs + j * g.b.cs);
             }
             let mut v = alpha * s;
-            if let Some((c, _)) = &g.addend {
-                if beta != 0.0 {
-                    v += beta * get_f64(&c.data, c.offset + i * c.rs + j * c.cs);
-                }
+            if let Some((c, _)) = &g.addend
+                && beta != 0.0
+            {
+                v += beta * get_f64(&c.data, c.offset + i * c.rs + j * c.cs);
             }
             out[i * n + j] = v;
         }
@@ -361,27 +451,27 @@ pub(crate) fn gemm_f64(
     Ok(())
 }
 
-/// Packs rows `m0..m0+mb` of A (all of K) into MR-row panels: panel `p`, step `k`,
-/// row `r` at `p*MR*K + k*MR + r`; rows past `mb` are zero.
-fn pack_a(pool: &ThreadPool, a: &MatRef<'_>, m0: usize, mb: usize, dst: &mut [f32]) {
-    let k = a.cols;
-    let panels = mb.div_ceil(MR);
-    let dst = &mut dst[..panels * MR * k];
+/// Packs rows `m0..m0+mb` of A (all of K) into `mr`-row panels: panel `p`, step `k`,
+/// row `r` at `p*mr*K + k*mr + r`; rows past `mb` are zero.
+fn pack_a(pool: &ThreadPool, t: Tile, a: &MatRef<'_>, m0: usize, mb: usize, dst: &mut [f32]) {
+    let (k, mr) = (a.cols, t.mr);
+    let panels = mb.div_ceil(mr);
+    let dst = &mut dst[..panels * mr * k];
     let run = |p0: usize, chunk: &mut [f32]| {
-        for (pi, panel) in chunk.chunks_exact_mut(MR * k).enumerate() {
-            let r0 = (p0 + pi) * MR;
-            let rows = MR.min(mb - r0);
+        for (pi, panel) in chunk.chunks_exact_mut(mr * k).enumerate() {
+            let r0 = (p0 + pi) * mr;
+            let rows = mr.min(mb - r0);
             match a.data {
-                Elems::F32(s) => pack_a_panel(s, a, m0 + r0, rows, panel),
-                Elems::F16(s) => pack_a_panel(s, a, m0 + r0, rows, panel),
-                Elems::BF16(s) => pack_a_panel(s, a, m0 + r0, rows, panel),
-                Elems::F64(s) => pack_a_panel(s, a, m0 + r0, rows, panel),
+                Elems::F32(s) => pack_a_panel(s, mr, a, m0 + r0, rows, panel),
+                Elems::F16(s) => pack_a_panel(s, mr, a, m0 + r0, rows, panel),
+                Elems::BF16(s) => pack_a_panel(s, mr, a, m0 + r0, rows, panel),
+                Elems::F64(s) => pack_a_panel(s, mr, a, m0 + r0, rows, panel),
             }
         }
     };
-    if panels * MR * k >= GRAIN_SIZE && panels >= 2 && pool.threads() > 1 {
+    if panels * mr * k >= GRAIN_SIZE && panels >= 2 && pool.threads() > 1 {
         let per = panels.div_ceil(pool.threads());
-        pool.for_each_chunk_mut(dst, per * MR * k, 1, |ci, c| run(ci * per, c));
+        pool.for_each_chunk_mut(dst, per * mr * k, 1, |ci, c| run(ci * per, c));
     } else {
         run(0, dst);
     }
@@ -389,36 +479,39 @@ fn pack_a(pool: &ThreadPool, a: &MatRef<'_>, m0: usize, mb: usize, dst: &mut [f3
 
 fn pack_a_panel<T: WeightElem>(
     s: &[T],
+    mr: usize,
     a: &MatRef<'_>,
     row0: usize,
     rows: usize,
     panel: &mut [f32],
 ) {
     let k = a.cols;
-    for r in 0..MR {
+    for r in 0..mr {
         if r >= rows {
             for kk in 0..k {
-                panel[kk * MR + r] = 0.0;
+                panel[kk * mr + r] = 0.0;
             }
             continue;
         }
         let base = a.offset + (row0 + r) * a.rs;
         if a.cs == 1 {
             for (kk, v) in s[base..base + k].iter().enumerate() {
-                panel[kk * MR + r] = v.to_f32();
+                panel[kk * mr + r] = v.to_f32();
             }
         } else {
             for kk in 0..k {
-                panel[kk * MR + r] = s[base + kk * a.cs].to_f32();
+                panel[kk * mr + r] = s[base + kk * a.cs].to_f32();
             }
         }
     }
 }
 
-/// Packs `B[k0..k0+kc, c0..c0+nb]` into NR-column panels: panel `q`, step `k`, column
-/// `c` at `q*kc*NR + k*NR + c`; columns past `nb` are zero.
+/// Packs `B[k0..k0+kc, c0..c0+nb]` into `nr`-column panels: panel `q`, step `k`,
+/// column `c` at `q*kc*nr + k*nr + c`; columns past `nb` are zero.
+#[allow(clippy::too_many_arguments)]
 fn pack_b<T: WeightElem>(
     s: &[T],
+    nr: usize,
     b: &MatRef<'_>,
     k0: usize,
     kc: usize,
@@ -426,28 +519,28 @@ fn pack_b<T: WeightElem>(
     nb: usize,
     dst: &mut [f32],
 ) {
-    let panels = nb.div_ceil(NR);
+    let panels = nb.div_ceil(nr);
     for q in 0..panels {
-        let panel = &mut dst[q * kc * NR..(q + 1) * kc * NR];
-        let cols = NR.min(nb - q * NR);
+        let panel = &mut dst[q * kc * nr..(q + 1) * kc * nr];
+        let cols = nr.min(nb - q * nr);
         if b.rs == 1 {
             // k-contiguous columns (a linear weight [N, K]): read each column once.
-            for c in 0..NR {
+            for c in 0..nr {
                 if c >= cols {
                     for kk in 0..kc {
-                        panel[kk * NR + c] = 0.0;
+                        panel[kk * nr + c] = 0.0;
                     }
                     continue;
                 }
-                let base = b.offset + k0 + (c0 + q * NR + c) * b.cs;
+                let base = b.offset + k0 + (c0 + q * nr + c) * b.cs;
                 for (kk, v) in s[base..base + kc].iter().enumerate() {
-                    panel[kk * NR + c] = v.to_f32();
+                    panel[kk * nr + c] = v.to_f32();
                 }
             }
         } else {
             for kk in 0..kc {
-                let base = b.offset + (k0 + kk) * b.rs + (c0 + q * NR) * b.cs;
-                let dst = &mut panel[kk * NR..(kk + 1) * NR];
+                let base = b.offset + (k0 + kk) * b.rs + (c0 + q * nr) * b.cs;
+                let dst = &mut panel[kk * nr..(kk + 1) * nr];
                 for (c, d) in dst.iter_mut().enumerate() {
                     *d = if c < cols {
                         s[base + c * b.cs].to_f32()
@@ -460,38 +553,52 @@ fn pack_b<T: WeightElem>(
     }
 }
 
-/// One task: columns `c0..c0+nb` of rows `m0..m0+mb`, into `tile` (row stride `ld`).
-#[allow(clippy::too_many_arguments)]
-fn task(
-    isa: Isa,
-    g: &Gemm<'_>,
-    apack: &[f32],
-    mb: usize,
+/// The output columns one task owns: `c0..c0+nb`, written at row stride `ld`.
+#[derive(Clone, Copy)]
+struct Cols {
     c0: usize,
     nb: usize,
     ld: usize,
+}
+
+/// One task: columns `cols` of rows `m0..m0+mb`, into `tile`.
+#[allow(clippy::too_many_arguments)]
+fn task(
+    isa: Isa,
+    t: Tile,
+    g: &Gemm<'_>,
+    packed: Option<&PackedB>,
+    apack: &[f32],
+    mb: usize,
+    cols: Cols,
     tile: &mut [f32],
     bpack: &mut [f32],
 ) {
+    let Cols { c0, nb, ld } = cols;
     let k = g.a.cols;
-    let panels_b = nb.div_ceil(NR);
-    let panels_a = mb.div_ceil(MR);
+    let panels_b = nb.div_ceil(t.nr);
+    let panels_a = mb.div_ceil(t.mr);
     let mut k0 = 0;
     while k0 < k {
         let kc = KC.min(k - k0);
-        match g.b.data {
-            Elems::F32(s) => pack_b(s, &g.b, k0, kc, c0, nb, bpack),
-            Elems::F16(s) => pack_b(s, &g.b, k0, kc, c0, nb, bpack),
-            Elems::BF16(s) => pack_b(s, &g.b, k0, kc, c0, nb, bpack),
-            Elems::F64(s) => pack_b(s, &g.b, k0, kc, c0, nb, bpack),
+        if packed.is_none() {
+            match g.b.data {
+                Elems::F32(s) => pack_b(s, t.nr, &g.b, k0, kc, c0, nb, bpack),
+                Elems::F16(s) => pack_b(s, t.nr, &g.b, k0, kc, c0, nb, bpack),
+                Elems::BF16(s) => pack_b(s, t.nr, &g.b, k0, kc, c0, nb, bpack),
+                Elems::F64(s) => pack_b(s, t.nr, &g.b, k0, kc, c0, nb, bpack),
+            }
         }
         for q in 0..panels_b {
-            let bp = &bpack[q * kc * NR..(q + 1) * kc * NR];
-            let cols = NR.min(nb - q * NR);
+            let bp = match packed {
+                Some(p) => p.panel(c0 / t.nr + q, k0, kc),
+                None => &bpack[q * kc * t.nr..(q + 1) * kc * t.nr],
+            };
+            let cols = t.nr.min(nb - q * t.nr);
             for p in 0..panels_a {
-                let ap = &apack[p * MR * k + k0 * MR..][..kc * MR];
-                let rows = MR.min(mb - p * MR);
-                let c = &mut tile[p * MR * ld + q * NR..];
+                let ap = &apack[p * t.mr * k + k0 * t.mr..][..kc * t.mr];
+                let rows = t.mr.min(mb - p * t.mr);
+                let c = &mut tile[p * t.mr * ld + q * t.nr..];
                 micro_kernel(isa, kc, ap, bp, c, ld, rows, cols, k0 > 0);
             }
         }
@@ -500,13 +607,13 @@ fn task(
 }
 
 /// Dot-product path: each output is a dot product against a contiguous row.
-fn gemv<O: OutElem>(
+fn gemv_rows<O: OutElem>(
     pool: &ThreadPool,
     isa: Isa,
     g: &Gemm<'_>,
     out: &mut [O],
     scratch: &mut [f32],
-) -> Result<(), KernelError> {
+) -> Result<(), LinalgError> {
     let (m, n, k) = g.dims();
     // Orient as: x (length k) against `rows` weight rows w_j = W[j, :].
     let (x, w, rows, transposed) = if m == 1 && g.b.rs == 1 {

@@ -1,0 +1,242 @@
+//! Inner kernels of the matrix products: the GEMM micro-kernel over packed panels and
+//! the dot-product rows of the matrix-vector path.
+//!
+//! Each kernel has a safe scalar version (written lane-wise so compilers vectorise
+//! it) and a SIMD version per instruction set, chosen through [`Isa`]: AVX-512 and
+//! AVX2+FMA on x86-64, NEON on aarch64. Tests compare every version the CPU supports
+//! with the scalar one.
+
+use half::{bf16, f16};
+
+use crate::Isa;
+
+/// Shape of one micro-kernel tile: `mr` rows of A against `nr` columns of B.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tile {
+    pub mr: usize,
+    pub nr: usize,
+}
+
+/// The tile of the AVX2, NEON and scalar kernels: 6 x 16.
+const TILE_6X16: Tile = Tile { mr: 6, nr: 16 };
+/// Rows of the AVX-512 tile (its columns are two 16-lane registers).
+#[cfg(target_arch = "x86_64")]
+pub(crate) const AVX512_MR: usize = 8;
+/// The AVX-512 tile.
+#[cfg(target_arch = "x86_64")]
+const TILE_AVX512: Tile = Tile {
+    mr: AVX512_MR,
+    nr: 32,
+};
+/// Elements of the largest tile of any instruction set.
+pub(crate) const MAX_TILE: usize = 8 * 32;
+
+impl Tile {
+    /// The tile the micro-kernel of `isa` computes.
+    pub(crate) fn of(isa: Isa) -> Tile {
+        match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512(_) => TILE_AVX512,
+            _ => TILE_6X16,
+        }
+    }
+}
+
+/// A SIMD micro-kernel: `(kc, a, b, c, ldc, accumulate)`, see [`micro_kernel`].
+pub(crate) type SimdKernel = unsafe fn(usize, *const f32, *const f32, *mut f32, usize, bool);
+
+/// `tile[mr x nr] (+)= A_panel · B_panel` over `kc` steps, with the tile of `isa`;
+/// `a` holds `kc` groups of `mr` values, `b` `kc` groups of `nr`. Writes the
+/// `rows x cols` corner of the tile to `c` (row stride `ldc`), adding to it when
+/// `accumulate`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn micro_kernel(
+    isa: Isa,
+    kc: usize,
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    rows: usize,
+    cols: usize,
+    accumulate: bool,
+) {
+    let t = Tile::of(isa);
+    let a = &a[..kc * t.mr];
+    let b = &b[..kc * t.nr];
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!(rows <= t.mr && cols <= t.nr && c.len() >= (rows - 1) * ldc + cols);
+    // The SIMD kernel of this ISA: it needs its instruction set, `kc*mr` values at `a`,
+    // `kc*nr` at `b`, and a full mr x nr tile at `c` with row stride `ldc`.
+    let simd: Option<SimdKernel> = match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2(_) => Some(super::avx2::kernel_6x16),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512(_) => Some(super::avx512::kernel_mrx32),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon(_) => Some(super::neon::kernel_6x16),
+        Isa::Scalar => None,
+    };
+    let mut tile = [0f32; MAX_TILE];
+    match simd {
+        Some(kernel) if rows == t.mr && cols == t.nr => {
+            // SAFETY: the Isa variant carries the proof that its instructions exist on
+            // this CPU; a and b hold kc*mr and kc*nr values, and c holds a full tile at
+            // row stride ldc (checked above).
+            unsafe { kernel(kc, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), ldc, accumulate) };
+            return;
+        }
+        Some(kernel) => {
+            // SAFETY: as above, with the local tile (row stride nr) as c.
+            unsafe { kernel(kc, a.as_ptr(), b.as_ptr(), tile.as_mut_ptr(), t.nr, false) };
+        }
+        None => kernel_scalar(kc, t, a, b, &mut tile),
+    }
+    store_tile(&tile, t.nr, c, ldc, rows, cols, accumulate);
+}
+
+fn store_tile(
+    tile: &[f32],
+    nr: usize,
+    c: &mut [f32],
+    ldc: usize,
+    rows: usize,
+    cols: usize,
+    acc: bool,
+) {
+    for r in 0..rows {
+        let dst = &mut c[r * ldc..r * ldc + cols];
+        let src = &tile[r * nr..r * nr + cols];
+        if acc {
+            dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+        } else {
+            dst.copy_from_slice(src);
+        }
+    }
+}
+
+/// The scalar micro-kernel: `tile[r * nr + j] += Σ_k a[k*mr + r] * b[k*nr + j]`.
+pub(crate) fn kernel_scalar(kc: usize, t: Tile, a: &[f32], b: &[f32], tile: &mut [f32]) {
+    for (ak, bk) in a.chunks_exact(t.mr).zip(b.chunks_exact(t.nr)).take(kc) {
+        for (r, &av) in ak.iter().enumerate() {
+            let row = &mut tile[r * t.nr..(r + 1) * t.nr];
+            for (o, &bv) in row.iter_mut().zip(bk) {
+                *o += av * bv;
+            }
+        }
+    }
+}
+
+/// Weight element types of the matrix-vector path.
+pub trait WeightElem: Copy + Send + Sync + 'static {
+    /// The value as f32.
+    fn to_f32(self) -> f32;
+}
+impl WeightElem for f32 {
+    #[inline]
+    fn to_f32(self) -> f32 {
+        self
+    }
+}
+impl WeightElem for f16 {
+    #[inline]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+}
+impl WeightElem for f64 {
+    #[inline]
+    fn to_f32(self) -> f32 {
+        self as f32
+    }
+}
+impl WeightElem for bf16 {
+    #[inline]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+}
+
+/// Lanes of the scalar dot product (independent partial sums).
+const LANES: usize = 8;
+
+/// Scalar dot product of `x` with `w[..x.len()]`, lane-wise.
+pub(crate) fn dot_scalar<W: WeightElem>(x: &[f32], w: &[W]) -> f32 {
+    let k = x.len();
+    let w = &w[..k];
+    let mut acc = [0f32; LANES];
+    let mut xc = x.chunks_exact(LANES);
+    let mut wc = w.chunks_exact(LANES);
+    for (xs, ws) in (&mut xc).zip(&mut wc) {
+        for l in 0..LANES {
+            acc[l] += xs[l] * ws[l].to_f32();
+        }
+    }
+    let mut tail = 0f32;
+    for (&xv, wv) in xc.remainder().iter().zip(wc.remainder()) {
+        tail += xv * wv.to_f32();
+    }
+    let mut s = 0f32;
+    for v in acc {
+        s += v;
+    }
+    s + tail
+}
+
+/// `out[j] = dot(x, w[j*ldw..][..k])` for every `j < out.len()`, with the dot-product
+/// rows of `isa`.
+///
+/// # Panics
+/// When `w` is shorter than `(out.len() - 1) * ldw + x.len()`.
+pub fn dot_rows<W: WeightElem>(isa: Isa, x: &[f32], w: &[W], ldw: usize, out: &mut [f32]) {
+    let k = x.len();
+    let rows = out.len();
+    if rows == 0 {
+        return;
+    }
+    assert!(w.len() >= (rows - 1) * ldw + k);
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2(t) => super::avx2::dot_rows(t, x, w, ldw, out),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512(t) => super::avx512::dot_rows(t, x, w, ldw, out),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon(t) => super::neon::dot_rows(t, x, w, ldw, out),
+        Isa::Scalar => {
+            for (j, o) in out.iter_mut().enumerate() {
+                *o = dot_scalar(x, &w[j * ldw..j * ldw + k]);
+            }
+        }
+    }
+}
+
+/// Runs `out[j] = dot(x, row j)` over rows of `k` weights at stride `ldw`: `four` on
+/// each full group of 4 rows, `one` on the rows left over. Every row is handed over as
+/// a slice of exactly `k` elements, which the SIMD versions rely on.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub(crate) fn by_four_rows<W: WeightElem>(
+    k: usize,
+    w: &[W],
+    ldw: usize,
+    out: &mut [f32],
+    four: impl Fn([&[W]; 4]) -> [f32; 4],
+    one: impl Fn(&[W]) -> f32,
+) {
+    let row = |j: usize| &w[j * ldw..j * ldw + k];
+    let done = out.len() / 4 * 4;
+    let (full, rest) = out.split_at_mut(done);
+    for (g, dst) in full.chunks_exact_mut(4).enumerate() {
+        let j = 4 * g;
+        dst.copy_from_slice(&four([row(j), row(j + 1), row(j + 2), row(j + 3)]));
+    }
+    for (i, o) in rest.iter_mut().enumerate() {
+        *o = one(row(done + i));
+    }
+}
+
+#[cfg(test)]
+#[path = "kernels_tests.rs"]
+mod tests;

@@ -1,0 +1,130 @@
+use super::*;
+
+fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+/// Every micro-kernel against the scalar twin of its own tile shape.
+#[test]
+fn micro_kernels_agree() {
+    for &isa in Isa::available() {
+        let t = Tile::of(isa);
+        for kc in [0usize, 1, 7, 64, 257] {
+            let a = rand_vec(kc * t.mr, 1);
+            let b = rand_vec(kc * t.nr, 2);
+            let mut want = vec![0f32; t.mr * t.nr];
+            kernel_scalar(kc, t, &a, &b, &mut want);
+            for (rows, cols) in [(t.mr, t.nr), (1, 1), (t.mr - 1, t.nr), (t.mr, 3), (2, 9)] {
+                let ldc = t.nr + 4;
+                let mut c = vec![1f32; (rows - 1) * ldc + cols];
+                micro_kernel(isa, kc, &a, &b, &mut c, ldc, rows, cols, true);
+                for r in 0..rows {
+                    for j in 0..cols {
+                        let got = c[r * ldc + j];
+                        let w = want[r * t.nr + j] + 1.0;
+                        assert!(
+                            (got - w).abs() <= 1e-4 * (1.0 + w.abs()),
+                            "{isa:?} kc={kc} {r},{j}: {got} vs {w}"
+                        );
+                    }
+                }
+                // Cells outside the tile are untouched.
+                if cols < ldc && rows > 1 {
+                    assert_eq!(c[cols], 1.0);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn dot_rows_agree() {
+    for k in [0usize, 1, 7, 8, 15, 16, 31, 33, 63, 64, 65, 576] {
+        let x = rand_vec(k, 3);
+        let rows = 7;
+        let ldw = k + 3;
+        let w32 = rand_vec(rows * ldw, 4);
+        let w16: Vec<f16> = w32.iter().map(|&v| f16::from_f32(v)).collect();
+        let wb: Vec<bf16> = w32.iter().map(|&v| bf16::from_f32(v)).collect();
+        let w64: Vec<f64> = w32.iter().map(|&v| v as f64).collect();
+        for &isa in Isa::available() {
+            let mut o32 = vec![0f32; rows];
+            let mut o16 = vec![0f32; rows];
+            let mut ob = vec![0f32; rows];
+            let mut o64 = vec![0f32; rows];
+            dot_rows(isa, &x, &w32, ldw, &mut o32);
+            dot_rows(isa, &x, &w16, ldw, &mut o16);
+            dot_rows(isa, &x, &wb, ldw, &mut ob);
+            dot_rows(isa, &x, &w64, ldw, &mut o64);
+            for j in 0..rows {
+                let row = &w32[j * ldw..j * ldw + k];
+                let r32: f64 = x.iter().zip(row).map(|(&a, &b)| a as f64 * b as f64).sum();
+                let r16: f64 = x
+                    .iter()
+                    .zip(&w16[j * ldw..])
+                    .map(|(&a, b)| a as f64 * b.to_f64())
+                    .sum();
+                let rb: f64 = x
+                    .iter()
+                    .zip(&wb[j * ldw..])
+                    .map(|(&a, b)| a as f64 * b.to_f64())
+                    .sum();
+                let tol = 1e-5 * (k as f64 + 1.0);
+                assert!((o32[j] as f64 - r32).abs() < tol, "{isa:?} f32 k={k}");
+                assert!((o64[j] as f64 - r32).abs() < tol, "{isa:?} f64 k={k}");
+                assert!((o16[j] as f64 - r16).abs() < tol, "{isa:?} f16 k={k}");
+                assert!((ob[j] as f64 - rb).abs() < tol, "{isa:?} bf16 k={k}");
+            }
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// The SIMD dot-product rows against the scalar twin on random lengths.
+    #[test]
+    fn dot_rows_match_the_scalar_twin(k in 0usize..300, rows in 1usize..12, pad in 0usize..5, seed in 0u64..1000) {
+        let x = rand_vec(k, seed);
+        let ldw = k + pad;
+        let w = rand_vec((rows - 1) * ldw + k, seed + 1);
+        let mut want = vec![0f32; rows];
+        dot_rows(Isa::Scalar, &x, &w, ldw, &mut want);
+        for &isa in Isa::available() {
+            let mut got = vec![0f32; rows];
+            dot_rows(isa, &x, &w, ldw, &mut got);
+            for (g, w) in got.iter().zip(&want) {
+                proptest::prop_assert!((g - w).abs() <= 1e-4 * (1.0 + (k as f32).sqrt()), "{:?}: {} vs {}", isa, g, w);
+            }
+        }
+    }
+
+    /// Every micro-kernel against the scalar twin on random depths and corners.
+    #[test]
+    fn micro_kernel_matches_the_scalar_twin(kc in 0usize..300, seed in 0u64..1000, rows_cut in 0usize..8, cols_cut in 0usize..32) {
+        for &isa in Isa::available() {
+            let t = Tile::of(isa);
+            let a = rand_vec(kc * t.mr, seed);
+            let b = rand_vec(kc * t.nr, seed + 7);
+            let rows = t.mr - rows_cut % t.mr;
+            let cols = t.nr - cols_cut % t.nr;
+            let mut want = vec![0f32; t.mr * t.nr];
+            kernel_scalar(kc, t, &a, &b, &mut want);
+            let mut c = vec![0f32; (rows - 1) * t.nr + cols];
+            micro_kernel(isa, kc, &a, &b, &mut c, t.nr, rows, cols, false);
+            for r in 0..rows {
+                for j in 0..cols {
+                    let (g, w) = (c[r * t.nr + j], want[r * t.nr + j]);
+                    proptest::prop_assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()) * (1.0 + (kc as f32).sqrt()));
+                }
+            }
+        }
+    }
+}

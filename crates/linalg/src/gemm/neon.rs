@@ -1,0 +1,150 @@
+//! NEON versions of the GEMM micro-kernel and the dot-product rows.
+
+use std::any::TypeId;
+use std::arch::aarch64::*;
+
+use half::bf16;
+
+use super::kernels::{WeightElem, by_four_rows, dot_scalar};
+use crate::CpuSupport;
+
+/// Rows of the tile.
+const MR: usize = 6;
+/// Columns of the tile.
+const NR: usize = 16;
+
+/// NEON 6x16 micro-kernel: 24 accumulator registers (4 per row), four B vectors,
+/// the A values broadcast from one load per step.
+///
+/// # Safety
+/// Needs NEON. `a` must hold `kc*MR` floats, `b` `kc*NR`, and `c` a full `MR x NR`
+/// tile with row stride `ldc`.
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn kernel_6x16(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    let mut acc = [[vdupq_n_f32(0.0); 4]; MR];
+    for k in 0..kc {
+        // SAFETY: k < kc, so the 16 B values and the 6 A values of step k are inside
+        // the panels.
+        let (bv, ak) = unsafe {
+            let bk = b.add(k * NR);
+            (
+                [
+                    vld1q_f32(bk),
+                    vld1q_f32(bk.add(4)),
+                    vld1q_f32(bk.add(8)),
+                    vld1q_f32(bk.add(12)),
+                ],
+                a.add(k * MR),
+            )
+        };
+        for (r, row) in acc.iter_mut().enumerate() {
+            // SAFETY: r < MR, inside this step's A group.
+            let av = unsafe { *ak.add(r) };
+            for (reg, &bq) in row.iter_mut().zip(&bv) {
+                *reg = vfmaq_n_f32(*reg, bq, av);
+            }
+        }
+    }
+    for (r, row) in acc.iter().enumerate() {
+        for (q, &v) in row.iter().enumerate() {
+            // SAFETY: the tile has MR rows of NR floats at stride ldc; q*4+4 <= NR.
+            unsafe {
+                let p = c.add(r * ldc + 4 * q);
+                let v = if accumulate {
+                    vaddq_f32(v, vld1q_f32(p))
+                } else {
+                    v
+                };
+                vst1q_f32(p, v);
+            }
+        }
+    }
+}
+
+/// Loads 4 weights as f32 (f32 directly, bf16 by widening shifts, others lane by
+/// lane).
+///
+/// # Safety
+/// Needs NEON; `p` must point at 4 readable elements of `W`.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn load4<W: WeightElem>(p: *const W) -> float32x4_t {
+    // SAFETY: p points at 4 elements (caller); the type checks pick the layout.
+    unsafe {
+        if TypeId::of::<W>() == TypeId::of::<f32>() {
+            vld1q_f32(p as *const f32)
+        } else if TypeId::of::<W>() == TypeId::of::<bf16>() {
+            vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(p as *const u16)))
+        } else {
+            let v = [
+                (*p).to_f32(),
+                (*p.add(1)).to_f32(),
+                (*p.add(2)).to_f32(),
+                (*p.add(3)).to_f32(),
+            ];
+            vld1q_f32(v.as_ptr())
+        }
+    }
+}
+
+/// Dot products of `x` with 4 rows at once (shared loads of `x`, 8 accumulators).
+///
+/// # Safety
+/// Needs NEON; each `w[r]` must point at `x.len()` elements.
+#[target_feature(enable = "neon")]
+unsafe fn dot4<W: WeightElem>(x: &[f32], w: [*const W; 4]) -> [f32; 4] {
+    let k = x.len();
+    let xp = x.as_ptr();
+    let mut acc0 = [vdupq_n_f32(0.0); 4];
+    let mut acc1 = [vdupq_n_f32(0.0); 4];
+    let mut i = 0;
+    while i + 8 <= k {
+        // SAFETY: i + 8 <= k, inside x and every row.
+        unsafe {
+            let x0 = vld1q_f32(xp.add(i));
+            let x1 = vld1q_f32(xp.add(i + 4));
+            for r in 0..4 {
+                acc0[r] = vfmaq_f32(acc0[r], load4(w[r].add(i)), x0);
+                acc1[r] = vfmaq_f32(acc1[r], load4(w[r].add(i + 4)), x1);
+            }
+        }
+        i += 8;
+    }
+    let mut out = [0f32; 4];
+    for r in 0..4 {
+        let mut s = vaddvq_f32(vaddq_f32(acc0[r], acc1[r]));
+        for (j, &xv) in x.iter().enumerate().skip(i) {
+            // SAFETY: j < k = x.len(), inside row r.
+            s += xv * unsafe { *w[r].add(j) }.to_f32();
+        }
+        out[r] = s;
+    }
+    out
+}
+
+/// `out[j] = dot(x, w[j*ldw..][..k])`, 4 rows at a time.
+pub(super) fn dot_rows<W: WeightElem>(
+    _proof: CpuSupport,
+    x: &[f32],
+    w: &[W],
+    ldw: usize,
+    out: &mut [f32],
+) {
+    by_four_rows(
+        x.len(),
+        w,
+        ldw,
+        out,
+        // SAFETY: the CpuSupport proof says NEON was detected; each row slice holds
+        // x.len() elements.
+        |r| unsafe { dot4(x, r.map(<[W]>::as_ptr)) },
+        |r| dot_scalar(x, r),
+    )
+}

@@ -1,0 +1,157 @@
+//! Instruction sets and the dispatch table.
+//!
+//! An [`Isa`] names the instructions a kernel may execute. Its SIMD variants carry a
+//! [`CpuSupport`], a proof value that only this module can build, and only after
+//! `is_x86_feature_detected!` / `is_aarch64_feature_detected!` confirmed the features:
+//! holding an `Isa::Avx512(_)` *is* the evidence that AVX-512 instructions may run.
+//!
+//! The CPU is examined once, the first time [`dispatch`] or [`Isa::available`] is
+//! called; [`Dispatch`] then says which instruction set each kernel family uses.
+
+use std::sync::OnceLock;
+
+/// Proof that the running CPU has the features of the [`Isa`] variant holding it
+/// (private constructor: built only by the detection in this module).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuSupport(());
+
+/// An instruction set the kernels are compiled for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable Rust: the scalar twin every fast kernel is tested against.
+    Scalar,
+    /// AVX2 with FMA and F16C.
+    #[cfg(target_arch = "x86_64")]
+    Avx2(CpuSupport),
+    /// AVX-512 F (with AVX2, FMA and F16C, which every AVX-512 CPU has; checked anyway).
+    #[cfg(target_arch = "x86_64")]
+    Avx512(CpuSupport),
+    /// NEON with fused multiply-adds (part of the base aarch64 ABI).
+    #[cfg(target_arch = "aarch64")]
+    Neon(CpuSupport),
+}
+
+impl Isa {
+    /// Every instruction set this CPU supports, the portable one first and the best
+    /// last (detected once).
+    pub fn available() -> &'static [Isa] {
+        static AVAILABLE: OnceLock<Vec<Isa>> = OnceLock::new();
+        AVAILABLE.get_or_init(detect)
+    }
+
+    /// The best instruction set of this CPU.
+    pub fn best() -> Isa {
+        Isa::available().last().copied().unwrap_or(Isa::Scalar)
+    }
+
+    /// The AVX2+FMA token when this instruction set includes AVX2 and FMA (AVX-512
+    /// CPUs do), for kernels that have no AVX-512 version.
+    #[cfg(target_arch = "x86_64")]
+    pub fn avx2(self) -> Option<CpuSupport> {
+        match self {
+            Isa::Avx2(t) | Isa::Avx512(t) => Some(t),
+            Isa::Scalar => None,
+        }
+    }
+
+    /// A short lower-case name (`scalar`, `avx2`, `avx512`, `neon`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2(_) => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512(_) => "avx512",
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon(_) => "neon",
+        }
+    }
+
+    /// The supported instruction set called `name` (see [`Isa::name`]), if any.
+    pub fn by_name(name: &str) -> Option<Isa> {
+        Isa::available().iter().copied().find(|i| i.name() == name)
+    }
+}
+
+#[allow(unused_mut)]
+fn detect() -> Vec<Isa> {
+    let mut found = vec![Isa::Scalar];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if has!("avx2") && has!("fma") && has!("f16c") {
+            found.push(Isa::Avx2(CpuSupport(())));
+            if has!("avx512f") {
+                found.push(Isa::Avx512(CpuSupport(())));
+            }
+        }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            found.push(Isa::Neon(CpuSupport(())));
+        }
+    }
+    found
+}
+
+/// Which instruction set each kernel family uses on this CPU: one slot per family,
+/// filled once at start-up with the best version that exists for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dispatch {
+    /// The packed f32 GEMM micro-kernel (AVX-512, AVX2 or NEON).
+    pub gemm: Isa,
+    /// The matrix-vector dot-product rows (AVX-512, AVX2 or NEON).
+    pub gemv: Isa,
+    /// The attention inner loops (AVX2 or NEON; AVX-512 CPUs run the AVX2 loops).
+    pub attention: Isa,
+}
+
+/// The dispatch table of this CPU (built on first use).
+///
+/// The environment variable `ETCH_ISA` (`scalar`, `avx2`, `avx512`, `neon`) caps every
+/// slot at that instruction set, for A/B measurements; an unknown or unsupported name
+/// is ignored.
+pub fn dispatch() -> &'static Dispatch {
+    static TABLE: OnceLock<Dispatch> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let cap = std::env::var("ETCH_ISA")
+            .ok()
+            .and_then(|n| Isa::by_name(&n))
+            .unwrap_or_else(Isa::best);
+        Dispatch::for_isa(cap)
+    })
+}
+
+impl Dispatch {
+    /// The table that uses `isa` (or the best version below it) for every family.
+    pub fn for_isa(isa: Isa) -> Dispatch {
+        let attention = match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512(t) => Isa::Avx2(t),
+            other => other,
+        };
+        Dispatch {
+            gemm: isa,
+            gemv: isa,
+            attention,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_portable_twin_is_always_available() {
+        assert_eq!(Isa::available()[0], Isa::Scalar);
+        assert!(Isa::available().contains(&Isa::best()));
+        for &isa in Isa::available() {
+            assert_eq!(Isa::by_name(isa.name()), Some(isa));
+        }
+        let d = dispatch();
+        assert!(Isa::available().contains(&d.gemm));
+        assert!(Isa::available().contains(&d.attention));
+    }
+}
