@@ -8,7 +8,7 @@ use etch_format::ScalarType;
 use etch_kernels::{Args, KernelContext, KernelError, ThreadPool};
 use etch_linalg::conv::{self, ConvGeometry};
 use etch_linalg::dense::{Mat, matmul_nn, matmul_nt};
-use etch_linalg::{pool, resize};
+use etch_linalg::{GemmF32, RhsF32, gemm_f32, pool, resize};
 use rayon::prelude::*;
 
 use crate::dims::{Dims, MAX_DIMS};
@@ -138,6 +138,7 @@ pub fn execute(
     }
     let arena = ctx.scratch::<f32>(plan.arena_len)?;
     let col = ctx.scratch::<f32>(plan.im2col_len(ctx.pool().threads()))?;
+    let gemm = ctx.scratch::<f32>(gemm_scratch_len(plan, shapes, ctx.pool().threads()))?;
     for &(v, arg) in &plan.inputs {
         let t = args.tensor(arg)?;
         let src = ctx.read::<f32>(&t)?;
@@ -153,7 +154,7 @@ pub fn execute(
             continue;
         }
         let (out, ins) = operands(plan, arena, shapes, op)?;
-        run_op(op, ctx.pool(), shapes, out, &ins, col)
+        run_op(op, ctx.pool(), shapes, out, &ins, col, gemm)
             .map_err(|e| node_error(plan, i, &e.to_string()))?;
     }
     for &(v, arg) in &plan.outputs {
@@ -198,6 +199,7 @@ fn run_op(
     out: &mut [f32],
     ins: &[&[f32]; 5],
     col: &mut [f32],
+    gemm: &mut [f32],
 ) -> Result<(), KernelError> {
     let x = ins[0];
     match op {
@@ -313,11 +315,11 @@ fn run_op(
             };
             match filter {
                 Filter::Packed { w, .. } => {
-                    fully_connected(pool, m, n, k, x, w, bias_slice, *min, *max, out)?
+                    fully_connected(pool, m, n, k, x, w, bias_slice, *min, *max, out, gemm)?
                 }
                 Filter::Value {
                     transposed: false, ..
-                } => fully_connected(pool, m, n, k, x, ins[1], bias_slice, *min, *max, out)?,
+                } => fully_connected(pool, m, n, k, x, ins[1], bias_slice, *min, *max, out, gemm)?,
                 Filter::Value {
                     transposed: true, ..
                 } => {
@@ -415,8 +417,9 @@ fn run_op(
     Ok(())
 }
 
-/// `out[m, n] = clamp(x[m, k] . w[n, k] + bias)`, split over rows (prefill) or over
-/// output columns (a few rows: decode).
+/// `out[m, n] = clamp(x[m, k] . w[n, k] + bias)` on the shared GEMM of etch-linalg
+/// (matrix-vector rows split over output columns for decode, the packed micro-kernel
+/// for prefill), with `scratch` from the temp allocator (see [`gemm_scratch_len`]).
 #[allow(clippy::too_many_arguments)]
 fn fully_connected(
     pool: &ThreadPool,
@@ -429,63 +432,61 @@ fn fully_connected(
     min: f32,
     max: f32,
     out: &mut [f32],
+    scratch: &mut [f32],
 ) -> Result<(), KernelError> {
-    let threads = pool.threads();
+    let g = fc_gemm(m, n, k, x, w, bias, min, max);
+    let need = g.scratch_len(pool.threads());
+    let scratch = scratch
+        .get_mut(..need)
+        .ok_or_else(|| short("fully connected scratch"))?;
     let out = out
         .get_mut(..m * n)
         .ok_or_else(|| short("fully connected"))?;
-    let ok = std::sync::atomic::AtomicBool::new(true);
-    if m >= 4 * threads || n < 64 {
-        let rows = m.div_ceil(threads).max(1);
-        pool.for_each_chunk_mut(out, rows * n.max(1), 1, |i, chunk| {
-            let r0 = i * rows;
-            let mr = chunk.len() / n.max(1);
-            let xa = x.get(r0 * k..).unwrap_or(&[]);
-            if !matmul_nt(
-                mr,
-                n,
-                k,
-                Mat { data: xa, ld: k },
-                Mat { data: w, ld: k },
-                bias,
-                chunk,
-                n,
-                min,
-                max,
-            ) {
-                ok.store(false, std::sync::atomic::Ordering::Relaxed);
+    Ok(gemm_f32(pool, &g, out, scratch)?)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fc_gemm<'a>(
+    m: usize,
+    n: usize,
+    k: usize,
+    x: &'a [f32],
+    w: &'a [f32],
+    bias: Option<&'a [f32]>,
+    min: f32,
+    max: f32,
+) -> GemmF32<'a> {
+    let clamp = (min > f32::NEG_INFINITY || max < f32::INFINITY).then_some((min, max));
+    GemmF32 {
+        m,
+        n,
+        k,
+        a: x,
+        lda: k,
+        b: RhsF32::NK(w),
+        bias,
+        clamp,
+    }
+}
+
+/// Scratch the fully-connected nodes need at the current shapes: the largest of them
+/// (they run one at a time).
+fn gemm_scratch_len(plan: &Plan, shapes: &[Dims], threads: usize) -> usize {
+    plan.ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::FullyConnected { x, filter, .. } => {
+                let (n, k) = filter.dims(shapes);
+                let m = shapes[*x].numel().unwrap_or(0).checked_div(k).unwrap_or(0);
+                Some(
+                    fc_gemm(m, n, k, &[], &[], None, f32::NEG_INFINITY, f32::INFINITY)
+                        .scratch_len(threads),
+                )
             }
-        });
-    } else {
-        for (r, row) in out.chunks_exact_mut(n).enumerate() {
-            let xr = x.get(r * k..(r + 1) * k).unwrap_or(&[]);
-            let cols = n.div_ceil(threads).max(1);
-            pool.for_each_chunk_mut(row, cols, 1, |i, chunk| {
-                let j0 = i * cols;
-                let wb = w.get(j0 * k..).unwrap_or(&[]);
-                let bb = bias.map(|b| b.get(j0..).unwrap_or(&[]));
-                if !matmul_nt(
-                    1,
-                    chunk.len(),
-                    k,
-                    Mat { data: xr, ld: k },
-                    Mat { data: wb, ld: k },
-                    bb,
-                    chunk,
-                    chunk.len(),
-                    min,
-                    max,
-                ) {
-                    ok.store(false, std::sync::atomic::Ordering::Relaxed);
-                }
-            });
-        }
-    }
-    if ok.into_inner() {
-        Ok(())
-    } else {
-        Err(short("fully connected"))
-    }
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Batched matrix products with broadcast batch dimensions.
