@@ -24,8 +24,10 @@ pub struct RunArgs {
     inputs: Vec<String>,
     /// Starts the inputs of the next call of the same loaded method; state such as a
     /// KV cache carries over (prefill, then decode steps).
-    #[arg(long = "then", action = ArgAction::Count)]
-    then: u8,
+    // Each occurrence is one value, so clap reports one position per `--then`.
+    #[arg(long = "then", action = ArgAction::Append, num_args = 0,
+          default_missing_value = "true", value_parser = clap::value_parser!(bool))]
+    then: Vec<bool>,
     /// Where outputs are written: out0.npy, out1.npy, ... (step0.out0.npy, ... with --then).
     #[arg(long, default_value = ".", value_name = "DIR")]
     output_dir: PathBuf,
@@ -98,9 +100,8 @@ fn split_calls(args: &RunArgs, matches: Option<&clap::ArgMatches>) -> Vec<Vec<St
         .and_then(|m| m.indices_of("inputs"))
         .map(|i| i.collect())
         .unwrap_or_default();
-    // A count flag has a default occurrence; only real ones split calls.
     let then_pos: Vec<usize> = matches
-        .filter(|_| args.then > 0)
+        .filter(|_| !args.then.is_empty())
         .and_then(|m| m.indices_of("then"))
         .map(|i| i.collect())
         .unwrap_or_default();

@@ -280,3 +280,49 @@ fn load_mode_is_checked_and_every_mode_runs() {
         assert!(o.status.success(), "--load {mode}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn run_with_several_thens_feeds_each_call_its_own_inputs() {
+    // The fixture records the official runtime on one prefill and four decode steps.
+    let dir = tempfile::tempdir().unwrap();
+    let steps = 5;
+    let mut args = vec![
+        "run".to_string(),
+        tiny_llama(),
+        "--output-dir".to_string(),
+        dir.path().display().to_string(),
+    ];
+    for k in 0..steps {
+        if k > 0 {
+            args.push("--then".into());
+        }
+        for i in 0..2 {
+            args.push("--input".into());
+            args.push(
+                fixture(&format!("tiny_llama_fp32/call{k}.in{i}.npy"))
+                    .display()
+                    .to_string(),
+            );
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = etch(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for k in 0..steps {
+        let read = |p: &Path| {
+            etch_runtime::npy::read_npy_file(p)
+                .expect("npy")
+                .as_slice::<f32>()
+                .expect("f32 logits")
+        };
+        let got = read(&dir.path().join(format!("step{k}.out0.npy")));
+        let want = read(&fixture(&format!("tiny_llama_fp32/call{k}.out0.npy")));
+        assert_eq!(got.len(), want.len(), "call {k}");
+        let worst = got
+            .iter()
+            .zip(&want)
+            .map(|(g, w)| (g - w).abs() / w.abs().max(1.0))
+            .fold(0.0f32, f32::max);
+        assert!(worst < 1e-3, "call {k}: worst relative error {worst}");
+    }
+}
