@@ -26,6 +26,10 @@ pub enum Isa {
     /// AVX-512 F (with AVX2, FMA and F16C, which every AVX-512 CPU has; checked anyway).
     #[cfg(target_arch = "x86_64")]
     Avx512(CpuSupport),
+    /// AVX-512 F, BW and VL with VNNI (`vpdpbusd`, the int8 dot product): everything
+    /// `Avx512` has, plus the int8 kernels' instructions.
+    #[cfg(target_arch = "x86_64")]
+    Avx512Vnni(CpuSupport),
     /// NEON with fused multiply-adds (part of the base aarch64 ABI).
     #[cfg(target_arch = "aarch64")]
     Neon(CpuSupport),
@@ -49,8 +53,17 @@ impl Isa {
     #[cfg(target_arch = "x86_64")]
     pub fn avx2(self) -> Option<CpuSupport> {
         match self {
-            Isa::Avx2(t) | Isa::Avx512(t) => Some(t),
+            Isa::Avx2(t) | Isa::Avx512(t) | Isa::Avx512Vnni(t) => Some(t),
             Isa::Scalar => None,
+        }
+    }
+
+    /// The AVX-512 F token when this instruction set includes AVX-512 F.
+    #[cfg(target_arch = "x86_64")]
+    pub fn avx512(self) -> Option<CpuSupport> {
+        match self {
+            Isa::Avx512(t) | Isa::Avx512Vnni(t) => Some(t),
+            _ => None,
         }
     }
 
@@ -62,6 +75,8 @@ impl Isa {
             Isa::Avx2(_) => "avx2",
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512(_) => "avx512",
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni(_) => "avx512vnni",
             #[cfg(target_arch = "aarch64")]
             Isa::Neon(_) => "neon",
         }
@@ -83,6 +98,9 @@ fn detect() -> Vec<Isa> {
             found.push(Isa::Avx2(CpuSupport(())));
             if has!("avx512f") {
                 found.push(Isa::Avx512(CpuSupport(())));
+                if has!("avx512bw") && has!("avx512vl") && has!("avx512vnni") {
+                    found.push(Isa::Avx512Vnni(CpuSupport(())));
+                }
             }
         }
     }
@@ -105,6 +123,9 @@ pub struct Dispatch {
     pub gemv: Isa,
     /// The attention inner loops (AVX2 or NEON; AVX-512 CPUs run the AVX2 loops).
     pub attention: Isa,
+    /// The int8 x int4 / int8 x int8 products of dynamically quantized linear layers
+    /// ([`crate::quant`]): AVX-512 VNNI, AVX2, or the scalar twin.
+    pub quant: Isa,
 }
 
 /// The dispatch table of this CPU (built on first use).
@@ -128,13 +149,27 @@ impl Dispatch {
     pub fn for_isa(isa: Isa) -> Dispatch {
         let attention = match isa {
             #[cfg(target_arch = "x86_64")]
+            Isa::Avx512(t) | Isa::Avx512Vnni(t) => Isa::Avx2(t),
+            other => other,
+        };
+        // The f32 kernels have no use for VNNI.
+        let float = match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni(t) => Isa::Avx512(t),
+            other => other,
+        };
+        let quant = match isa {
+            #[cfg(target_arch = "x86_64")]
             Isa::Avx512(t) => Isa::Avx2(t),
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon(_) => Isa::Scalar,
             other => other,
         };
         Dispatch {
-            gemm: isa,
-            gemv: isa,
+            gemm: float,
+            gemv: float,
             attention,
+            quant,
         }
     }
 }

@@ -60,6 +60,7 @@ mod error;
 pub mod gemm;
 mod isa;
 pub mod pool;
+pub mod quant;
 pub mod resize;
 mod threadpool;
 

@@ -203,10 +203,12 @@ fn run_op(
 ) -> Result<(), KernelError> {
     let x = ins[0];
     match op {
-        Op::QuantizeRows { x: xv, .. } => {
+        Op::QuantizeRows {
+            x: xv, row_dims, ..
+        } => {
             let d = shapes[*xv];
-            // One row per token: the trailing dim (num_nonbatch_dims 1, linear layers).
-            let row = d.get(d.rank().saturating_sub(1)).max(1);
+            // One row per token: the trailing dims (num_nonbatch_dims; 1 for linear layers).
+            let row = d.product(d.rank().saturating_sub(*row_dims)..d.rank());
             quantize::quantize_rows(row, x, out)?
         }
         Op::QuantizedFullyConnected {
@@ -218,13 +220,13 @@ fn run_op(
             ..
         } => {
             let numel = shapes[*xv].numel().unwrap_or(0);
-            let m = numel.checked_div(w.k).unwrap_or(0);
+            let m = numel.checked_div(w.k()).unwrap_or(0);
             let bias = match bias {
                 Bias::None => None,
                 Bias::Packed(b) => Some(b.as_slice()),
                 Bias::Value(_) => Some(ins[1]),
             };
-            quantize::fully_connected_qd8(pool, m, w, x, bias, *min, *max, out)?
+            quantize::fully_connected_qd8(pool, m, w, x, bias, *min, *max, out, gemm)?
         }
         Op::Unary { f, min, max, .. } => elementwise::unary(*f, *min, *max, x, out),
         Op::Binary {
@@ -475,6 +477,14 @@ fn gemm_scratch_len(plan: &Plan, shapes: &[Dims], threads: usize) -> usize {
     plan.ops
         .iter()
         .filter_map(|op| match op {
+            Op::QuantizedFullyConnected { x, w, .. } => {
+                let m = shapes[*x]
+                    .numel()
+                    .unwrap_or(0)
+                    .checked_div(w.k())
+                    .unwrap_or(0);
+                Some(etch_linalg::quant::gemm_qd8_scratch_len(m, w))
+            }
             Op::FullyConnected { x, filter, .. } => {
                 let (n, k) = filter.dims(shapes);
                 let m = shapes[*x].numel().unwrap_or(0).checked_div(k).unwrap_or(0);

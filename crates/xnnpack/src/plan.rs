@@ -217,28 +217,18 @@ pub enum Op {
     QuantizeRows {
         x: usize,
         y: usize,
+        /// Trailing dims forming one quantized row (the value's num_nonbatch_dims).
+        row_dims: usize,
     },
     /// `FullyConnected` with qdint8 input and 4- or 8-bit weights.
     QuantizedFullyConnected {
         x: usize,
         y: usize,
-        w: QuantizedWeights,
+        w: etch_linalg::quant::Qd8Weights,
         bias: Bias,
         min: f32,
         max: f32,
     },
-}
-
-/// Integer weights of a quantized fully connected node, unpacked at init: `values[n][k]`
-/// hold `w - zero_point` (4-bit: the stored nibble minus 8), `scales[n][k / block]` the
-/// per-block (or, with `block == k`, per-channel) scales as f32.
-#[derive(Debug, Clone)]
-pub struct QuantizedWeights {
-    pub n: usize,
-    pub k: usize,
-    pub block: usize,
-    pub values: Vec<i8>,
-    pub scales: Vec<f32>,
 }
 
 impl Op {
@@ -345,9 +335,14 @@ impl ValuePlan {
         if self.row_dims == 0 {
             return Some(numel);
         }
-        let row = d.product(d.rank().saturating_sub(self.row_dims)..d.rank());
+        let row = self.row_len(d);
         let rows = numel.checked_div(row).unwrap_or(0);
-        numel.checked_add(rows.checked_mul(2)?)
+        crate::quantize::slot_len(rows, row)
+    }
+
+    /// For a qdint8 value of shape `d`: the values of one quantized row.
+    pub fn row_len(&self, d: &Dims) -> usize {
+        d.product(d.rank().saturating_sub(self.row_dims.max(1))..d.rank())
     }
 }
 
@@ -445,6 +440,12 @@ impl<'g> Builder<'g> {
                 Op::QuantizeRows {
                     x: self.input(node, 0),
                     y,
+                    row_dims: match self.graph.values[y].quant {
+                        Some(crate::parse::Quantization::PerTokenDynamic { num_nonbatch_dims }) => {
+                            num_nonbatch_dims.max(1)
+                        }
+                        _ => 1,
+                    },
                 }
             }
             FullyConnected
@@ -679,44 +680,40 @@ impl<'g> Builder<'g> {
     fn quantized_fc(&mut self, i: usize, node: &NodeDef, y: usize) -> Result<Op, BackendError> {
         use crate::parse::Quantization;
         use crate::schema::Datatype;
+        use etch_linalg::quant::Qd8Weights;
         let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
         let def = &self.graph.values[fv];
         let (n, k) = (def.dims.get(0), def.dims.get(1));
         let bytes = def.constant.as_deref().unwrap_or(&[]);
         let field = self.field(i, node, "filter_id");
-        let mut values = vec![0i8; n * k];
-        match def.datatype {
-            Datatype::QcInt8 => {
-                for (d, &b) in values.iter_mut().zip(bytes) {
-                    *d = b as i8;
-                }
+        let nibble = |r: usize, c: usize| {
+            // Two 4-bit codes per byte, low nibble first, rows of ceil(k / 2) bytes;
+            // stored as q + 8 (weight zero point 8).
+            let byte = bytes.get(r * k.div_ceil(2) + c / 2).copied().unwrap_or(0);
+            if c % 2 == 0 { byte & 0xf } else { byte >> 4 }
+        };
+        let packed = match (&def.quant, def.datatype) {
+            (Some(Quantization::PerChannel { scales, .. }), Datatype::QcInt8) => {
+                let values: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
+                Qd8Weights::from_int8(n, k, &values, scales)
             }
-            _ => {
-                // Two 4-bit values per byte, low nibble first, rows of ceil(k / 2) bytes;
-                // stored as q + 8 (weight zero point 8).
-                let row = k.div_ceil(2);
-                for r in 0..n {
-                    for c in 0..k {
-                        let byte = bytes.get(r * row + c / 2).copied().unwrap_or(0);
-                        let nib = if c % 2 == 0 { byte & 0xf } else { byte >> 4 };
-                        values[r * k + c] = nib as i8 - 8;
-                    }
-                }
+            (Some(Quantization::PerChannel { scales, .. }), _) => {
+                Qd8Weights::from_int4(n, k, k.max(1), scales, nibble)
             }
-        }
-        let (block, scales) = match &def.quant {
-            Some(Quantization::PerChannelGroup {
-                group_size,
-                scales_bf16,
-                ..
-            }) => (
-                *group_size,
-                scales_bf16
+            (
+                Some(Quantization::PerChannelGroup {
+                    group_size,
+                    scales_bf16,
+                    ..
+                }),
+                _,
+            ) => {
+                let scales: Vec<f32> = scales_bf16
                     .iter()
                     .map(|&b| f32::from_bits(u32::from(b) << 16))
-                    .collect::<Vec<f32>>(),
-            ),
-            Some(Quantization::PerChannel { scales, .. }) => (k.max(1), scales.clone()),
+                    .collect();
+                Qd8Weights::from_int4(n, k, *group_size, &scales, nibble)
+            }
             _ => {
                 return Err(invalid(
                     field,
@@ -724,27 +721,13 @@ impl<'g> Builder<'g> {
                 ));
             }
         };
-        if scales.len() != n * k.div_ceil(block.max(1)) {
-            return Err(invalid(
-                field,
-                format!(
-                    "{} scales for a {n} x {k} filter in blocks of {block}",
-                    scales.len()
-                ),
-            ));
-        }
-        self.packed_bytes += values.len() + scales.len() * 4;
+        let w = packed.map_err(|e| invalid(field, e.to_string()))?;
+        self.packed_bytes += w.packed_bytes();
         let bias = self.bias(i, node, n)?;
         Ok(Op::QuantizedFullyConnected {
             x: self.input(node, 0),
             y,
-            w: QuantizedWeights {
-                n,
-                k,
-                block,
-                values,
-                scales,
-            },
+            w,
             bias,
             min: node.output_min,
             max: node.output_max,

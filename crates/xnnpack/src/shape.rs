@@ -68,18 +68,18 @@ pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
     match op {
         Op::QuantizedFullyConnected { x, y, w, .. } => {
             let xd = get(shapes, *x);
-            if xd.rank() == 0 || xd.get(xd.rank() - 1) != w.k {
+            if xd.rank() == 0 || xd.get(xd.rank() - 1) != w.k() {
                 return Err("input's last dimension differs from the filter's input channels");
             }
             let mut d = xd;
             let r = d.rank();
-            d.as_mut_slice()[r - 1] = w.n;
+            d.as_mut_slice()[r - 1] = w.n();
             set(shapes, *y, d);
         }
         Op::Unary { x, y, .. }
         | Op::Copy { x, y }
         | Op::Softmax { x, y }
-        | Op::QuantizeRows { x, y } => {
+        | Op::QuantizeRows { x, y, .. } => {
             let d = get(shapes, *x);
             if matches!(op, Op::Softmax { .. }) && d.rank() == 0 {
                 return Err("softmax needs at least one dimension");

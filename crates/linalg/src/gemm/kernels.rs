@@ -36,7 +36,7 @@ impl Tile {
     pub(crate) fn of(isa: Isa) -> Tile {
         match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512(_) => TILE_AVX512,
+            Isa::Avx512(_) | Isa::Avx512Vnni(_) => TILE_AVX512,
             _ => TILE_6X16,
         }
     }
@@ -75,7 +75,7 @@ pub(crate) fn micro_kernel(
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2(_) => Some(super::avx2::kernel_6x16),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512(_) => Some(super::avx512::kernel_mrx32),
+        Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::kernel_mrx32),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon(_) => Some(super::neon::kernel_6x16),
         Isa::Scalar => None,
@@ -202,7 +202,7 @@ pub fn dot_rows<W: WeightElem>(isa: Isa, x: &[f32], w: &[W], ldw: usize, out: &m
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2(t) => super::avx2::dot_rows(t, x, w, ldw, out),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512(t) => super::avx512::dot_rows(t, x, w, ldw, out),
+        Isa::Avx512(t) | Isa::Avx512Vnni(t) => super::avx512::dot_rows(t, x, w, ldw, out),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon(t) => super::neon::dot_rows(t, x, w, ldw, out),
         Isa::Scalar => {

@@ -1,0 +1,97 @@
+//! The per-panel int8 kernels: which one runs ([`run_panel`]), the scalar twin, and the
+//! per-row block terms they share.
+
+use super::{PANEL, Qd8Rows, Qd8Weights, WeightBits, qd8_row_stride};
+use crate::Isa;
+
+/// The part of each block sum that depends only on the row: `-o·Σq + zp·o·L`, as
+/// `row_terms[r * blocks + b]` (exact integers, below 2^24).
+pub(super) fn row_terms(a: &Qd8Rows, w: &Qd8Weights, out: &mut [f32]) {
+    let stride = qd8_row_stride(w.k());
+    let o = w.bits().zero_point();
+    let blocks = w.blocks();
+    for r in 0..a.m {
+        let q = &a.q[r * stride..(r + 1) * stride];
+        let zp = a.params[2 * r + 1] as i32;
+        for b in 0..blocks {
+            let len = w.block_len(b);
+            let start = b * w.block();
+            let sum: i32 = q[start..start + len].iter().map(|&v| i32::from(v)).sum();
+            out[r * blocks + b] = (-o * sum + zp * o * len as i32) as f32;
+        }
+    }
+}
+
+/// Computes the `m x PANEL` accumulators of panel `p` (`Σ_b s · (dot + row term)`)
+/// into `acc`, with the kernel of `isa`.
+pub(super) fn run_panel(
+    isa: Isa,
+    a: &Qd8Rows,
+    w: &Qd8Weights,
+    row_terms: &[f32],
+    p: usize,
+    acc: &mut [f32],
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni(t) => super::x86::panel_avx512_vnni(t, a, w, row_terms, p, acc),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2(t) | Isa::Avx512(t) if w.bits() == WeightBits::Four => {
+            super::x86::panel_avx2(t, a, w, row_terms, p, acc)
+        }
+        _ => panel_scalar(a, w, row_terms, p, acc),
+    }
+}
+
+/// The scalar twin: the same packed layout, decoded one code at a time.
+pub(super) fn panel_scalar(
+    a: &Qd8Rows,
+    w: &Qd8Weights,
+    row_terms: &[f32],
+    p: usize,
+    acc: &mut [f32],
+) {
+    let stride = qd8_row_stride(w.k());
+    let data = w.panel_data(p);
+    let scales = w.panel_scales(p);
+    let blocks = w.blocks();
+    for r in 0..a.m {
+        let q = &a.q[r * stride..(r + 1) * stride];
+        let out = &mut acc[r * PANEL..(r + 1) * PANEL];
+        out.fill(0.0);
+        let mut start = 0;
+        for b in 0..blocks {
+            let len = w.block_len(b);
+            let mut dots = [0i32; PANEL];
+            match w.bits() {
+                WeightBits::Four => {
+                    for t in start / 8..(start + len) / 8 {
+                        let group = &data[t * 4 * PANEL..(t + 1) * 4 * PANEL];
+                        for (c, d) in dots.iter_mut().enumerate() {
+                            for i in 0..4 {
+                                let byte = group[4 * c + i];
+                                *d += i32::from(q[8 * t + i]) * i32::from(byte & 0xf)
+                                    + i32::from(q[8 * t + 4 + i]) * i32::from(byte >> 4);
+                            }
+                        }
+                    }
+                }
+                WeightBits::Eight => {
+                    for t in start / 4..(start + len) / 4 {
+                        let group = &data[t * 4 * PANEL..(t + 1) * 4 * PANEL];
+                        for (c, d) in dots.iter_mut().enumerate() {
+                            for i in 0..4 {
+                                *d += i32::from(q[4 * t + i]) * i32::from(group[4 * c + i]);
+                            }
+                        }
+                    }
+                }
+            }
+            let term = row_terms[r * blocks + b];
+            for ((o, &d), &s) in out.iter_mut().zip(&dots).zip(&scales[b * PANEL..]) {
+                *o += (d as f32 + term) * s;
+            }
+            start += len;
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! Integer products for dynamically quantized linear layers (the 8da4w / 8da8w
+//! recipes): activations quantized per row to int8 with XNNPACK's arithmetic ("qd8"),
+//! times 4- or 8-bit weights quantized per output channel or per block of inputs.
+//!
+//! * [`quantize_qd8`] quantizes rows of f32 activations (asymmetric, one scale and
+//!   zero point per row, `lrintf` rounding: google/XNNPACK `src/xnnpack/quantization.h`,
+//!   `xnn_qd8_asymmetric_quantization_params`, and the f32-qd8 convert of
+//!   `src/operator-run.c`).
+//! * [`Qd8Weights`] packs a weight matrix once, at load time, into panels of 16 output
+//!   channels laid out for the `vpdpbusd` / `pmaddubsw` int8 dot products.
+//! * [`gemm_qd8`] computes `clamp(dequantize(A) · dequantize(W)ᵀ + bias)`.
+//!
+//! # The arithmetic
+//!
+//! With `q` an activation row (zero point `zp`, dequantization scale `d`), `u` a weight
+//! code (the stored value, zero point `o`: 8 for 4-bit codes, 128 for int8 weights
+//! shifted to unsigned) and `s[b]` the weight scale of block `b`:
+//!
+//! `y = d · Σ_b s[b] · Σ_{k in b} (q_k - zp)(u_k - o) + bias`
+//!
+//! The inner sum is expanded as `Σ q·u - o·Σq - zp·Σu + zp·o·L` (L the block length):
+//! the first term is the SIMD dot product (`u` unsigned, `q` signed), the second and
+//! fourth depend only on the row and the block (computed once per row), and the third
+//! only on the weights, so `Σ_b s[b]·Σ_{k in b} u_k` is precomputed per output channel
+//! at packing time. Every block sum is an exact integer; blocks are at most 256 inputs
+//! so that it converts to f32 exactly.
+
+mod kernels;
+mod pack;
+#[cfg(test)]
+mod tests;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub use pack::{Qd8Weights, WeightBits};
+
+use crate::{Isa, LinalgError, ThreadPool, dispatch};
+
+/// Output channels per packed panel (one 512-bit vector of i32 lanes).
+pub const PANEL: usize = 16;
+
+/// The row stride of quantized activations for rows of `k` values: `k` rounded up to a
+/// multiple of 8 (the padding holds zeros).
+pub fn qd8_row_stride(k: usize) -> usize {
+    k.div_ceil(8) * 8
+}
+
+/// XNNPACK's qd8 quantization parameters of a row whose values lie in `[min, max]`:
+/// the quantization scale (`255 / (rmax - rmin)`, the range widened to include 0; 1 for
+/// an all-zero row) and the zero point, nudged into `[-128, 127]` and rounded to
+/// nearest-even as `lrintf` does.
+pub fn qd8_params(min: f32, max: f32) -> (f32, f32) {
+    let (qmin, qmax) = (-128f32, 127f32);
+    let rmin = min.min(0.0);
+    let rmax = max.max(0.0);
+    let scale = if rmin == rmax {
+        1.0
+    } else {
+        (qmax - qmin) / (rmax - rmin)
+    };
+    let dmin = rmin * scale;
+    let dmax = rmax * scale;
+    let zp = if (qmin + dmin) + (qmax + dmax) > 0.0 {
+        qmin - dmin
+    } else {
+        qmax - dmax
+    };
+    (scale, zp.clamp(qmin, qmax).round_ties_even())
+}
+
+/// Quantizes `x` (rows of `k` values) to int8 rows of stride [`qd8_row_stride`]`(k)`
+/// in `q` (padding zeroed), `q = clamp(rint(x · scale) + zp, -128, 127)`, and writes
+/// each row's `(1 / scale, zp)` pair to `params`.
+pub fn quantize_qd8(
+    x: &[f32],
+    k: usize,
+    q: &mut [i8],
+    params: &mut [f32],
+) -> Result<(), LinalgError> {
+    if k == 0 {
+        return Ok(());
+    }
+    let rows = x.len() / k;
+    let stride = qd8_row_stride(k);
+    if q.len() < rows * stride {
+        return Err(LinalgError::OutputTooSmall {
+            what: "qd8 quantized rows",
+            need: rows * stride,
+            len: q.len(),
+        });
+    }
+    if params.len() < 2 * rows {
+        return Err(LinalgError::OutputTooSmall {
+            what: "qd8 row parameters",
+            need: 2 * rows,
+            len: params.len(),
+        });
+    }
+    for ((xs, qs), p) in x
+        .chunks_exact(k)
+        .zip(q.chunks_exact_mut(stride))
+        .zip(params.chunks_exact_mut(2))
+    {
+        let (lo, hi) = xs
+            .iter()
+            .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
+                (a.min(v), b.max(v))
+            });
+        let (scale, zp) = qd8_params(lo, hi);
+        for (d, &v) in qs.iter_mut().zip(xs) {
+            *d = ((v * scale).round_ties_even() + zp).clamp(-128.0, 127.0) as i8;
+        }
+        qs[k..].fill(0);
+        p[0] = 1.0 / scale;
+        p[1] = zp;
+    }
+    Ok(())
+}
+
+/// Quantized activations: `m` rows of stride [`qd8_row_stride`]`(k)` and one
+/// `(dequantization scale, zero point)` pair per row, as [`quantize_qd8`] writes them.
+#[derive(Clone, Copy, Debug)]
+pub struct Qd8Rows<'a> {
+    /// Number of rows.
+    pub m: usize,
+    /// `m` rows of `qd8_row_stride(k)` int8 values.
+    pub q: &'a [i8],
+    /// `2 * m` values: each row's dequantization scale and zero point.
+    pub params: &'a [f32],
+}
+
+/// f32 scratch elements [`gemm_qd8`] needs for `m` rows times `w`.
+pub fn gemm_qd8_scratch_len(m: usize, w: &Qd8Weights) -> usize {
+    m * w.blocks() + m * w.panels() * PANEL
+}
+
+/// `out[m, n] = clamp(d_r · Σ_b s[j, b] Σ_k (q[r, k] - zp_r)(u[j, k] - o) + bias[j],
+/// min, max)`, on the best int8 kernel of this CPU. `scratch` holds at least
+/// [`gemm_qd8_scratch_len`] values (the caller's temp allocator).
+pub fn gemm_qd8(
+    pool: &ThreadPool,
+    a: &Qd8Rows,
+    w: &Qd8Weights,
+    bias: Option<&[f32]>,
+    clamp: (f32, f32),
+    out: &mut [f32],
+    scratch: &mut [f32],
+) -> Result<(), LinalgError> {
+    gemm_qd8_with(dispatch().quant, pool, a, w, bias, clamp, out, scratch)
+}
+
+/// [`gemm_qd8`] with the kernels of `isa` (for tests and A/B measurements).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_qd8_with(
+    isa: Isa,
+    pool: &ThreadPool,
+    a: &Qd8Rows,
+    w: &Qd8Weights,
+    bias: Option<&[f32]>,
+    (min, max): (f32, f32),
+    out: &mut [f32],
+    scratch: &mut [f32],
+) -> Result<(), LinalgError> {
+    let (m, n, k) = (a.m, w.n(), w.k());
+    let stride = qd8_row_stride(k);
+    if a.q.len() < m * stride || a.params.len() < 2 * m {
+        return Err(LinalgError::ViewOutOfBounds {
+            what: "qd8 activations",
+            rows: m,
+            cols: stride,
+            len: a.q.len(),
+        });
+    }
+    if out.len() < m * n {
+        return Err(LinalgError::OutputTooSmall {
+            what: "qd8 GEMM output",
+            need: m * n,
+            len: out.len(),
+        });
+    }
+    if let Some(b) = bias
+        && b.len() < n
+    {
+        return Err(LinalgError::Shape(format!(
+            "qd8 GEMM: {} bias values for {n} outputs",
+            b.len()
+        )));
+    }
+    let need = gemm_qd8_scratch_len(m, w);
+    if scratch.len() < need {
+        return Err(LinalgError::ScratchTooSmall {
+            what: "qd8 GEMM",
+            need,
+            len: scratch.len(),
+        });
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let (row_terms, acc) = scratch[..need].split_at_mut(m * w.blocks());
+    kernels::row_terms(a, w, row_terms);
+    let row_terms: &[f32] = row_terms;
+    let panels = w.panels();
+    let per_task = panels.div_ceil(pool.threads()).max(1);
+    pool.for_each_chunk_mut(acc, per_task * m * PANEL, 1, |task, chunk| {
+        for (i, panel_acc) in chunk.chunks_exact_mut(m * PANEL).enumerate() {
+            kernels::run_panel(isa, a, w, row_terms, task * per_task + i, panel_acc);
+        }
+    });
+    // Epilogue: the weight-sum term, the row's dequantization, bias and clamp; panels
+    // of 16 channels scattered to the row-major output.
+    let corr = w.channel_sums();
+    for r in 0..m {
+        let (d, zp) = (a.params[2 * r], a.params[2 * r + 1]);
+        let row = &mut out[r * n..(r + 1) * n];
+        for (p, chunk) in row.chunks_mut(PANEL).enumerate() {
+            let src = &acc[(p * m + r) * PANEL..][..chunk.len()];
+            let c = &corr[p * PANEL..][..chunk.len()];
+            for (j, (o, (&s, &cj))) in chunk.iter_mut().zip(src.iter().zip(c)).enumerate() {
+                let b = bias.map_or(0.0, |b| b[p * PANEL + j]);
+                *o = (d * (s - zp * cj) + b).max(min).min(max);
+            }
+        }
+    }
+    Ok(())
+}

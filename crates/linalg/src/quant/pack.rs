@@ -1,0 +1,247 @@
+//! Packing quantized weights into the panels the int8 kernels read.
+//!
+//! A panel holds 16 output channels (`PANEL`); inputs are padded to a multiple of 8
+//! with the weight zero point (so padding contributes nothing). Within a panel:
+//!
+//! * 4-bit: for each group of 8 inputs `t`, 64 bytes; byte `4c + i` holds channel `c`'s
+//!   code of input `8t + i` in its low nibble and of input `8t + 4 + i` in its high
+//!   nibble, so masking the low nibbles gives one 4-input dot product per i32 lane and
+//!   shifting gives the next.
+//! * 8-bit: for each group of 4 inputs `t`, 64 bytes; byte `4c + i` is channel `c`'s
+//!   weight of input `4t + i` plus 128 (unsigned, for `vpdpbusd`).
+//!
+//! Scales are stored per panel and block, 16 lanes each (0 for padding channels).
+
+use super::{PANEL, qd8_row_stride};
+use crate::LinalgError;
+
+/// How many bits a weight code has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WeightBits {
+    /// 4-bit codes `0..=15`, zero point 8 (XNNPACK's qc4w / qb4w).
+    Four,
+    /// int8 weights, zero point 0 (stored shifted to unsigned, zero point 128: qc8w).
+    Eight,
+}
+
+impl WeightBits {
+    /// The zero point of a stored (unsigned) code.
+    pub fn zero_point(self) -> i32 {
+        match self {
+            WeightBits::Four => 8,
+            WeightBits::Eight => 128,
+        }
+    }
+}
+
+/// The longest block of inputs summed in integers before scaling: the sum stays exact
+/// in f32 (below 2^24) for either width.
+const MAX_BLOCK: usize = 128;
+
+/// A quantized `[n, k]` weight matrix packed for [`super::gemm_qd8`] (built once, at
+/// load time).
+#[derive(Clone, Debug)]
+pub struct Qd8Weights {
+    n: usize,
+    k: usize,
+    bits: WeightBits,
+    /// Inputs per block (a multiple of 8).
+    block: usize,
+    blocks: usize,
+    data: Vec<u8>,
+    /// `[panel][block][PANEL]`.
+    scales: Vec<f32>,
+    /// `[panels * PANEL]`: `Σ_b scale[j, b] · Σ_{k in b} code[j, k]`.
+    channel_sums: Vec<f32>,
+}
+
+impl Qd8Weights {
+    /// Packs 4-bit weights: `code(j, c)` is the stored code (`0..=15`, zero point 8) of
+    /// output `j`, input `c`; `scales` has `n * ceil(k / group)` values, row-major, one
+    /// per output and group of `group` inputs (`group == k`: one per output channel).
+    pub fn from_int4(
+        n: usize,
+        k: usize,
+        group: usize,
+        scales: &[f32],
+        code: impl Fn(usize, usize) -> u8,
+    ) -> Result<Qd8Weights, LinalgError> {
+        Self::pack(n, k, group, scales, WeightBits::Four, |j, c| {
+            code(j, c) & 0xf
+        })
+    }
+
+    /// Packs int8 weights `values` (`[n, k]` row-major, zero point 0) with one scale
+    /// per output channel.
+    pub fn from_int8(
+        n: usize,
+        k: usize,
+        values: &[i8],
+        scales: &[f32],
+    ) -> Result<Qd8Weights, LinalgError> {
+        if values.len() < n * k {
+            return Err(LinalgError::ViewOutOfBounds {
+                what: "int8 weights",
+                rows: n,
+                cols: k,
+                len: values.len(),
+            });
+        }
+        Self::pack(n, k, k, scales, WeightBits::Eight, |j, c| {
+            (i32::from(values[j * k + c]) + 128) as u8
+        })
+    }
+
+    fn pack(
+        n: usize,
+        k: usize,
+        group: usize,
+        scales: &[f32],
+        bits: WeightBits,
+        code: impl Fn(usize, usize) -> u8,
+    ) -> Result<Qd8Weights, LinalgError> {
+        if group == 0 || k == 0 {
+            return Err(LinalgError::Shape(format!(
+                "quantized weights: {n} x {k} in groups of {group}"
+            )));
+        }
+        let groups = k.div_ceil(group);
+        if scales.len() != n * groups {
+            return Err(LinalgError::Shape(format!(
+                "quantized weights: {} scales for {n} x {k} in groups of {group}",
+                scales.len()
+            )));
+        }
+        let k_pad = qd8_row_stride(k);
+        let block = if group >= k {
+            MAX_BLOCK.min(k_pad)
+        } else if group.is_multiple_of(8) && group <= 4096 {
+            group
+        } else {
+            return Err(LinalgError::Shape(format!(
+                "quantized weights: group size {group} is not a multiple of 8 (or above 4096)"
+            )));
+        };
+        let blocks = k_pad.div_ceil(block);
+        let panels = n.div_ceil(PANEL);
+        let zero = bits.zero_point() as u8;
+        let code_at = |j: usize, c: usize| {
+            if j < n && c < k { code(j, c) } else { zero }
+        };
+        let panel_bytes = match bits {
+            WeightBits::Four => k_pad * PANEL / 2,
+            WeightBits::Eight => k_pad * PANEL,
+        };
+        let mut data = vec![0u8; panels * panel_bytes];
+        let mut scale_data = vec![0f32; panels * blocks * PANEL];
+        let mut channel_sums = vec![0f32; panels * PANEL];
+        for p in 0..panels {
+            let dst = &mut data[p * panel_bytes..][..panel_bytes];
+            match bits {
+                WeightBits::Four => {
+                    for (t, group) in dst.chunks_exact_mut(4 * PANEL).enumerate() {
+                        for c in 0..PANEL {
+                            for i in 0..4 {
+                                let lo = code_at(p * PANEL + c, 8 * t + i);
+                                let hi = code_at(p * PANEL + c, 8 * t + 4 + i);
+                                group[4 * c + i] = lo | (hi << 4);
+                            }
+                        }
+                    }
+                }
+                WeightBits::Eight => {
+                    for (t, group) in dst.chunks_exact_mut(4 * PANEL).enumerate() {
+                        for c in 0..PANEL {
+                            for i in 0..4 {
+                                group[4 * c + i] = code_at(p * PANEL + c, 4 * t + i);
+                            }
+                        }
+                    }
+                }
+            }
+            for c in 0..PANEL {
+                let j = p * PANEL + c;
+                if j >= n {
+                    continue;
+                }
+                let mut sum = 0f32;
+                for b in 0..blocks {
+                    let start = b * block;
+                    let s = scales[j * groups + (start / group).min(groups - 1)];
+                    scale_data[(p * blocks + b) * PANEL + c] = s;
+                    let codes: u32 = (start..(start + block).min(k_pad))
+                        .map(|col| u32::from(code_at(j, col)))
+                        .sum();
+                    sum += s * codes as f32;
+                }
+                channel_sums[j] = sum;
+            }
+        }
+        Ok(Qd8Weights {
+            n,
+            k,
+            bits,
+            block,
+            blocks,
+            data,
+            scales: scale_data,
+            channel_sums,
+        })
+    }
+
+    /// Output channels.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Inputs per output channel.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// The code width.
+    pub fn bits(&self) -> WeightBits {
+        self.bits
+    }
+
+    /// Inputs per block summed in integers (a multiple of 8).
+    pub fn block(&self) -> usize {
+        self.block
+    }
+
+    /// Blocks per row of padded inputs.
+    pub fn blocks(&self) -> usize {
+        self.blocks
+    }
+
+    /// Panels of 16 output channels.
+    pub fn panels(&self) -> usize {
+        self.n.div_ceil(PANEL)
+    }
+
+    /// Bytes of packed data (codes, scales and channel sums).
+    pub fn packed_bytes(&self) -> usize {
+        self.data.len() + 4 * (self.scales.len() + self.channel_sums.len())
+    }
+
+    /// The codes of panel `p`.
+    pub(crate) fn panel_data(&self, p: usize) -> &[u8] {
+        let len = self.data.len() / self.panels().max(1);
+        &self.data[p * len..(p + 1) * len]
+    }
+
+    /// The `[block][PANEL]` scales of panel `p`.
+    pub(crate) fn panel_scales(&self, p: usize) -> &[f32] {
+        &self.scales[p * self.blocks * PANEL..(p + 1) * self.blocks * PANEL]
+    }
+
+    /// `Σ_b scale · Σ code` per (padded) output channel.
+    pub(crate) fn channel_sums(&self) -> &[f32] {
+        &self.channel_sums
+    }
+
+    /// The length of block `b` (the last one may be shorter).
+    pub(crate) fn block_len(&self, b: usize) -> usize {
+        self.block.min(qd8_row_stride(self.k) - b * self.block)
+    }
+}

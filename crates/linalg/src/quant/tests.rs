@@ -1,0 +1,181 @@
+//! The int8 kernels against a direct model of the arithmetic, on every instruction set
+//! of this CPU.
+
+use proptest::prelude::*;
+
+use super::*;
+
+/// `y = d · Σ_b s Σ (q - zp)(u - o) + bias`, straight from the definition.
+#[allow(clippy::too_many_arguments)]
+fn reference(
+    x: &[f32],
+    m: usize,
+    k: usize,
+    codes: &[u8],
+    zero: i32,
+    group: usize,
+    scales: &[f32],
+    n: usize,
+    bias: &[f32],
+) -> Vec<f32> {
+    let stride = qd8_row_stride(k);
+    let mut q = vec![0i8; m * stride];
+    let mut params = vec![0f32; 2 * m];
+    quantize_qd8(x, k, &mut q, &mut params).unwrap();
+    let groups = k.div_ceil(group);
+    let mut y = vec![0f32; m * n];
+    for r in 0..m {
+        let (d, zp) = (params[2 * r], params[2 * r + 1] as i32);
+        for j in 0..n {
+            let mut acc = 0f32;
+            for g in 0..groups {
+                let mut isum = 0i32;
+                for c in g * group..((g + 1) * group).min(k) {
+                    isum +=
+                        (i32::from(q[r * stride + c]) - zp) * (i32::from(codes[j * k + c]) - zero);
+                }
+                acc += isum as f32 * scales[j * groups + g];
+            }
+            y[r * n + j] = acc * d + bias[j];
+        }
+    }
+    y
+}
+
+fn check_all_isas(m: usize, n: usize, k: usize, group: usize, bits: WeightBits, seed: u64) {
+    let mut state = seed | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let x: Vec<f32> = (0..m * k)
+        .map(|_| (next() % 2001) as f32 / 500.0 - 1.7)
+        .collect();
+    let (codes, zero): (Vec<u8>, i32) = match bits {
+        WeightBits::Four => ((0..n * k).map(|_| (next() % 16) as u8).collect(), 8),
+        WeightBits::Eight => ((0..n * k).map(|_| (next() % 256) as u8).collect(), 128),
+    };
+    let groups = k.div_ceil(group);
+    let scales: Vec<f32> = (0..n * groups)
+        .map(|_| (next() % 100 + 1) as f32 / 3000.0)
+        .collect();
+    let bias: Vec<f32> = (0..n).map(|j| j as f32 / 10.0 - 0.3).collect();
+    let w = match bits {
+        WeightBits::Four => {
+            Qd8Weights::from_int4(n, k, group, &scales, |j, c| codes[j * k + c]).unwrap()
+        }
+        WeightBits::Eight => {
+            let v: Vec<i8> = codes.iter().map(|&c| (i32::from(c) - 128) as i8).collect();
+            Qd8Weights::from_int8(n, k, &v, &scales).unwrap()
+        }
+    };
+    let want = reference(&x, m, k, &codes, zero, group, &scales, n, &bias);
+    let stride = qd8_row_stride(k);
+    let mut q = vec![0i8; m * stride];
+    let mut params = vec![0f32; 2 * m];
+    quantize_qd8(&x, k, &mut q, &mut params).unwrap();
+    let rows = Qd8Rows {
+        m,
+        q: &q,
+        params: &params,
+    };
+    let largest = want.iter().fold(1f32, |a, v| a.max(v.abs()));
+    for threads in [1, 3] {
+        let pool = ThreadPool::new(threads).unwrap();
+        for &isa in Isa::available() {
+            let mut out = vec![f32::NAN; m * n];
+            let mut scratch = vec![0f32; gemm_qd8_scratch_len(m, &w)];
+            gemm_qd8_with(
+                isa,
+                &pool,
+                &rows,
+                &w,
+                Some(&bias),
+                (f32::NEG_INFINITY, f32::INFINITY),
+                &mut out,
+                &mut scratch,
+            )
+            .unwrap();
+            for (i, (o, e)) in out.iter().zip(&want).enumerate() {
+                assert!(
+                    (o - e).abs() <= 2e-5 * largest,
+                    "{} m{m} n{n} k{k} g{group} {bits:?}: [{i}] {o} vs {e}",
+                    isa.name()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn decode_and_prefill_shapes() {
+    check_all_isas(1, 576, 576, 32, WeightBits::Four, 1);
+    check_all_isas(7, 40, 96, 32, WeightBits::Four, 2);
+    check_all_isas(5, 33, 64, 64, WeightBits::Four, 3);
+    check_all_isas(3, 20, 300, 300, WeightBits::Four, 4);
+    check_all_isas(6, 17, 200, 200, WeightBits::Eight, 5);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    #[test]
+    fn every_isa_matches_the_definition(
+        m in 1usize..10,
+        n in 1usize..40,
+        groups in 1usize..5,
+        group_per8 in 1usize..6,
+        per_channel in any::<bool>(),
+        k_odd in 1usize..70,
+        eight in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let bits = if eight { WeightBits::Eight } else { WeightBits::Four };
+        let (k, group) = if per_channel || eight {
+            (k_odd, k_odd)
+        } else {
+            (groups * group_per8 * 8, group_per8 * 8)
+        };
+        check_all_isas(m, n, k, group, bits, seed);
+    }
+}
+
+#[test]
+fn quantization_follows_xnnpack() {
+    assert_eq!(qd8_params(0.0, 255.0), (1.0, -128.0));
+    assert_eq!(qd8_params(0.0, 0.0).0, 1.0);
+    let mut q = [0i8; 8];
+    let mut p = [0f32; 2];
+    quantize_qd8(&[0.0, 255.0, 1.0], 3, &mut q, &mut p).unwrap();
+    assert_eq!(&q[..4], &[-128, 127, -127, 0]);
+    assert_eq!(p, [1.0, -128.0]);
+}
+
+#[test]
+fn bad_operands_are_errors() {
+    let w = Qd8Weights::from_int4(4, 16, 8, &[1.0; 8], |_, _| 3).unwrap();
+    let q = [0i8; 16];
+    let rows = Qd8Rows {
+        m: 2,
+        q: &q,
+        params: &[1.0, 0.0, 1.0, 0.0],
+    };
+    let mut out = [0f32; 8];
+    let mut scratch = vec![0f32; gemm_qd8_scratch_len(2, &w)];
+    let pool = ThreadPool::serial();
+    assert!(
+        gemm_qd8(
+            &pool,
+            &rows,
+            &w,
+            None,
+            (f32::MIN, f32::MAX),
+            &mut out,
+            &mut scratch
+        )
+        .is_err()
+    );
+    assert!(Qd8Weights::from_int4(4, 16, 8, &[1.0; 7], |_, _| 3).is_err());
+    assert!(Qd8Weights::from_int4(4, 20, 12, &[1.0; 8], |_, _| 3).is_err());
+}

@@ -1,0 +1,234 @@
+//! x86 int8 panel kernels: AVX-512 VNNI (`vpdpbusd`: 64 unsigned-by-signed byte
+//! products summed into 16 i32 lanes) and AVX2 (`vpmaddubsw` + `vpmaddwd`, 4-bit codes
+//! only: their products cannot saturate the 16-bit pair sums).
+//!
+//! Lane `c` of every vector is output channel `c` of the panel; an activation group of
+//! 4 bytes is broadcast to all lanes.
+
+use std::arch::x86_64::*;
+
+use super::{PANEL, Qd8Rows, Qd8Weights, WeightBits, qd8_row_stride};
+use crate::CpuSupport;
+
+/// Rows per AVX-512 tile (4 rows x 16 channels: 8 accumulators).
+const ROWS_AVX512: usize = 4;
+/// Rows per AVX2 tile (2 rows x 16 channels as two halves: 12 accumulators).
+const ROWS_AVX2: usize = 2;
+
+/// Checks the operand lengths the unsafe kernels rely on (internal invariants of
+/// [`super::gemm_qd8_with`], which validated the caller's buffers).
+fn check(a: &Qd8Rows, w: &Qd8Weights, row_terms: &[f32], p: usize, acc: &[f32]) {
+    let stride = qd8_row_stride(w.k());
+    let per_input = match w.bits() {
+        WeightBits::Four => PANEL / 2,
+        WeightBits::Eight => PANEL,
+    };
+    assert!(a.q.len() >= a.m * stride);
+    assert!(w.panel_data(p).len() >= stride * per_input);
+    assert!(w.panel_scales(p).len() >= w.blocks() * PANEL);
+    assert!(row_terms.len() >= a.m * w.blocks());
+    assert!(acc.len() >= a.m * PANEL);
+    assert!(w.block().is_multiple_of(8) && stride.is_multiple_of(8));
+}
+
+/// One panel for every row, on AVX-512 VNNI.
+pub(super) fn panel_avx512_vnni(
+    _proof: CpuSupport,
+    a: &Qd8Rows,
+    w: &Qd8Weights,
+    row_terms: &[f32],
+    p: usize,
+    acc: &mut [f32],
+) {
+    check(a, w, row_terms, p, acc);
+    let mut r = 0;
+    while r < a.m {
+        let rows = (a.m - r).min(ROWS_AVX512);
+        // SAFETY: the proof says the CPU has AVX-512 F/BW/VL and VNNI; `check` showed
+        // that rows r..r+rows of q, the panel's codes and scales, the row terms and the
+        // accumulators hold everything the tile reads and writes.
+        unsafe {
+            match rows {
+                4 => tile_avx512::<4>(a, w, row_terms, p, r, acc),
+                3 => tile_avx512::<3>(a, w, row_terms, p, r, acc),
+                2 => tile_avx512::<2>(a, w, row_terms, p, r, acc),
+                _ => tile_avx512::<1>(a, w, row_terms, p, r, acc),
+            }
+        }
+        r += rows;
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile_avx512<const R: usize>(
+    a: &Qd8Rows,
+    w: &Qd8Weights,
+    row_terms: &[f32],
+    p: usize,
+    r0: usize,
+    acc: &mut [f32],
+) {
+    let stride = qd8_row_stride(w.k());
+    let blocks = w.blocks();
+    let data = w.panel_data(p).as_ptr();
+    let scales = w.panel_scales(p).as_ptr();
+    let q = a.q[r0 * stride..].as_ptr();
+    let low = _mm512_set1_epi8(0x0f);
+    let mut facc = [_mm512_setzero_ps(); R];
+    let mut start = 0;
+    for b in 0..blocks {
+        let len = w.block_len(b);
+        let mut iacc = [_mm512_setzero_si512(); R];
+        // SAFETY (whole block): inputs start..start+len lie within the padded row
+        // (stride), whose codes occupy stride * 8 (4-bit) or stride * 16 (8-bit) bytes.
+        unsafe {
+            match w.bits() {
+                WeightBits::Four => {
+                    let mut kk = start;
+                    while kk < start + len {
+                        let v = _mm512_loadu_si512(data.add(kk * 8).cast());
+                        let lo = _mm512_and_si512(v, low);
+                        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
+                        for (r, acc) in iacc.iter_mut().enumerate() {
+                            let qp = q.add(r * stride + kk);
+                            let a0 = _mm512_set1_epi32(qp.cast::<i32>().read_unaligned());
+                            let a1 = _mm512_set1_epi32(qp.add(4).cast::<i32>().read_unaligned());
+                            *acc = _mm512_dpbusd_epi32(*acc, lo, a0);
+                            *acc = _mm512_dpbusd_epi32(*acc, hi, a1);
+                        }
+                        kk += 8;
+                    }
+                }
+                WeightBits::Eight => {
+                    let mut kk = start;
+                    while kk < start + len {
+                        let v = _mm512_loadu_si512(data.add(kk * 16).cast());
+                        for (r, acc) in iacc.iter_mut().enumerate() {
+                            let qp = q.add(r * stride + kk);
+                            let a0 = _mm512_set1_epi32(qp.cast::<i32>().read_unaligned());
+                            *acc = _mm512_dpbusd_epi32(*acc, v, a0);
+                        }
+                        kk += 4;
+                    }
+                }
+            }
+            let s = _mm512_loadu_ps(scales.add(b * PANEL));
+            for (r, (f, i)) in facc.iter_mut().zip(&iacc).enumerate() {
+                let term = _mm512_set1_ps(row_terms[(r0 + r) * blocks + b]);
+                let t = _mm512_add_ps(_mm512_cvtepi32_ps(*i), term);
+                *f = _mm512_fmadd_ps(t, s, *f);
+            }
+        }
+        start += len;
+    }
+    for (r, f) in facc.iter().enumerate() {
+        let dst = &mut acc[(r0 + r) * PANEL..(r0 + r + 1) * PANEL];
+        // SAFETY: dst holds PANEL = 16 f32.
+        unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *f) };
+    }
+}
+
+/// One panel for every row, on AVX2 (4-bit codes).
+pub(super) fn panel_avx2(
+    _proof: CpuSupport,
+    a: &Qd8Rows,
+    w: &Qd8Weights,
+    row_terms: &[f32],
+    p: usize,
+    acc: &mut [f32],
+) {
+    check(a, w, row_terms, p, acc);
+    assert!(w.bits() == WeightBits::Four);
+    let mut r = 0;
+    while r < a.m {
+        let rows = (a.m - r).min(ROWS_AVX2);
+        // SAFETY: the proof says the CPU has AVX2 and FMA; `check` showed that every
+        // operand the tile reads and writes is in bounds.
+        unsafe {
+            match rows {
+                2 => tile_avx2::<2>(a, w, row_terms, p, r, acc),
+                _ => tile_avx2::<1>(a, w, row_terms, p, r, acc),
+            }
+        }
+        r += rows;
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2<const R: usize>(
+    a: &Qd8Rows,
+    w: &Qd8Weights,
+    row_terms: &[f32],
+    p: usize,
+    r0: usize,
+    acc: &mut [f32],
+) {
+    let stride = qd8_row_stride(w.k());
+    let blocks = w.blocks();
+    let data = w.panel_data(p).as_ptr();
+    let scales = w.panel_scales(p).as_ptr();
+    let q = a.q[r0 * stride..].as_ptr();
+    let low = _mm256_set1_epi8(0x0f);
+    let ones = _mm256_set1_epi16(1);
+    let mut facc = [[_mm256_setzero_ps(); 2]; R];
+    let mut start = 0;
+    for b in 0..blocks {
+        let len = w.block_len(b);
+        let mut iacc = [[_mm256_setzero_si256(); 2]; R];
+        // SAFETY (whole block): as in the AVX-512 tile, inputs start..start+len lie in
+        // the padded row and the panel's 4-bit codes (stride * 8 bytes).
+        unsafe {
+            let mut kk = start;
+            while kk < start + len {
+                // Up to 32 inputs in 16-bit sums: 8 products of at most 15 x 128 each
+                // pair, 30720 < 32767, so the sums cannot saturate.
+                let end = (kk + 32).min(start + len);
+                let mut pairs = [[_mm256_setzero_si256(); 2]; R];
+                while kk < end {
+                    let v0 = _mm256_loadu_si256(data.add(kk * 8).cast());
+                    let v1 = _mm256_loadu_si256(data.add(kk * 8 + 32).cast());
+                    let lo = [_mm256_and_si256(v0, low), _mm256_and_si256(v1, low)];
+                    let hi = [
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(v0), low),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(v1), low),
+                    ];
+                    for (r, pair) in pairs.iter_mut().enumerate() {
+                        let qp = q.add(r * stride + kk);
+                        let a0 = _mm256_set1_epi32(qp.cast::<i32>().read_unaligned());
+                        let a1 = _mm256_set1_epi32(qp.add(4).cast::<i32>().read_unaligned());
+                        for h in 0..2 {
+                            let s = _mm256_add_epi16(
+                                _mm256_maddubs_epi16(lo[h], a0),
+                                _mm256_maddubs_epi16(hi[h], a1),
+                            );
+                            pair[h] = _mm256_add_epi16(pair[h], s);
+                        }
+                    }
+                    kk += 8;
+                }
+                for (i, pair) in iacc.iter_mut().zip(&pairs) {
+                    for h in 0..2 {
+                        i[h] = _mm256_add_epi32(i[h], _mm256_madd_epi16(pair[h], ones));
+                    }
+                }
+            }
+            for h in 0..2 {
+                let s = _mm256_loadu_ps(scales.add(b * PANEL + 8 * h));
+                for (r, (f, i)) in facc.iter_mut().zip(&iacc).enumerate() {
+                    let term = _mm256_set1_ps(row_terms[(r0 + r) * blocks + b]);
+                    let t = _mm256_add_ps(_mm256_cvtepi32_ps(i[h]), term);
+                    f[h] = _mm256_fmadd_ps(t, s, f[h]);
+                }
+            }
+        }
+        start += len;
+    }
+    for (r, f) in facc.iter().enumerate() {
+        let dst = &mut acc[(r0 + r) * PANEL..(r0 + r + 1) * PANEL];
+        // SAFETY: dst holds PANEL = 16 f32, two vectors of 8.
+        unsafe {
+            _mm256_storeu_ps(dst.as_mut_ptr(), f[0]);
+            _mm256_storeu_ps(dst.as_mut_ptr().add(8), f[1]);
+        }
+    }
+}
