@@ -73,6 +73,7 @@ def generate_runtime(
     from executorch.runtime import Runtime
 
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  (llama::update_cache, custom_sdpa)
+    import executorch.kernels.quantized  # noqa: F401  (quantized_decomposed:: kernels, e.g. embedding_byte)
 
     tok = Tokenizer.from_file(str(tokenizer_path))
     prompt_ids = tok.encode(chat_text, add_special_tokens=False).ids
@@ -148,6 +149,7 @@ def generate_runner(pte: Path, tokenizer_path: Path, chat_text: str, max_new: in
     # the runner shares the runtime's operator registry; the llama:: kernels
     # (update_cache, custom_sdpa) are registered by loading the custom-ops library
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401
+    import executorch.kernels.quantized  # noqa: F401  (quantized_decomposed:: kernels, e.g. embedding_byte)
     from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
 
     t0 = time.perf_counter()

@@ -551,6 +551,7 @@ def runtime_check(pte: Path, tokens: List[int], eager_logits: torch.Tensor, limi
     from executorch.runtime import Runtime
 
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  (llama:: ops)
+    import executorch.kernels.quantized  # noqa: F401  (quantized_decomposed:: kernels, e.g. embedding_byte)
 
     program = Runtime.get().load_program(str(pte))
     meta = {}

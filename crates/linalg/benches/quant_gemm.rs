@@ -23,7 +23,11 @@ fn data(n: usize, seed: u32) -> Vec<f32> {
 fn bench(c: &mut Criterion) {
     for threads in [1usize, 2] {
         let pool = ThreadPool::new(threads).unwrap();
-        for (m, n, k) in [(1usize, 1536usize, 576usize), (1, 49152, 576), (128, 1536, 576)] {
+        for (m, n, k) in [
+            (1usize, 1536usize, 576usize),
+            (1, 49152, 576),
+            (128, 1536, 576),
+        ] {
             let scales = vec![0.01f32; n * k / 32];
             let w = Qd8Weights::from_int4(n, k, 32, &scales, |j, c| ((j * 7 + c * 3) % 16) as u8)
                 .unwrap();

@@ -132,11 +132,20 @@ pub fn execute(
         }
         shapes[v] = Dims::new(&d[..t.rank()]).ok_or_else(|| short("rank"))?;
     }
+    // The arena this call needs: value offsets are planned for the serialized upper
+    // bounds, but only the real extents are touched (a decode step through an output
+    // layer planned for a whole prompt needs a fraction of the planned arena).
+    let mut arena_len = 0;
     for (i, op) in plan.ops.iter().enumerate() {
         shape::infer(op, shapes).map_err(|r| node_error(plan, i, r))?;
-        arena_range(plan, op.output(), shapes).map_err(|e| node_error(plan, i, &e.to_string()))?;
+        let r = arena_range(plan, op.output(), shapes)
+            .map_err(|e| node_error(plan, i, &e.to_string()))?;
+        arena_len = arena_len.max(r.end);
     }
-    let arena = ctx.scratch::<f32>(plan.arena_len)?;
+    for &(v, _) in plan.inputs.iter().chain(&plan.outputs) {
+        arena_len = arena_len.max(arena_range(plan, v, shapes)?.end);
+    }
+    let arena = ctx.scratch::<f32>(arena_len.min(plan.arena_len))?;
     let col = ctx.scratch::<f32>(plan.im2col_len(ctx.pool().threads()))?;
     let gemm = ctx.scratch::<f32>(gemm_scratch_len(plan, shapes, ctx.pool().threads()))?;
     for &(v, arg) in &plan.inputs {

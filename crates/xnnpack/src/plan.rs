@@ -915,7 +915,10 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
     for &v in &order {
         caps[v] = capacity(v)?;
     }
-    order.sort_by(|&a, &b| caps[b].cmp(&caps[a]).then(a.cmp(&b)));
+    // Smallest first: serialized dims are upper bounds, and a call touches only the real
+    // extents, so large-bound values (a prompt's logits) go above the small ones and a
+    // decode step's arena stays small.
+    order.sort_by(|&a, &b| caps[a].cmp(&caps[b]).then(a.cmp(&b)));
     let mut placed: Vec<(usize, usize, usize)> = Vec::new(); // (value, offset, end)
     let mut arena_len = 0usize;
     for &v in &order {
