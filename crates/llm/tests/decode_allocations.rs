@@ -1,10 +1,13 @@
 //! The runner on the tiny-llama fixture (exported by ExecuTorch's own LLM exporter):
-//! greedy tokens equal the official runtime's, and decode steps make no heap
-//! allocations. One test in its own binary, so no other test's allocations are counted.
+//! greedy tokens equal the official runtime's, and the token loop (model step, sampling,
+//! detokenising, streaming the text out) makes no heap allocations. One test in its own
+//! binary, so no other test's allocations are counted.
 
 mod common;
 
 use common::{fixtures, runner, tokens};
+use std::io::Write;
+
 use etch_llm::{SamplingConfig, StopReason};
 use etch_memory::counting::CountingAllocator;
 
@@ -27,9 +30,22 @@ fn greedy_tokens_match_the_official_runtime_and_decode_does_not_allocate() {
             meta.max_prefill_chunk, 31,
             "bounded by the token input, not get_max_seq_len"
         );
+        // Stream as the CLI does: each piece written out, and kept.
+        let mut streamed = String::with_capacity(24 * 3);
+        let mut out = std::io::sink();
         let g = r
-            .generate(&prompt, 24, SamplingConfig::default(), &mut |_| {})
+            .generate(&prompt, 24, SamplingConfig::default(), &mut |piece| {
+                let _ = out.write_all(piece.as_bytes());
+                let _ = out.flush();
+                streamed.push_str(piece);
+            })
             .expect("generation");
+        assert_eq!(streamed, g.text);
+        assert_eq!(
+            r.position(),
+            prompt.len() + 23,
+            "the last token is not in the cache"
+        );
         assert_eq!(
             &g.generated_token_ids[..official.len()],
             &official[..],
@@ -43,7 +59,7 @@ fn greedy_tokens_match_the_official_runtime_and_decode_does_not_allocate() {
         if threads == 1 {
             assert_eq!(
                 per_token, 0.0,
-                "serial decode steps must not touch the heap"
+                "serial token-loop steps must not touch the heap"
             );
         } else {
             // With a pool, rayon's workers occasionally allocate on their own (first-use
