@@ -11,6 +11,25 @@ use std::io::Write;
 use etch_llm::{SamplingConfig, StopReason};
 use etch_memory::counting::CountingAllocator;
 
+/// Heap allocations of the whole process during one `generate` of exactly `n` tokens
+/// from position 0, text streamed into a writer as the CLI streams it to stdout.
+fn allocations_of_a_generate(r: &mut etch_llm::Runner, prompt: &[u64], n: usize) -> u64 {
+    r.reset();
+    let mut out = std::io::sink();
+    let before = CountingAllocator::global_counts();
+    let g = r
+        .generate(prompt, n, SamplingConfig::default(), &mut |piece| {
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+        })
+        .expect("generation");
+    let allocations = CountingAllocator::global_counts()
+        .since(&before)
+        .allocations;
+    assert_eq!(g.generated_token_ids.len(), n);
+    allocations
+}
+
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
@@ -72,4 +91,18 @@ fn greedy_tokens_match_the_official_runtime_and_decode_does_not_allocate() {
             );
         }
     }
+
+    // From outside: the whole `generate` call (prefill, the loop, the tail, the
+    // result) allocates as often for 30 tokens as for 8, so no token anywhere in the
+    // loop allocates -- not only the steps the runner's own stat counts.
+    let mut r = runner(1);
+    r.clear_eos_ids();
+    // The first call warms the temp allocator's cache (a few allocations, once).
+    allocations_of_a_generate(&mut r, &prompt, 30);
+    let short = allocations_of_a_generate(&mut r, &prompt, 8);
+    let long = allocations_of_a_generate(&mut r, &prompt, 30);
+    assert_eq!(
+        long, short,
+        "allocations grow with the tokens generated: {short} for 8, {long} for 30"
+    );
 }
