@@ -1,5 +1,6 @@
 //! `etch`: inspect and run ExecuTorch `.pte` programs on the CPU.
 
+mod bench;
 mod generate;
 mod inspect;
 mod load;
@@ -19,7 +20,8 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
     etch inspect model.pte\n  \
     etch run model.pte --input x.npy --output-dir out/\n  \
     etch run llm.pte --input tokens.npy --input pos.npy --then --input next.npy --input pos1.npy\n  \
-    etch generate --model llm.pte --tokenizer tokenizer.json --chat --prompt \"Hello\"")]
+    etch generate --model llm.pte --tokenizer tokenizer.json --chat --prompt \"Hello\"\n  \
+    etch bench --model llm.pte -p 128 -n 64 -r 5 -t 1,2")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -33,6 +35,9 @@ enum Command {
     Run(run::RunArgs),
     /// Generate text with an exported LLM (KV cache), streaming it to stdout.
     Generate(generate::GenerateArgs),
+    /// Measure prefill and decode speed (tokens per second) of an exported LLM, per
+    /// thread count, as a markdown table or JSON.
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -44,6 +49,7 @@ fn main() {
     let result = match cli.command {
         Command::Inspect(args) => inspect::main(args),
         Command::Generate(args) => generate::main(args),
+        Command::Bench(args) => bench::main(args),
         Command::Run(args) => {
             let sub = matches.subcommand_matches("run");
             run::main(args, sub)

@@ -326,3 +326,70 @@ fn run_with_several_thens_feeds_each_call_its_own_inputs() {
         assert!(worst < 1e-3, "call {k}: worst relative error {worst}");
     }
 }
+
+#[test]
+fn bench_measures_every_thread_count_as_json_and_markdown() {
+    let o = etch(&[
+        "bench",
+        "--model",
+        &tiny_llama(),
+        "-p",
+        "8",
+        "-n",
+        "4",
+        "-r",
+        "2",
+        "-t",
+        "1,2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("bench --json is JSON");
+    assert!(v["etch_version"].is_string());
+    assert!(v["machine"]["isa"].is_string() && v["machine"]["cpu"].is_string());
+    assert_eq!(v["model"]["max_context_len"], 64);
+    let results = v["results"].as_array().expect("results");
+    assert_eq!(results.len(), 2);
+    for (r, threads) in results.iter().zip([1, 2]) {
+        assert_eq!(r["threads"], threads);
+        for key in ["prefill", "decode"] {
+            let runs = r[format!("{key}_runs")].as_array().expect("runs");
+            assert_eq!(runs.len(), 2, "{r}");
+            assert!(
+                runs.iter().all(|x| x.as_f64().is_some_and(|x| x > 0.0)),
+                "{r}"
+            );
+            assert!(r[format!("{key}_tokens_per_second_stddev")].is_number());
+        }
+    }
+
+    // Delegated programs too; the table has a pp and a tg row.
+    let xnn = fixture("tiny_llama_8da4w_xnnpack.pte")
+        .display()
+        .to_string();
+    let o = etch(&[
+        "bench", "--model", &xnn, "-p", "8", "-n", "4", "-r", "1", "-t", "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains("| pp8 |") && table.contains("| tg4 |"),
+        "{table}"
+    );
+    assert!(table.contains("ISA:") && table.contains('±'), "{table}");
+
+    let o = etch(&[
+        "bench",
+        "--model",
+        &tiny_llama(),
+        "-p",
+        "60",
+        "-n",
+        "8",
+        "-r",
+        "1",
+        "-t",
+        "1",
+    ]);
+    assert_fails_with(&o, "context");
+}

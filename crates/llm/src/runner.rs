@@ -122,6 +122,21 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// The method that runs the model: `method`, or `prefill` when `forward` is asked for
+/// and only `prefill` exists.
+fn model_method(module: &Module, method: &str) -> Result<String, LlmError> {
+    if module.has_method(method) {
+        Ok(method.to_string())
+    } else if method == "forward" && module.has_method("prefill") {
+        Ok("prefill".to_string())
+    } else {
+        Err(LlmError::Model(format!(
+            "the program has no {method:?} method (methods: {})",
+            module.method_names().join(", ")
+        )))
+    }
+}
+
 impl Runner {
     /// Loads a `.pte` LLM and a tokenizer file.
     pub fn load(model: &Path, tokenizer: &Path, options: &RunnerOptions) -> Result<Self, LlmError> {
@@ -135,6 +150,34 @@ impl Runner {
         Self::from_parts(module, tokenizer, &options.method, start)
     }
 
+    /// Loads a `.pte` LLM without a tokenizer, to run on token ids alone (benchmarks):
+    /// the vocabulary's size comes from `get_vocab_size`, else from the logits' shape;
+    /// generated text is empty and the stop tokens are the model's own.
+    pub fn load_without_tokenizer(model: &Path, options: &RunnerOptions) -> Result<Self, LlmError> {
+        let start = Instant::now();
+        let mut module = Module::from_path(model)
+            .load_mode(options.load_mode)
+            .threads(options.threads)
+            .temp_cache_bytes(options.temp_cache_bytes)
+            .build()?;
+        let method = model_method(&module, &options.method)?;
+        let vocab = match LlmMetadata::read(&mut module, &method)?.vocab_size {
+            Some(v) => v,
+            None => match module.method_meta(&method)?.outputs.first() {
+                Some(etch_runtime::ValueInfo::Tensor(t)) if !t.sizes.is_empty() => {
+                    t.sizes[t.sizes.len() - 1]
+                }
+                other => {
+                    return Err(LlmError::Model(format!(
+                        "method {method:?}: no get_vocab_size and output 0 is not logits ({other:?})"
+                    )));
+                }
+            },
+        };
+        let tokenizer = Box::new(crate::tokenizer::IdsOnlyTokenizer::new(vocab));
+        Self::from_parts(module, tokenizer, &method, start)
+    }
+
     /// A runner over an already built module.
     pub fn from_parts(
         mut module: Module,
@@ -142,16 +185,7 @@ impl Runner {
         method: &str,
         start: Instant,
     ) -> Result<Self, LlmError> {
-        let method = if module.has_method(method) {
-            method.to_string()
-        } else if method == "forward" && module.has_method("prefill") {
-            "prefill".to_string()
-        } else {
-            return Err(LlmError::Model(format!(
-                "the program has no {method:?} method (methods: {})",
-                module.method_names().join(", ")
-            )));
-        };
+        let method = model_method(&module, method)?;
         let metadata = LlmMetadata::read(&mut module, &method)?;
         let vocab = metadata
             .vocab_size
@@ -208,6 +242,11 @@ impl Runner {
     /// The model's metadata.
     pub fn metadata(&self) -> &LlmMetadata {
         &self.metadata
+    }
+
+    /// Ids the model's logits cover.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab
     }
 
     /// The tokenizer.

@@ -2,6 +2,7 @@
 //! llama2.c binary format, behind one trait, plus streaming detokenisation.
 
 mod hf;
+mod ids_only;
 mod llama2c;
 mod stream;
 mod tiktoken;
@@ -10,6 +11,7 @@ mod token_bytes;
 use std::path::Path;
 
 pub use hf::HfTokenizer;
+pub use ids_only::IdsOnlyTokenizer;
 pub use llama2c::Llama2cTokenizer;
 pub use stream::StreamDecoder;
 pub use tiktoken::TiktokenTokenizer;
