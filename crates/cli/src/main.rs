@@ -1,8 +1,10 @@
 //! `etch`: inspect and run ExecuTorch `.pte` programs on the CPU.
 
 mod bench;
+mod chat;
 mod generate;
 mod inspect;
+mod llm_args;
 mod load;
 mod run;
 
@@ -21,6 +23,7 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
     etch run model.pte --input x.npy --output-dir out/\n  \
     etch run llm.pte --input tokens.npy --input pos.npy --then --input next.npy --input pos1.npy\n  \
     etch generate --model llm.pte --tokenizer tokenizer.json --chat --prompt \"Hello\"\n  \
+    etch chat --model llm.pte --tokenizer tokenizer.json\n  \
     etch bench --model llm.pte -p 128 -n 64 -r 5 -t 1,2")]
 struct Cli {
     #[command(subcommand)]
@@ -35,6 +38,9 @@ enum Command {
     Run(run::RunArgs),
     /// Generate text with an exported LLM (KV cache), streaming it to stdout.
     Generate(generate::GenerateArgs),
+    /// Chat with an exported instruct LLM, turn after turn on one KV cache (stdin lines
+    /// from a pipe work too).
+    Chat(chat::ChatArgs),
     /// Measure prefill and decode speed (tokens per second) of an exported LLM, per
     /// thread count, as a markdown table or JSON.
     Bench(bench::BenchArgs),
@@ -50,6 +56,7 @@ fn main() {
         Command::Inspect(args) => inspect::main(args),
         Command::Generate(args) => generate::main(args),
         Command::Bench(args) => bench::main(args),
+        Command::Chat(args) => chat::main(args),
         Command::Run(args) => {
             let sub = matches.subcommand_matches("run");
             run::main(args, sub)

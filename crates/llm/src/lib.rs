@@ -6,7 +6,8 @@
 //! * [`Sampler`]: greedy, temperature, top-k, top-p, repetition penalty, seeded.
 //! * [`Tokenizer`]: Hugging Face `tokenizer.json`, tiktoken files, llama2.c
 //!   `tokenizer.bin`; [`StreamDecoder`] for streaming text.
-//! * [`ChatTemplate`]: ChatML and Llama 3 prompts.
+//! * [`ChatTemplate`]: ChatML and Llama 3 prompts; [`Conversation`]: multi-turn chat on
+//!   one KV cache, each turn prefilling only its own tokens.
 //!
 //! # Heap allocations in the token loop
 //!
@@ -29,6 +30,7 @@
 #![allow(clippy::result_large_err)]
 
 mod chat;
+mod conversation;
 mod error;
 mod metadata;
 mod runner;
@@ -36,6 +38,7 @@ mod sampler;
 pub mod tokenizer;
 
 pub use chat::ChatTemplate;
+pub use conversation::{Conversation, OnFull, Turn};
 pub use error::LlmError;
 pub use metadata::LlmMetadata;
 pub use runner::{
