@@ -178,10 +178,10 @@ fn load(args: &BenchArgs, threads: usize) -> anyhow::Result<Runner> {
         load_mode: args.load.into(),
         ..Default::default()
     };
-    let runner = match &args.tokenizer {
-        Some(tok) => Runner::load(&args.model, tok, &options),
-        None => Runner::load_without_tokenizer(&args.model, &options),
-    };
+    let runner = crate::progress::while_loading(&args.model, || match &args.tokenizer {
+        Some(tok) => Runner::load(&args.model, tok, &options).map_err(anyhow::Error::from),
+        None => Runner::load_without_tokenizer(&args.model, &options).map_err(anyhow::Error::from),
+    });
     let also: Vec<&std::path::Path> = args.tokenizer.iter().map(|p| p.as_path()).collect();
     crate::load::naming_file(runner, &args.model, &also)
 }

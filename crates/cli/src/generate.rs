@@ -6,6 +6,17 @@ use anyhow::{Context, bail};
 
 /// Arguments of `etch generate`.
 #[derive(clap::Args)]
+#[command(after_help = "Examples:\n  \
+    # chat-formatted prompt, greedy, streamed to stdout (SmolLM2 from tools/models/smollm2.sh)\n  \
+    etch generate --model models/smollm2-135m-instruct/model.pte \\\n      \
+    --tokenizer models/smollm2-135m-instruct/tokenizer.json \\\n      \
+    --chat --prompt \"What is the capital of France?\" --max-new-tokens 64 --stats\n\n  \
+    # sampled, with a system message\n  \
+    etch generate --model model.pte --tokenizer tokenizer.json --chat --system \"Be brief.\" \\\n      \
+    --prompt \"Write a haiku about Rust.\" --temperature 0.7 --top-p 0.9 --seed 1\n\n  \
+    # raw prompt from stdin, one JSON object (ids, text, stats) out\n  \
+    echo \"Once upon a time\" | etch generate --model model.pte --tokenizer tokenizer.json --json\n\n\
+For a conversation over several turns see `etch chat`; for speed, `etch bench`.")]
 pub struct GenerateArgs {
     #[command(flatten)]
     model: crate::llm_args::ModelArgs,
@@ -37,6 +48,11 @@ pub struct GenerateArgs {
     /// Keep generating past end-of-sequence tokens (fixed-length benchmarks).
     #[arg(long)]
     ignore_eos: bool,
+    /// After the text, figures on stderr: tokens, load time, time to first token,
+    /// prefill and decode speed, memory, heap allocations per decoded token (--json
+    /// always has them).
+    #[arg(long)]
+    stats: bool,
 }
 
 fn parse_ids(text: &str) -> anyhow::Result<Vec<u64>> {
@@ -106,6 +122,15 @@ pub fn main(args: GenerateArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!();
+    if generation.stop_reason == etch_llm::StopReason::ContextFull {
+        eprintln!(
+            "stopped: the model's context ({} tokens) is full",
+            runner.metadata().max_context_len
+        );
+    }
+    if !args.stats {
+        return Ok(());
+    }
     let s = &generation.stats;
     eprintln!(
         "[{} prompt tokens, {} generated, stop: {:?}] load {:.0} ms, first token {:.0} ms, prefill {:.1} tok/s, decode {:.1} tok/s, {} threads",
@@ -118,12 +143,6 @@ pub fn main(args: GenerateArgs) -> anyhow::Result<()> {
         s.decode_tokens_per_second,
         s.threads
     );
-    if generation.stop_reason == etch_llm::StopReason::ContextFull {
-        eprintln!(
-            "stopped: the model's context ({} tokens) is full",
-            runner.metadata().max_context_len
-        );
-    }
     eprintln!(
         "memory: planned {} bytes, peak RSS {}, temp allocator {} hits / {} misses, heap allocations per decoded token: {}",
         s.planned_bytes,

@@ -42,11 +42,10 @@ impl ModelArgs {
             load_mode: self.load.into(),
             ..Default::default()
         };
-        crate::load::naming_file(
-            Runner::load(&self.model, &self.tokenizer, &options),
-            &self.model,
-            &[&self.tokenizer],
-        )
+        let runner = crate::progress::while_loading(&self.model, || {
+            Runner::load(&self.model, &self.tokenizer, &options).map_err(anyhow::Error::from)
+        });
+        crate::load::naming_file(runner, &self.model, &[&self.tokenizer])
     }
 }
 

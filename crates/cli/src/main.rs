@@ -6,6 +6,7 @@ mod generate;
 mod inspect;
 mod llm_args;
 mod load;
+mod progress;
 mod run;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};

@@ -514,3 +514,47 @@ fn chat_on_a_full_context_stops_or_drops_the_oldest_turns() {
     assert!(last["dropped_turns"].as_u64().unwrap() >= 1, "{last}");
     assert!(stderr(&o).contains("dropped"), "{}", stderr(&o));
 }
+
+#[test]
+fn generate_prints_stats_only_when_asked_and_its_help_has_an_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = byte_tokenizer(dir.path(), 0).display().to_string();
+    let model = tiny_llama();
+    let base = [
+        "generate",
+        "--model",
+        &model,
+        "--tokenizer",
+        &tok,
+        "--prompt",
+        "hello",
+        "--max-new-tokens",
+        "4",
+    ];
+    let o = etch(&base);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("tok/s"),
+        "stats without --stats: {}",
+        stderr(&o)
+    );
+    let o = etch(&[&base[..], &["--stats"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("decode") && err.contains("heap allocations per decoded token"),
+        "{err}"
+    );
+
+    let o = etch(&["generate", "--help"]);
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        help.contains("Examples:") && help.contains("etch generate --model"),
+        "{help}"
+    );
+    assert!(
+        help.contains("--tokenizer") && help.contains("--chat --prompt"),
+        "{help}"
+    );
+}
