@@ -126,6 +126,9 @@ pub struct Dispatch {
     /// The int8 x int4 / int8 x int8 products of dynamically quantized linear layers
     /// ([`crate::quant`]): AVX-512 VNNI, AVX2, or the scalar twin.
     pub quant: Isa,
+    /// The elementwise estimates of [`crate::approx`] (AVX-512 or AVX2 on x86; the
+    /// correctly rounded scalar functions elsewhere).
+    pub elementwise: Isa,
 }
 
 /// The dispatch table of this CPU (built on first use).
@@ -170,6 +173,7 @@ impl Dispatch {
             gemv: float,
             attention,
             quant,
+            elementwise: float,
         }
     }
 }

@@ -54,6 +54,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod approx;
 pub mod conv;
 pub mod dense;
 mod error;

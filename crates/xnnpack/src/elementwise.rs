@@ -45,8 +45,12 @@ pub fn unary(f: UnaryOp, min: f32, max: f32, x: &[f32], out: &mut [f32]) {
         }
         UnaryOp::Log => map(out, &|v| v.ln()),
         UnaryOp::Negate => map(out, &|v| -v),
-        UnaryOp::ReciprocalSquareRoot => map(out, &|v| 1.0 / v.sqrt()),
-        UnaryOp::Sigmoid => map(out, &|v| 1.0 / (1.0 + (-v).exp())),
+        UnaryOp::ReciprocalSquareRoot => {
+            etch_linalg::approx::rsqrt(etch_linalg::dispatch().elementwise, x, out)
+        }
+        UnaryOp::Sigmoid => {
+            etch_linalg::approx::sigmoid(etch_linalg::dispatch().elementwise, x, out)
+        }
         UnaryOp::Sin => map(out, &|v| v.sin()),
         UnaryOp::Square => map(out, &|v| v * v),
         UnaryOp::SquareRoot => map(out, &|v| v.sqrt()),

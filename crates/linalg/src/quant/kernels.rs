@@ -25,6 +25,19 @@ pub(super) fn row_terms(a: &Qd8Rows, w: &Qd8Weights, out: &mut [f32]) {
 /// Adds `Σ_b s · (dot + row term)`, block after block with fused multiply-adds (as
 /// XNNPACK's kernels do), to the `m x PANEL` accumulators of panel `p` in `acc` (which
 /// hold the zero-point term), with the kernel of `isa`.
+/// What the kernels of `isa` add to the activations and their zero point: 128 for the
+/// VNNI kernels, which (as XNNPACK's) multiply unsigned activations `q + 128` by signed
+/// weights, 0 for the others (signed activations, as XNNPACK's AVX2 and scalar
+/// kernels). Exact arithmetic is the same; the f32 rounding of the block terms is not,
+/// and matching the official runtime to the bit on the same CPU needs the same form.
+pub(super) fn unsigned_offset(isa: Isa) -> f32 {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni(_) => 128.0,
+        _ => 0.0,
+    }
+}
+
 pub(super) fn run_panel(
     isa: Isa,
     a: &Qd8Rows,

@@ -23,8 +23,11 @@
 //! bits, not just to rounding: `y = d · (zp · K + Σ_b s[b] · Σ_{k in b} q_k (u_k - o)) +
 //! bias` with `K = -Σ_b s[b] · Σ_{k in b} (u_k - o)` precomputed per output channel at
 //! packing time, the block terms added with fused multiply-adds. The inner sum
-//! `Σ q·(u - o) = Σ q·u - o·Σq` is the SIMD dot product (`u` unsigned, `q` signed) plus a
-//! row term computed once per row and block; it is an exact integer, and blocks are at
+//! `Σ q·(u - o) = Σ q·u - o·Σq` is the AVX2 / scalar dot product (`u` unsigned, `q`
+//! signed) plus a row term computed once per row and block; the VNNI kernel, as
+//! XNNPACK's, uses the unsigned "qdu8" form instead, `Σ (q + 128)(u - o)` with the zero
+//! point `zp + 128` (same exact value, and the same f32 rounding as the official
+//! runtime on a VNNI CPU); it is an exact integer, and blocks are at
 //! most 256 inputs so that it converts to f32 exactly. (Expanding the zero point into
 //! the integer sums instead, with uncentred weight sums, loses several bits to
 //! cancellation when `|zp|` is large: a visible drift over a 30-layer LLM.)
@@ -207,13 +210,14 @@ pub fn gemm_qd8_with(
     let panels = w.panels();
     let per_task = panels.div_ceil(pool.threads()).max(1);
     let corr = w.channel_sums();
+    let offset = kernels::unsigned_offset(isa);
     pool.for_each_chunk_mut(acc, per_task * m * PANEL, 1, |task, chunk| {
         for (i, panel_acc) in chunk.chunks_exact_mut(m * PANEL).enumerate() {
             let p = task * per_task + i;
             // The accumulators start at the zero-point term `zp · K` (XNNPACK's order).
             let k_sums = &corr[p * PANEL..(p + 1) * PANEL];
             for (r, row) in panel_acc.chunks_exact_mut(PANEL).enumerate() {
-                let zp = a.params[2 * r + 1];
+                let zp = a.params[2 * r + 1] + offset;
                 for (o, &kj) in row.iter_mut().zip(k_sums) {
                     *o = kj * zp;
                 }

@@ -49,10 +49,10 @@ pub(super) fn panel_avx512_vnni(
         // accumulators hold everything the tile reads and writes.
         unsafe {
             match rows {
-                4 => tile_avx512::<4>(a, w, row_terms, p, r, acc),
-                3 => tile_avx512::<3>(a, w, row_terms, p, r, acc),
-                2 => tile_avx512::<2>(a, w, row_terms, p, r, acc),
-                _ => tile_avx512::<1>(a, w, row_terms, p, r, acc),
+                4 => tile_avx512::<4>(a, w, p, r, acc),
+                3 => tile_avx512::<3>(a, w, p, r, acc),
+                2 => tile_avx512::<2>(a, w, p, r, acc),
+                _ => tile_avx512::<1>(a, w, p, r, acc),
             }
         }
         r += rows;
@@ -63,22 +63,32 @@ pub(super) fn panel_avx512_vnni(
 unsafe fn tile_avx512<const R: usize>(
     a: &Qd8Rows,
     w: &Qd8Weights,
-    row_terms: &[f32],
     p: usize,
     r0: usize,
     acc: &mut [f32],
 ) {
+    // XNNPACK's VNNI kernels multiply unsigned activations (`q + 128`, the "qdu8"
+    // form) by signed weights (`u - o`): `vpdpbusd` then yields `Σ (q + 128)(u - o)`
+    // directly, and the accumulators start at `(zp + 128) · K` (see `UNSIGNED_OFFSET`).
     let stride = qd8_row_stride(w.k());
     let blocks = w.blocks();
     let data = w.panel_data(p).as_ptr();
     let scales = w.panel_scales(p).as_ptr();
     let q = a.q[r0 * stride..].as_ptr();
     let low = _mm512_set1_epi8(0x0f);
+    let eight = _mm512_set1_epi8(8);
+    let flip = _mm512_set1_epi8(-128);
     let mut facc = [_mm512_setzero_ps(); R];
     for (r, f) in facc.iter_mut().enumerate() {
         // SAFETY: `check` showed acc holds the tile's rows of PANEL = 16 f32.
         *f = unsafe { _mm512_loadu_ps(acc.as_ptr().add((r0 + r) * PANEL)) };
     }
+    // Four activations as unsigned bytes, broadcast to every lane.
+    let group = |qp: *const i8| -> __m512i {
+        // SAFETY: callers pass a pointer with 4 readable bytes (inside the padded row).
+        let v = unsafe { qp.cast::<u32>().read_unaligned() };
+        _mm512_set1_epi32((v ^ 0x8080_8080) as i32)
+    };
     let mut start = 0;
     for b in 0..blocks {
         let len = w.block_len(b);
@@ -91,14 +101,15 @@ unsafe fn tile_avx512<const R: usize>(
                     let mut kk = start;
                     while kk < start + len {
                         let v = _mm512_loadu_si512(data.add(kk * 8).cast());
-                        let lo = _mm512_and_si512(v, low);
-                        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
+                        let lo = _mm512_sub_epi8(_mm512_and_si512(v, low), eight);
+                        let hi = _mm512_sub_epi8(
+                            _mm512_and_si512(_mm512_srli_epi16::<4>(v), low),
+                            eight,
+                        );
                         for (r, acc) in iacc.iter_mut().enumerate() {
                             let qp = q.add(r * stride + kk);
-                            let a0 = _mm512_set1_epi32(qp.cast::<i32>().read_unaligned());
-                            let a1 = _mm512_set1_epi32(qp.add(4).cast::<i32>().read_unaligned());
-                            *acc = _mm512_dpbusd_epi32(*acc, lo, a0);
-                            *acc = _mm512_dpbusd_epi32(*acc, hi, a1);
+                            *acc = _mm512_dpbusd_epi32(*acc, group(qp), lo);
+                            *acc = _mm512_dpbusd_epi32(*acc, group(qp.add(4)), hi);
                         }
                         kk += 8;
                     }
@@ -106,21 +117,19 @@ unsafe fn tile_avx512<const R: usize>(
                 WeightBits::Eight => {
                     let mut kk = start;
                     while kk < start + len {
-                        let v = _mm512_loadu_si512(data.add(kk * 16).cast());
+                        let v =
+                            _mm512_xor_si512(_mm512_loadu_si512(data.add(kk * 16).cast()), flip);
                         for (r, acc) in iacc.iter_mut().enumerate() {
                             let qp = q.add(r * stride + kk);
-                            let a0 = _mm512_set1_epi32(qp.cast::<i32>().read_unaligned());
-                            *acc = _mm512_dpbusd_epi32(*acc, v, a0);
+                            *acc = _mm512_dpbusd_epi32(*acc, group(qp), v);
                         }
                         kk += 4;
                     }
                 }
             }
             let s = _mm512_loadu_ps(scales.add(b * PANEL));
-            for (r, (f, i)) in facc.iter_mut().zip(&iacc).enumerate() {
-                let term = _mm512_set1_ps(row_terms[(r0 + r) * blocks + b]);
-                let t = _mm512_add_ps(_mm512_cvtepi32_ps(*i), term);
-                *f = _mm512_fmadd_ps(t, s, *f);
+            for (f, i) in facc.iter_mut().zip(&iacc) {
+                *f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*i), s, *f);
             }
         }
         start += len;
