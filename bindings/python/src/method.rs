@@ -1,6 +1,8 @@
 //! `etch.Method`: one session of a method; inputs in, numpy arrays out.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, TryLockError};
+use std::time::Instant;
 
 use etch_runtime::{Method as RustMethod, RuntimeError, Value, ValueInfo};
 use pyo3::prelude::*;
@@ -16,12 +18,16 @@ use crate::meta::MethodMeta;
 #[pyclass(module = "etch", frozen, name = "Method")]
 pub struct Method {
     inner: Mutex<RustMethod>,
+    /// Nanoseconds spent in the runtime's `execute` (without the inputs' conversion
+    /// and the outputs' copies), for measuring the binding's own cost.
+    run_nanos: AtomicU64,
 }
 
 impl Method {
     pub fn new(method: RustMethod) -> Self {
         Self {
             inner: Mutex::new(method),
+            run_nanos: AtomicU64::new(0),
         }
     }
 
@@ -109,8 +115,14 @@ impl Method {
         for (index, value) in inputs.iter().enumerate() {
             set_input(method, index, value)?;
         }
-        py.allow_threads(|| method.execute())
-            .map_err(runtime_error)?;
+        let ran = py.allow_threads(|| {
+            let start = Instant::now();
+            let ran = method.execute();
+            let nanos = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.run_nanos.fetch_add(nanos, Ordering::Relaxed);
+            ran
+        });
+        ran.map_err(runtime_error)?;
         let outputs = (0..method.output_count())
             .map(|i| output(py, method, i))
             .collect::<PyResult<Vec<_>>>()?;
@@ -163,7 +175,9 @@ impl Method {
         Ok(MethodMeta::new(self.lock()?.meta().clone()))
     }
 
-    /// Counters since the session was made: executions, instructions, kernel scratch.
+    /// Counters since the session was made: executions, instructions, kernel scratch,
+    /// planned bytes, and `run_ns`: nanoseconds spent running the method itself (what
+    /// `execute` costs beyond it is the binding's: inputs in, outputs copied out).
     #[getter]
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let guard = self.lock()?;
@@ -175,6 +189,7 @@ impl Method {
         d.set_item("peak_scratch_bytes", s.peak_scratch_bytes)?;
         d.set_item("scratch_fallbacks", s.scratch_fallbacks)?;
         d.set_item("planned_bytes", guard.planned_bytes())?;
+        d.set_item("run_ns", self.run_nanos.load(Ordering::Relaxed))?;
         Ok(d)
     }
 

@@ -71,6 +71,14 @@ def test_outputs_are_owned_copies(llama: etch.Program) -> None:
     assert np.array_equal(first, kept), "the next call must not overwrite returned outputs"
 
 
+def test_stats_count_executions_and_time_inside_the_runtime(llama: etch.Program) -> None:
+    m = llama.method("forward")
+    assert m.stats["executions"] == 0 and m.stats["run_ns"] == 0
+    m(*llama_call(0))
+    stats = m.stats
+    assert stats["executions"] == 1 and stats["run_ns"] > 0 and stats["planned_bytes"] > 0
+
+
 def test_scalar_outputs_are_python_scalars(llama: etch.Program) -> None:
     assert llama.method("get_max_seq_len").execute([]) == [32]
     assert llama.method("use_kv_cache")() == [True]

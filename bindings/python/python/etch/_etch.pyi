@@ -105,7 +105,9 @@ class Method:
     def meta(self) -> MethodMeta: ...
     @property
     def stats(self) -> Dict[str, int]:
-        """Executions, instructions, kernel scratch counters, planned bytes."""
+        """Executions, instructions, kernel scratch counters, planned bytes, and
+        ``run_ns``: nanoseconds spent running the method itself, without the inputs'
+        conversion and the outputs' copies (the binding's own cost)."""
 
 class Program:
     """A loaded program: immutable, shared by its sessions."""
