@@ -76,7 +76,7 @@ def bench_etch_method(model: Path, prompt: List[int], args: argparse.Namespace) 
         token[0, 0] = t
         pos[0] = p
         before = method.stats["run_ns"]
-        out = method.execute([token, pos])[0]
+        out: np.ndarray = method.execute([token, pos])[0]
         run_ns.append(method.stats["run_ns"] - before)
         return out
 
@@ -123,7 +123,8 @@ def bench_executorch(model: Path, prompt: List[int], args: argparse.Namespace) -
 
     def step(t: int, p: int) -> np.ndarray:
         out = method.execute([torch.tensor([[t]], dtype=torch.long), torch.tensor([p], dtype=torch.long)])[0]
-        return out.numpy()
+        logits: np.ndarray = out.numpy()
+        return logits
 
     return summary("executorch.runtime", decode_loop(step, first, len(prompt), args.steps, args.warmup))
 

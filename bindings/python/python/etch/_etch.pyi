@@ -1,11 +1,26 @@
 """Type stubs of etch's native module (``etch._etch``), re-exported by ``etch``."""
 
 import os
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union, final
+
+__all__ = [
+    "EtchError",
+    "InputError",
+    "Method",
+    "MethodMeta",
+    "Program",
+    "TextGenerator",
+    "TextStream",
+    "ValueMeta",
+    "__version__",
+    "backend_names",
+    "load",
+    "operator_names",
+]
 
 __version__: str
 
-PathLike = Union[str, "os.PathLike[str]"]
+_PathLike = Union[str, "os.PathLike[str]"]
 
 class InputError(ValueError, RuntimeError):
     """A method input etch cannot take: wrong count, kind, dtype, shape or value.
@@ -17,10 +32,10 @@ class EtchError(RuntimeError):
     """etch could not load or run a program (the message says what and where)."""
 
 def load(
-    source: Union[PathLike, bytes, bytearray, memoryview],
+    source: Union[_PathLike, bytes, bytearray, memoryview],
     load_mode: str = "mmap",
     threads: int = 0,
-    data_path: Optional[PathLike] = None,
+    data_path: Optional[_PathLike] = None,
 ) -> Program:
     """Loads a ``.pte`` program from a path or from its bytes.
 
@@ -36,6 +51,7 @@ def backend_names() -> List[str]:
 def operator_names() -> List[str]:
     """The operators etch implements, ``namespace::name.overload``."""
 
+@final
 class ValueMeta:
     """One input or output: a tensor (dtype, shape, dynamism) or a scalar fixed at export."""
 
@@ -64,6 +80,7 @@ class ValueMeta:
     def value(self) -> Union[int, float, bool, str, None]:
         """The value a scalar was traced with (None for tensors)."""
 
+@final
 class MethodMeta:
     """What a method takes, returns and needs."""
 
@@ -84,20 +101,18 @@ class MethodMeta:
     def uses_backend(self) -> bool:
         """True when the method calls a delegate (XNNPACK)."""
 
-Output = Union[Any, int, float, bool, str, None]
-"""A numpy array for tensor outputs; a Python scalar otherwise."""
-
+@final
 class Method:
     """A session of one method; its state (a KV cache) persists between calls.
 
     One thread runs a session at a time; ``Program.method`` makes another.
     """
 
-    def execute(self, inputs: Sequence[Any]) -> List[Output]:
+    def execute(self, inputs: Sequence[Any]) -> List[Any]:
         """Runs the method (GIL released) on numpy arrays, Python scalars or anything
         ``numpy.asarray`` converts; returns numpy arrays (copied once out of the
         method's memory) and Python scalars. Bad inputs raise ``InputError``."""
-    def __call__(self, *inputs: Any) -> List[Output]:
+    def __call__(self, *inputs: Any) -> List[Any]:
         """``method(*inputs)`` is ``method.execute(inputs)``."""
     @property
     def name(self) -> str: ...
@@ -109,6 +124,7 @@ class Method:
         ``run_ns``: nanoseconds spent running the method itself, without the inputs'
         conversion and the outputs' copies (the binding's own cost)."""
 
+@final
 class Program:
     """A loaded program: immutable, shared by its sessions."""
 
@@ -123,8 +139,9 @@ class Program:
     def threads(self) -> int: ...
     @property
     def load_ms(self) -> float: ...
-    def __contains__(self, name: str) -> bool: ...
+    def __contains__(self, name: str, /) -> bool: ...
 
+@final
 class TextStream(Iterator[str]):
     """Text pieces as they are generated; ``result`` holds the ``generate`` dict after."""
 
@@ -133,18 +150,19 @@ class TextStream(Iterator[str]):
     @property
     def result(self) -> Optional[Dict[str, Any]]: ...
 
+@final
 class TextGenerator:
     """An exported LLM and its tokenizer; each call starts from an empty context."""
 
-    def __init__(
-        self,
-        model: PathLike,
-        tokenizer: PathLike,
+    def __new__(
+        cls,
+        model: _PathLike,
+        tokenizer: _PathLike,
         threads: int = 0,
         load_mode: str = "huge-pages",
         method: str = "forward",
         temp_cache_mib: int = 16,
-    ) -> None: ...
+    ) -> "TextGenerator": ...
     def generate(
         self,
         prompt: Union[str, Sequence[int]],
