@@ -8,7 +8,8 @@
 #   ETCH_TEST_RUST=0 tools/test-all.sh     # the Python tests only (says so)
 #
 # The Python part needs python3 (3.9 or later, with venv) and pip access to numpy,
-# pytest and maturin (PyPI, or whatever PIP_INDEX_URL / PIP_FIND_LINKS point at).
+# pytest, maturin and mypy (for its stubtest of the type stubs): PyPI, or whatever
+# PIP_INDEX_URL / PIP_FIND_LINKS point at.
 # PYTHON picks the interpreter. The extension is built with the `quick` profile of
 # bindings/python/Cargo.toml (opt-level 1: the tests need answers, not speed).
 set -euo pipefail
@@ -37,7 +38,7 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/etch-python-test.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 "$python" -m venv "$scratch/venv"
 venv_python="$scratch/venv/bin/python"
-"$venv_python" -m pip install --quiet --disable-pip-version-check numpy pytest 'maturin>=1.5,<2'
+"$venv_python" -m pip install --quiet --disable-pip-version-check numpy pytest 'maturin>=1.5,<2' mypy
 (
     cd bindings/python
     "$scratch/venv/bin/maturin" build --quiet --profile quick \
