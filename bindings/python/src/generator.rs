@@ -1,7 +1,7 @@
 //! `etch.TextGenerator`: text generation with an exported LLM, as `etch generate` does.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Instant;
 
@@ -144,6 +144,9 @@ fn generation_to_py(py: Python<'_>, generation: &Generation) -> PyResult<PyObjec
 pub struct TextGenerator {
     runner: Arc<Mutex<Runner>>,
     tokenizer_path: PathBuf,
+    /// Read at load (fixed after), so reading them never waits for a generation.
+    metadata: serde_json::Value,
+    eos_ids: Vec<u64>,
 }
 
 fn lock_runner(runner: &Mutex<Runner>) -> MutexGuard<'_, Runner> {
@@ -250,9 +253,14 @@ impl TextGenerator {
                 LlmError::Runtime(r) => etch_error(format!("{}: {r}", model.display())),
                 other => llm_error(other),
             })?;
+        let metadata = serde_json::to_value(runner.metadata())
+            .map_err(|e| etch_error(format!("cannot describe the model's metadata: {e}")))?;
+        let eos_ids = runner.eos_ids().to_vec();
         Ok(Self {
             runner: Arc::new(Mutex::new(runner)),
             tokenizer_path: tokenizer,
+            metadata,
+            eos_ids,
         })
     }
 
@@ -334,7 +342,9 @@ impl TextGenerator {
             system,
             ignore_eos,
         )?;
-        let (sender, receiver) = sync_channel::<Event>(64);
+        // Unbounded: the generation never waits for the reader, so it always ends and
+        // frees the model, even when the reader stops or calls `generate` meanwhile.
+        let (sender, receiver) = channel::<Event>();
         let runner = Arc::clone(&self.runner);
         let tokenizer_path = self.tokenizer_path.clone();
         std::thread::Builder::new()
@@ -363,15 +373,13 @@ impl TextGenerator {
     /// read from its metadata methods.
     #[getter]
     fn metadata(&self, py: Python<'_>) -> PyResult<PyObject> {
-        let value = serde_json::to_value(lock_runner(&self.runner).metadata())
-            .map_err(|e| etch_error(e.to_string()))?;
-        json_to_py(py, &value)
+        json_to_py(py, &self.metadata)
     }
 
-    /// The token ids that end generation.
+    /// The token ids that end generation (chat templates add their own per call).
     #[getter]
     fn eos_ids(&self) -> Vec<u64> {
-        lock_runner(&self.runner).eos_ids().to_vec()
+        self.eos_ids.clone()
     }
 }
 
@@ -385,11 +393,11 @@ fn stream_worker(
     runner: &Mutex<Runner>,
     tokenizer_path: &Path,
     request: Request,
-    sender: SyncSender<Event>,
+    sender: Sender<Event>,
 ) {
     let mut runner = lock_runner(runner);
-    // A closed stream (the iterator dropped) only stops the sending; the generation
-    // finishes, bounded by max_new_tokens and the context.
+    // A dropped stream only stops the reading; the generation finishes, bounded by
+    // max_new_tokens and the context.
     let text_sender = sender.clone();
     let mut on_text = move |piece: &str| {
         let _ = text_sender.send(Event::Text(piece.to_string()));

@@ -76,6 +76,18 @@ def test_stream_dropped_early_leaves_the_generator_usable(generator: etch.TextGe
     assert out["generated_token_ids"] == official
 
 
+def test_generate_inside_a_stream_loop_does_not_deadlock(generator: etch.TextGenerator) -> None:
+    prompt, official = official_greedy()
+    whole = generator.generate(prompt, max_new_tokens=20, ignore_eos=True)
+    pieces = []
+    for piece in generator.stream(prompt, max_new_tokens=20, ignore_eos=True):
+        pieces.append(piece)
+        assert generator.metadata["vocab_size"] == 256
+        inner = generator.generate(prompt, max_new_tokens=len(official), ignore_eos=True)
+        assert inner["generated_token_ids"] == official
+    assert "".join(pieces) == whole["text"]
+
+
 def test_sampling_is_seeded(generator: etch.TextGenerator) -> None:
     prompt, _ = official_greedy()
     a = generator.generate(prompt, max_new_tokens=8, temperature=0.8, top_k=20, top_p=0.9, seed=7, ignore_eos=True)

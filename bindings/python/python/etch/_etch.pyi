@@ -194,7 +194,10 @@ class TextGenerator:
         system: Optional[str] = None,
         ignore_eos: bool = False,
     ) -> TextStream:
-        """Like ``generate``, yielding text pieces as they are complete UTF-8."""
+        """Like ``generate``, yielding text pieces as they are complete UTF-8.
+
+        The model runs on a background thread; a stream left early still generates to
+        its end (at most ``max_new_tokens``), and the next call waits for it."""
     def encode(self, text: str) -> List[int]: ...
     def decode(self, ids: Sequence[int]) -> str: ...
     @property
