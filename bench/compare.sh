@@ -2,8 +2,9 @@
 # etch vs the official ExecuTorch runtime, on the same .pte files, in one run.
 #
 # Rows (each at every --threads value, medians of --runs):
-#   etch                      etch generate, 128 fixed prompt ids (bench/prompt_ids.py),
-#                             64 decoded tokens ignoring EOS (default load: huge pages)
+#   etch                      etch bench -p 128 -n 64 -r 1 --warmup 0 per run (cold, like the
+#                             official rows): 128 prompt ids prefilled,
+#                             64 tokens decoded after them ignoring EOS (default load: huge pages)
 #   etch --load mmap          the same on a memory map of the page cache
 #   official (C++ runner)     the pip package's TextLLMRunner (bench/official_runner_bench.py),
 #                             128 tokens of bench/prompt_text.txt, up to 64 new tokens; no
@@ -42,7 +43,6 @@ cd "$ROOT"
 if [ "$BUILD" = 1 ]; then
   cargo build --release -p etch-cli -p etch-bench >&2 || echo "etch build failed" >&2
 fi
-IDS="$("$PY" "$ROOT/bench/prompt_ids.py" 128)"
 # Every timed run starts after a pause: the kernel frees and compacts the previous
 # process's memory in the background (kcompactd, khugepaged), which on 2 vCPUs takes a
 # core from whatever runs next.
@@ -53,13 +53,12 @@ say() { echo "[compare $(date +%H:%M:%S)] $*" >&2; sleep "$SETTLE"; }
 for r in $(seq "$RUNS"); do
   for t in $THREADS; do
     say "run $r/$RUNS, $t thread(s): etch"
-    "$ETCH" generate --model "$PTE" --tokenizer "$TOK" --prompt-token-ids "$IDS" --max-new-tokens 64 \
-      --ignore-eos --threads "$t" --json >"$OUT/etch_model_t${t}_r$r.json" 2>"$OUT/etch_t${t}_r$r.err" \
+    "$ETCH" bench --model "$PTE" --tokenizer "$TOK" -p 128 -n 64 -r 1 --warmup 0 -t "$t" --json \
+      >"$OUT/etch_model_t${t}_r$r.json" 2>"$OUT/etch_t${t}_r$r.err" \
       || say "etch run failed: $(tail -3 "$OUT/etch_t${t}_r$r.err")"
     say "run $r/$RUNS, $t thread(s): etch --load mmap"
-    "$ETCH" generate --model "$PTE" --tokenizer "$TOK" --prompt-token-ids "$IDS" --max-new-tokens 64 \
-      --ignore-eos --threads "$t" --load mmap --json >"$OUT/etchmmap_model_t${t}_r$r.json" 2>/dev/null \
-      || say "etch --load mmap run failed"
+    "$ETCH" bench --model "$PTE" --tokenizer "$TOK" -p 128 -n 64 -r 1 --warmup 0 -t "$t" --load mmap --json \
+      >"$OUT/etchmmap_model_t${t}_r$r.json" 2>/dev/null || say "etch --load mmap run failed"
     for f in "$PTE" "$XPTE"; do
       [ -f "$f" ] || continue
       b="$(basename "$f" .pte)"
@@ -115,8 +114,9 @@ KEYS = ("load_ms", "prefill_tokens_per_second", "decode_tokens_per_second", "pea
         "heap_allocations_per_decoded_token")
 
 def summary(jsons, allocs=None):
-    # etch --json nests its figures under "stats"; the official scripts put them at the top
-    runs = [j if "decode_tokens_per_second" in j else j.get("stats", {}) for j in jsons if j]
+    # etch bench --json lists its figures per thread count under "results" (one here);
+    # the official scripts put them at the top
+    runs = [(j.get("results") or [{}])[0] if "results" in j else j for j in jsons if j]
     if not runs:
         return None
     s = {k: med([r.get(k) for r in runs]) for k in KEYS}

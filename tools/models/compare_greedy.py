@@ -18,7 +18,7 @@ generated tokens, 1 otherwise. Prints a JSON report on stdout.
 Usage (from the repository root, after ``tools/models/smollm2.sh``)::
 
     tools/fixtures/.venv/bin/python tools/models/compare_greedy.py \\
-        [--model-dir models/smollm2-135m-instruct] [--max-new-tokens 48] [--threads N] \\
+        [--model-dir models/smollm2-135m-instruct] [--pte FILE] [--max-new-tokens 48] [--threads N] \\
         [--etch target/release/etch] [PROMPT ...]
 """
 
@@ -57,9 +57,10 @@ def first_difference(a: List[int], b: List[int]) -> Optional[int]:
 
 def compare(args: argparse.Namespace, prompt: str, ignore_eos: bool) -> Dict[str, Any]:
     d = args.model_dir
+    pte = args.pte or d / "model.pte"
     official_cmd = [sys.executable, str(ROOT / "tools/models/official_generate.py"), prompt,
-                    "--model-dir", str(d), "--max-new-tokens", str(args.max_new_tokens)]
-    etch_cmd = [str(args.etch), "generate", "--model", str(d / "model.pte"), "--tokenizer",
+                    "--model-dir", str(d), "--pte", str(pte), "--max-new-tokens", str(args.max_new_tokens)]
+    etch_cmd = [str(args.etch), "generate", "--model", str(pte), "--tokenizer",
                 str(d / "tokenizer.json"), "--chat", "--prompt", prompt, "--max-new-tokens",
                 str(args.max_new_tokens), "--temperature", "0", "--json"]
     if ignore_eos:
@@ -94,6 +95,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("prompts", nargs="*", help="prompts (default: the capital of France, past EOS, and a story)")
     ap.add_argument("--model-dir", type=Path, default=DEFAULT_DIR)
+    ap.add_argument("--pte", type=Path, help="program for both runtimes (default MODEL_DIR/model.pte), e.g. model_8da4w.pte")
     ap.add_argument("--etch", type=Path, default=ROOT / "target" / "release" / "etch")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--min-tokens", type=int, default=32, help="fewest generated tokens a prompt must compare")

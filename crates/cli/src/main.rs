@@ -1,8 +1,12 @@
 //! `etch`: inspect and run ExecuTorch `.pte` programs on the CPU.
 
+mod bench;
+mod chat;
 mod generate;
 mod inspect;
+mod llm_args;
 mod load;
+mod progress;
 mod run;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -19,7 +23,9 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
     etch inspect model.pte\n  \
     etch run model.pte --input x.npy --output-dir out/\n  \
     etch run llm.pte --input tokens.npy --input pos.npy --then --input next.npy --input pos1.npy\n  \
-    etch generate --model llm.pte --tokenizer tokenizer.json --chat --prompt \"Hello\"")]
+    etch generate --model llm.pte --tokenizer tokenizer.json --chat --prompt \"Hello\"\n  \
+    etch chat --model llm.pte --tokenizer tokenizer.json\n  \
+    etch bench --model llm.pte -p 128 -n 64 -r 5 -t 1,2")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -33,6 +39,12 @@ enum Command {
     Run(run::RunArgs),
     /// Generate text with an exported LLM (KV cache), streaming it to stdout.
     Generate(generate::GenerateArgs),
+    /// Chat with an exported instruct LLM, turn after turn on one KV cache (stdin lines
+    /// from a pipe work too).
+    Chat(chat::ChatArgs),
+    /// Measure prefill and decode speed (tokens per second) of an exported LLM, per
+    /// thread count, as a markdown table or JSON.
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -44,6 +56,8 @@ fn main() {
     let result = match cli.command {
         Command::Inspect(args) => inspect::main(args),
         Command::Generate(args) => generate::main(args),
+        Command::Bench(args) => bench::main(args),
+        Command::Chat(args) => chat::main(args),
         Command::Run(args) => {
             let sub = matches.subcommand_matches("run");
             run::main(args, sub)

@@ -326,3 +326,235 @@ fn run_with_several_thens_feeds_each_call_its_own_inputs() {
         assert!(worst < 1e-3, "call {k}: worst relative error {worst}");
     }
 }
+
+#[test]
+fn bench_measures_every_thread_count_as_json_and_markdown() {
+    let o = etch(&[
+        "bench",
+        "--model",
+        &tiny_llama(),
+        "-p",
+        "8",
+        "-n",
+        "4",
+        "-r",
+        "2",
+        "-t",
+        "1,2",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("bench --json is JSON");
+    assert!(v["etch_version"].is_string());
+    assert!(v["machine"]["isa"].is_string() && v["machine"]["cpu"].is_string());
+    assert_eq!(v["model"]["max_context_len"], 64);
+    let results = v["results"].as_array().expect("results");
+    assert_eq!(results.len(), 2);
+    for (r, threads) in results.iter().zip([1, 2]) {
+        assert_eq!(r["threads"], threads);
+        for key in ["prefill", "decode"] {
+            let runs = r[format!("{key}_runs")].as_array().expect("runs");
+            assert_eq!(runs.len(), 2, "{r}");
+            assert!(
+                runs.iter().all(|x| x.as_f64().is_some_and(|x| x > 0.0)),
+                "{r}"
+            );
+            assert!(r[format!("{key}_tokens_per_second_stddev")].is_number());
+        }
+    }
+
+    // Delegated programs too; the table has a pp and a tg row.
+    let xnn = fixture("tiny_llama_8da4w_xnnpack.pte")
+        .display()
+        .to_string();
+    let o = etch(&[
+        "bench", "--model", &xnn, "-p", "8", "-n", "4", "-r", "1", "-t", "1",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains("| pp8 |") && table.contains("| tg4 |"),
+        "{table}"
+    );
+    assert!(table.contains("ISA:") && table.contains('±'), "{table}");
+
+    let o = etch(&[
+        "bench",
+        "--model",
+        &tiny_llama(),
+        "-p",
+        "60",
+        "-n",
+        "8",
+        "-r",
+        "1",
+        "-t",
+        "1",
+    ]);
+    assert_fails_with(&o, "context");
+}
+
+/// `byte_tokenizer` with ChatML's markers in place of bytes 0xFE and 0xFF (which UTF-8
+/// text never has): `<|im_start|>` is id 254, `<|im_end|>` id 255.
+fn chatml_byte_tokenizer(dir: &Path) -> PathBuf {
+    let plain = byte_tokenizer(dir, 0);
+    let mut json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&plain).unwrap()).unwrap();
+    let vocab = json["model"]["vocab"].as_object_mut().unwrap();
+    vocab.retain(|_, id| id.as_u64().is_some_and(|id| id < 254));
+    let special = |id: u64, content: &str| {
+        serde_json::json!({"id": id, "content": content, "single_word": false, "lstrip": false,
+                           "rstrip": false, "normalized": false, "special": true})
+    };
+    json["added_tokens"] =
+        serde_json::json!([special(254, "<|im_start|>"), special(255, "<|im_end|>")]);
+    let path = dir.join("chatml_tokenizer.json");
+    std::fs::write(&path, serde_json::to_vec(&json).unwrap()).unwrap();
+    path
+}
+
+/// `etch chat` with `lines` on stdin.
+fn chat(tokenizer: &Path, extra: &[&str], lines: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_etch"))
+        .args(["chat", "--model", &tiny_llama(), "--tokenizer"])
+        .arg(tokenizer)
+        .args(extra)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run etch chat");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(lines.as_bytes()).unwrap();
+    drop(stdin);
+    child.wait_with_output().expect("etch chat ends")
+}
+
+/// Tokens of ChatML's user turn for `text` with this tokenizer: `<|im_start|>`,
+/// `user\n`, the text, `<|im_end|>`, `\n`, `<|im_start|>`, `assistant\n`.
+fn user_turn_tokens(text: &str) -> usize {
+    1 + 5 + text.len() + 1 + 1 + 1 + 10
+}
+
+#[test]
+fn chat_prefills_only_each_new_turn_from_a_pipe() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = chatml_byte_tokenizer(dir.path());
+    let args = ["--max-new-tokens", "6", "--json", "--threads", "1"];
+    let o = chat(
+        &tok,
+        &args,
+        "hi\nhow are you\n/reset\nhi\n/system be brief\nhi\n",
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let turns: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per turn"))
+        .collect();
+    assert_eq!(turns.len(), 4, "{turns:?}");
+    let n = |t: &serde_json::Value, key: &str| t[key].as_u64().expect(key) as usize;
+    let (t1, t2) = (&turns[0], &turns[1]);
+    assert_eq!(n(t1, "prompt_tokens_prefilled"), user_turn_tokens("hi"));
+    let generated1 = t1["generated_token_ids"].as_array().unwrap();
+    assert_eq!(
+        n(t1, "context_tokens"),
+        user_turn_tokens("hi") + generated1.len() - 1,
+        "the reply's last token waits for the next turn"
+    );
+    // Turn 2 prefills turn 1's last token, the reply's closing (`\n` after the model's
+    // own `<|im_end|>`, else `<|im_end|>\n`) and turn 2's user message: nothing of turn 1.
+    let ended = generated1.last().and_then(|v| v.as_u64()) == Some(255);
+    let closing = if ended { 1 } else { 2 };
+    assert_eq!(
+        n(t2, "prompt_tokens_prefilled"),
+        1 + closing + user_turn_tokens("how are you"),
+        "{t2}"
+    );
+    let generated2 = t2["generated_token_ids"].as_array().unwrap().len();
+    assert_eq!(
+        n(t2, "context_tokens"),
+        n(t1, "context_tokens") + n(t2, "prompt_tokens_prefilled") + generated2 - 1
+    );
+    assert!(t2["text"].is_string() && t2["stats"]["decode_tokens_per_second"].is_number());
+    // /reset starts over: the same first turn, the same reply (greedy).
+    assert_eq!(
+        turns[2]["prompt_tokens_prefilled"],
+        t1["prompt_tokens_prefilled"]
+    );
+    assert_eq!(turns[2]["generated_token_ids"], t1["generated_token_ids"]);
+    // /system starts over with the system message first.
+    let system = 1 + "system\nbe brief".len() + 1 + 1;
+    assert_eq!(
+        n(&turns[3], "prompt_tokens_prefilled"),
+        system + user_turn_tokens("hi")
+    );
+}
+
+#[test]
+fn chat_on_a_full_context_stops_or_drops_the_oldest_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = chatml_byte_tokenizer(dir.path());
+    // 64 tokens of context: the third turn does not fit.
+    let lines = "hi\nhow are you\nand what now\n";
+    let base = ["--max-new-tokens", "6", "--json", "--threads", "1"];
+    let o = chat(&tok, &base, lines);
+    assert_fails_with(&o, "context of 64 tokens");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 2);
+
+    let o = chat(
+        &tok,
+        &[&base[..], &["--on-full", "drop-oldest"]].concat(),
+        lines,
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let last: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(last["turn"], 3);
+    assert!(last["dropped_turns"].as_u64().unwrap() >= 1, "{last}");
+    assert!(stderr(&o).contains("dropped"), "{}", stderr(&o));
+}
+
+#[test]
+fn generate_prints_stats_only_when_asked_and_its_help_has_an_example() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = byte_tokenizer(dir.path(), 0).display().to_string();
+    let model = tiny_llama();
+    let base = [
+        "generate",
+        "--model",
+        &model,
+        "--tokenizer",
+        &tok,
+        "--prompt",
+        "hello",
+        "--max-new-tokens",
+        "4",
+    ];
+    let o = etch(&base);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        !stderr(&o).contains("tok/s"),
+        "stats without --stats: {}",
+        stderr(&o)
+    );
+    let o = etch(&[&base[..], &["--stats"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("decode") && err.contains("heap allocations per decoded token"),
+        "{err}"
+    );
+
+    let o = etch(&["generate", "--help"]);
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        help.contains("Examples:") && help.contains("etch generate --model"),
+        "{help}"
+    );
+    assert!(
+        help.contains("--tokenizer") && help.contains("--chat --prompt"),
+        "{help}"
+    );
+}

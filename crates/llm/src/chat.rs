@@ -40,29 +40,49 @@ impl ChatTemplate {
     /// assert_eq!(p, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
     /// ```
     pub fn render(self, system: Option<&str>, user: &str) -> String {
+        let mut s = self.conversation_start(system);
+        s.push_str(&self.user_turn(user));
+        s
+    }
+
+    /// What opens a conversation: the beginning-of-text token where the format has one,
+    /// and the system message if any.
+    pub fn conversation_start(self, system: Option<&str>) -> String {
+        match (self, system) {
+            (Self::ChatMl, None) => String::new(),
+            (Self::ChatMl, Some(sys)) => format!("<|im_start|>system\n{sys}<|im_end|>\n"),
+            (Self::Llama3, None) => "<|begin_of_text|>".to_string(),
+            (Self::Llama3, Some(sys)) => format!(
+                "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n{sys}<|eot_id|>"
+            ),
+        }
+    }
+
+    /// A user message followed by the assistant's header: what the model continues.
+    pub fn user_turn(self, user: &str) -> String {
         match self {
-            Self::ChatMl => {
-                let mut s = String::new();
-                if let Some(sys) = system {
-                    s.push_str(&format!("<|im_start|>system\n{sys}<|im_end|>\n"));
-                }
-                s.push_str(&format!(
-                    "<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"
-                ));
-                s
-            }
-            Self::Llama3 => {
-                let mut s = String::from("<|begin_of_text|>");
-                if let Some(sys) = system {
-                    s.push_str(&format!(
-                        "<|start_header_id|>system<|end_header_id|>\n\n{sys}<|eot_id|>"
-                    ));
-                }
-                s.push_str(&format!(
-                    "<|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
-                ));
-                s
-            }
+            Self::ChatMl => format!("<|im_start|>user\n{user}<|im_end|>\n<|im_start|>assistant\n"),
+            Self::Llama3 => format!(
+                "<|start_header_id|>user<|end_header_id|>\n\n{user}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
+            ),
+        }
+    }
+
+    /// What closes an assistant reply before the next user turn: after an end-of-turn
+    /// token the model generated, only the separator; after a reply cut short, the
+    /// end-of-turn token as well.
+    ///
+    /// ```
+    /// use etch_llm::ChatTemplate;
+    /// assert_eq!(ChatTemplate::ChatMl.close_reply(true), "\n");
+    /// assert_eq!(ChatTemplate::ChatMl.close_reply(false), "<|im_end|>\n");
+    /// ```
+    pub fn close_reply(self, ended_by_the_model: bool) -> &'static str {
+        match (self, ended_by_the_model) {
+            (Self::ChatMl, true) => "\n",
+            (Self::ChatMl, false) => "<|im_end|>\n",
+            (Self::Llama3, true) => "",
+            (Self::Llama3, false) => "<|eot_id|>",
         }
     }
 

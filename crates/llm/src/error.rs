@@ -26,6 +26,14 @@ pub enum LlmError {
         context: usize,
         position: usize,
     },
+    #[error(
+        "the conversation does not fit the model's context of {context} tokens: at position {position}, the next turn needs {needed} tokens (its prompt and room for the reply)"
+    )]
+    ContextFull {
+        context: usize,
+        position: usize,
+        needed: usize,
+    },
     #[error("token id {id} is outside the model's vocabulary of {vocab}")]
     TokenOutOfRange { id: u64, vocab: usize },
     #[error("invalid sampling setting: {0}")]

@@ -11,6 +11,7 @@ use half::{bf16, f16};
 
 use crate::{
     LlmError, LlmMetadata, Sampler, SamplingConfig, StreamDecoder, Tokenizer, load_tokenizer,
+    tokenizer::TokenBytes,
 };
 
 /// Default cache budget of the runner's caching temp allocator.
@@ -67,8 +68,13 @@ pub struct GenerationStats {
     pub prefill_tokens_per_second: f64,
     pub decode_tokens_per_second: f64,
     pub sampling_ms: f64,
-    /// Heap allocations per decode step (model execution and sampling), after the first
-    /// two steps; `None` when the binary does not count allocations.
+    /// Heap allocations per decoded token over the whole token loop: the model step,
+    /// sampling, detokenising, and the `on_text` callback (streaming to stdout in the
+    /// CLI), after the first two steps. Not counted: loading, prefill, the first two
+    /// steps, the last token (which needs no model step) and the result's assembly.
+    /// With one thread, exactly this thread's allocations; with a pool, every thread's
+    /// (so also anything else the process does meanwhile). `None` when the binary does
+    /// not count allocations.
     pub heap_allocations_per_decoded_token: Option<f64>,
     pub peak_rss_bytes: Option<u64>,
     pub planned_bytes: usize,
@@ -96,6 +102,8 @@ pub struct Runner {
     method: String,
     metadata: LlmMetadata,
     tokenizer: Box<dyn Tokenizer>,
+    token_bytes: TokenBytes,
+    stream: StreamDecoder,
     eos_ids: Vec<u64>,
     vocab: usize,
     logits: Vec<f32>,
@@ -114,6 +122,21 @@ pub fn peak_rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// The method that runs the model: `method`, or `prefill` when `forward` is asked for
+/// and only `prefill` exists.
+fn model_method(module: &Module, method: &str) -> Result<String, LlmError> {
+    if module.has_method(method) {
+        Ok(method.to_string())
+    } else if method == "forward" && module.has_method("prefill") {
+        Ok("prefill".to_string())
+    } else {
+        Err(LlmError::Model(format!(
+            "the program has no {method:?} method (methods: {})",
+            module.method_names().join(", ")
+        )))
+    }
+}
+
 impl Runner {
     /// Loads a `.pte` LLM and a tokenizer file.
     pub fn load(model: &Path, tokenizer: &Path, options: &RunnerOptions) -> Result<Self, LlmError> {
@@ -127,6 +150,34 @@ impl Runner {
         Self::from_parts(module, tokenizer, &options.method, start)
     }
 
+    /// Loads a `.pte` LLM without a tokenizer, to run on token ids alone (benchmarks):
+    /// the vocabulary's size comes from `get_vocab_size`, else from the logits' shape;
+    /// generated text is empty and the stop tokens are the model's own.
+    pub fn load_without_tokenizer(model: &Path, options: &RunnerOptions) -> Result<Self, LlmError> {
+        let start = Instant::now();
+        let mut module = Module::from_path(model)
+            .load_mode(options.load_mode)
+            .threads(options.threads)
+            .temp_cache_bytes(options.temp_cache_bytes)
+            .build()?;
+        let method = model_method(&module, &options.method)?;
+        let vocab = match LlmMetadata::read(&mut module, &method)?.vocab_size {
+            Some(v) => v,
+            None => match module.method_meta(&method)?.outputs.first() {
+                Some(etch_runtime::ValueInfo::Tensor(t)) if !t.sizes.is_empty() => {
+                    t.sizes[t.sizes.len() - 1]
+                }
+                other => {
+                    return Err(LlmError::Model(format!(
+                        "method {method:?}: no get_vocab_size and output 0 is not logits ({other:?})"
+                    )));
+                }
+            },
+        };
+        let tokenizer = Box::new(crate::tokenizer::IdsOnlyTokenizer::new(vocab));
+        Self::from_parts(module, tokenizer, &method, start)
+    }
+
     /// A runner over an already built module.
     pub fn from_parts(
         mut module: Module,
@@ -134,16 +185,7 @@ impl Runner {
         method: &str,
         start: Instant,
     ) -> Result<Self, LlmError> {
-        let method = if module.has_method(method) {
-            method.to_string()
-        } else if method == "forward" && module.has_method("prefill") {
-            "prefill".to_string()
-        } else {
-            return Err(LlmError::Model(format!(
-                "the program has no {method:?} method (methods: {})",
-                module.method_names().join(", ")
-            )));
-        };
+        let method = model_method(&module, method)?;
         let metadata = LlmMetadata::read(&mut module, &method)?;
         let vocab = metadata
             .vocab_size
@@ -161,7 +203,10 @@ impl Runner {
         }
         let session = module.take_method(&method)?;
         let chunk = metadata.max_prefill_chunk;
+        let token_bytes = tokenizer.token_bytes()?;
         Ok(Self {
+            stream: StreamDecoder::new(&token_bytes),
+            token_bytes,
             module,
             session,
             method,
@@ -169,7 +214,7 @@ impl Runner {
             logits: vec![0.0; vocab],
             token_buf: Vec::with_capacity(chunk.max(1)),
             pos_buf: Vec::with_capacity(chunk.max(1)),
-            history: Vec::with_capacity(metadata.max_context_len),
+            history: Vec::with_capacity(metadata.max_context_len + 1),
             eos_ids,
             tokenizer,
             metadata,
@@ -199,6 +244,11 @@ impl Runner {
         &self.metadata
     }
 
+    /// Ids the model's logits cover.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
     /// The tokenizer.
     pub fn tokenizer(&self) -> &dyn Tokenizer {
         &*self.tokenizer
@@ -226,6 +276,18 @@ impl Runner {
     pub fn reset(&mut self) {
         self.pos = 0;
         self.history.clear();
+    }
+
+    /// Tokens in the KV cache: the position the next `generate` continues from. The last
+    /// token a generation returns is not in it yet (it had no model step): a caller that
+    /// continues the conversation puts it first in the next prompt.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// The bytes of every token id, as streaming detokenisation reads them.
+    pub fn token_bytes(&self) -> &TokenBytes {
+        &self.token_bytes
     }
 
     /// Tokenises a prompt as given: no BOS is added (write it in the text, or use a
@@ -372,44 +434,46 @@ impl Runner {
         stats.prefill_ms = start.elapsed().as_secs_f64() * 1e3;
         stats.time_to_first_token_ms = stats.prefill_ms;
 
-        let mut generated = Vec::with_capacity(max_new_tokens);
-        let mut text = String::new();
-        let mut stream = StreamDecoder::new();
+        // Every buffer of the loop is sized up front: steady-state steps allocate nothing.
+        let most_tokens = max_new_tokens.min(context - self.pos + 1);
+        let mut generated = Vec::with_capacity(most_tokens);
+        // A token's text is at most 3 bytes per byte (U+FFFD for each invalid byte).
+        let mut text = String::with_capacity(most_tokens * 3 * self.token_bytes.longest().max(1));
+        self.stream.finish();
         let decode_start = Instant::now();
         let mut counted_steps = 0u64;
         let mut counted_allocs = 0u64;
+        // Serial pools run everything on this thread: count exactly that thread.
+        // With worker threads, count every thread (other activity included).
+        let serial = self.module.pool().threads() == 1;
         let stop = loop {
-            generated.push(token);
-            self.history.push(token);
-            let is_eos = self.eos_ids.contains(&token);
-            if !is_eos {
-                let piece = stream.push(&*self.tokenizer, token as u32)?;
-                if !piece.is_empty() {
-                    on_text(&piece);
-                    text.push_str(&piece);
-                }
-            }
-            if is_eos {
-                break StopReason::Eos;
-            }
-            if generated.len() >= max_new_tokens {
-                break StopReason::MaxNewTokens;
-            }
-            if self.pos >= context {
-                break StopReason::ContextFull;
-            }
-            // Serial pools run everything on this thread: count exactly that thread.
-            // With worker threads, count every thread (other activity included).
-            let serial = self.module.pool().threads() == 1;
             let before = CountingAllocator::global_counts();
-            let (step, local) = count_allocations(|| -> Result<u64, LlmError> {
+            let (step, local) = count_allocations(|| -> Result<Option<StopReason>, LlmError> {
+                generated.push(token);
+                self.history.push(token);
+                if self.eos_ids.contains(&token) {
+                    return Ok(Some(StopReason::Eos));
+                }
+                let piece = self.stream.push(&self.token_bytes, token as u32)?;
+                if !piece.is_empty() {
+                    on_text(piece);
+                    text.push_str(piece);
+                }
+                if generated.len() >= max_new_tokens {
+                    return Ok(Some(StopReason::MaxNewTokens));
+                }
+                if self.pos >= context {
+                    return Ok(Some(StopReason::ContextFull));
+                }
                 self.forward(&[token])?;
                 let t = Instant::now();
-                let next = sampler.sample(&mut self.logits, &self.history) as u64;
+                token = sampler.sample(&mut self.logits, &self.history) as u64;
                 stats.sampling_ms += t.elapsed().as_secs_f64() * 1e3;
-                Ok(next)
+                Ok(None)
             });
-            token = step?;
+            if let Some(stop) = step? {
+                break stop;
+            }
             let allocs = if serial {
                 local.allocations
             } else {
@@ -423,10 +487,13 @@ impl Runner {
                 counted_allocs += allocs;
             }
         };
-        let tail = stream.finish(&*self.tokenizer)?;
+        // The last token had no model step: the KV cache (and so the history the
+        // sampler penalises) ends before it.
+        self.history.pop();
+        let tail = self.stream.finish();
         if !tail.is_empty() {
-            on_text(&tail);
-            text.push_str(&tail);
+            on_text(tail);
+            text.push_str(tail);
         }
         stats.decode_ms = decode_start.elapsed().as_secs_f64() * 1e3;
         stats.generated_tokens = generated.len();

@@ -1,12 +1,34 @@
 //! The runner on the tiny-llama fixture (exported by ExecuTorch's own LLM exporter):
-//! greedy tokens equal the official runtime's, and decode steps make no heap
-//! allocations. One test in its own binary, so no other test's allocations are counted.
+//! greedy tokens equal the official runtime's, and the token loop (model step, sampling,
+//! detokenising, streaming the text out) makes no heap allocations. One test in its own
+//! binary, so no other test's allocations are counted.
 
 mod common;
 
 use common::{fixtures, runner, tokens};
+use std::io::Write;
+
 use etch_llm::{SamplingConfig, StopReason};
 use etch_memory::counting::CountingAllocator;
+
+/// Heap allocations of the whole process during one `generate` of exactly `n` tokens
+/// from position 0, text streamed into a writer as the CLI streams it to stdout.
+fn allocations_of_a_generate(r: &mut etch_llm::Runner, prompt: &[u64], n: usize) -> u64 {
+    r.reset();
+    let mut out = std::io::sink();
+    let before = CountingAllocator::global_counts();
+    let g = r
+        .generate(prompt, n, SamplingConfig::default(), &mut |piece| {
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+        })
+        .expect("generation");
+    let allocations = CountingAllocator::global_counts()
+        .since(&before)
+        .allocations;
+    assert_eq!(g.generated_token_ids.len(), n);
+    allocations
+}
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -27,9 +49,22 @@ fn greedy_tokens_match_the_official_runtime_and_decode_does_not_allocate() {
             meta.max_prefill_chunk, 31,
             "bounded by the token input, not get_max_seq_len"
         );
+        // Stream as the CLI does: each piece written out, and kept.
+        let mut streamed = String::with_capacity(24 * 3);
+        let mut out = std::io::sink();
         let g = r
-            .generate(&prompt, 24, SamplingConfig::default(), &mut |_| {})
+            .generate(&prompt, 24, SamplingConfig::default(), &mut |piece| {
+                let _ = out.write_all(piece.as_bytes());
+                let _ = out.flush();
+                streamed.push_str(piece);
+            })
             .expect("generation");
+        assert_eq!(streamed, g.text);
+        assert_eq!(
+            r.position(),
+            prompt.len() + 23,
+            "the last token is not in the cache"
+        );
         assert_eq!(
             &g.generated_token_ids[..official.len()],
             &official[..],
@@ -43,7 +78,7 @@ fn greedy_tokens_match_the_official_runtime_and_decode_does_not_allocate() {
         if threads == 1 {
             assert_eq!(
                 per_token, 0.0,
-                "serial decode steps must not touch the heap"
+                "serial token-loop steps must not touch the heap"
             );
         } else {
             // With a pool, rayon's workers occasionally allocate on their own (first-use
@@ -56,4 +91,18 @@ fn greedy_tokens_match_the_official_runtime_and_decode_does_not_allocate() {
             );
         }
     }
+
+    // From outside: the whole `generate` call (prefill, the loop, the tail, the
+    // result) allocates as often for 30 tokens as for 8, so no token anywhere in the
+    // loop allocates -- not only the steps the runner's own stat counts.
+    let mut r = runner(1);
+    r.clear_eos_ids();
+    // The first call warms the temp allocator's cache (a few allocations, once).
+    allocations_of_a_generate(&mut r, &prompt, 30);
+    let short = allocations_of_a_generate(&mut r, &prompt, 8);
+    let long = allocations_of_a_generate(&mut r, &prompt, 30);
+    assert_eq!(
+        long, short,
+        "allocations grow with the tokens generated: {short} for 8, {long} for 30"
+    );
 }

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use crate::dims::{Dims, MAX_DIMS};
 use crate::elementwise;
-use crate::plan::{Bias, ConvKind, ConvOp, Filter, Loc, Op, Plan, PoolOp};
+use crate::plan::{ALIGN_ELEMS, Bias, ConvKind, ConvOp, Filter, Loc, Op, Plan, PoolOp};
 use crate::quantize;
 use crate::shape;
 
@@ -29,13 +29,25 @@ fn node_error(plan: &Plan, i: usize, reason: &str) -> KernelError {
     KernelError::invalid(format!("XNNPACK delegate node {i} ({kind}): {reason}"))
 }
 
-fn arena_range(plan: &Plan, v: usize, shapes: &[Dims]) -> Result<Range<usize>, KernelError> {
+fn arena_range(
+    plan: &Plan,
+    offsets: &[usize],
+    v: usize,
+    shapes: &[Dims],
+) -> Result<Range<usize>, KernelError> {
+    let numel = arena_len_of(plan, v, shapes)?;
+    let offset = offsets.get(v).copied().ok_or_else(|| short("value"))?;
+    Ok(offset..offset + numel)
+}
+
+/// Arena elements value `v` occupies at `shapes`, checked against its bound.
+fn arena_len_of(plan: &Plan, v: usize, shapes: &[Dims]) -> Result<usize, KernelError> {
     let numel = plan.values[v]
         .len(&shapes[v])
         .ok_or_else(|| short("shape overflow"))?;
     match plan.values[v].loc {
-        Loc::Arena { offset, capacity } if numel <= capacity => Ok(offset..offset + numel),
-        Loc::Arena { capacity, .. } => Err(KernelError::invalid(format!(
+        Loc::Arena { capacity } if numel <= capacity => Ok(numel),
+        Loc::Arena { capacity } => Err(KernelError::invalid(format!(
             "XNNPACK delegate: value {v} needs {numel} elements, more than its bound of {capacity}"
         ))),
         _ => Err(KernelError::invalid(format!(
@@ -44,14 +56,60 @@ fn arena_range(plan: &Plan, v: usize, shapes: &[Dims]) -> Result<Range<usize>, K
     }
 }
 
+/// Places this call's arena values for their real shapes (first fit, in the plan's
+/// order, values with overlapping lifetimes apart): `offsets[v]` for every placed value,
+/// `by_offset` as working space; returns the arena length the call needs.
+///
+/// Planning once for the serialized upper bounds would leave a decode step's few
+/// values spread over a prompt-sized arena; this costs O(values²) per call, with no
+/// allocation.
+fn place_values(
+    plan: &Plan,
+    shapes: &[Dims],
+    offsets: &mut [usize],
+    ends: &mut [usize],
+    by_offset: &mut [usize],
+) -> Result<usize, KernelError> {
+    let mut placed = 0usize;
+    let mut arena_len = 0usize;
+    for &v in &plan.placement {
+        let len = arena_len_of(plan, v, shapes)?.div_ceil(ALIGN_ELEMS) * ALIGN_ELEMS;
+        let (start, end) = plan.lifetimes[v];
+        let mut offset = 0usize;
+        for &u in &by_offset[..placed] {
+            let (us, ue) = plan.lifetimes[u];
+            if us > end || start > ue {
+                continue;
+            }
+            if offset + len <= offsets[u] {
+                break;
+            }
+            offset = offset.max(ends[u]);
+        }
+        // Keep `by_offset` sorted by offset: insert after every value at or below it.
+        let at = by_offset[..placed]
+            .iter()
+            .position(|&u| offsets[u] > offset)
+            .unwrap_or(placed);
+        by_offset.copy_within(at..placed, at + 1);
+        by_offset[at] = v;
+        placed += 1;
+        offsets[v] = offset;
+        ends[v] = offset + len;
+        arena_len = arena_len.max(offset + len);
+    }
+    Ok(arena_len)
+}
+
 /// The output slice and input slices of `op`.
 fn operands<'s>(
     plan: &'s Plan,
+    offsets: &[usize],
     arena: &'s mut [f32],
     shapes: &[Dims],
     op: &Op,
 ) -> Result<(&'s mut [f32], [&'s [f32]; 5]), KernelError> {
-    let yr = arena_range(plan, op.output(), shapes)?;
+    let yr = arena_range(plan, offsets, op.output(), shapes)?;
     if yr.end > arena.len() {
         return Err(short("arena"));
     }
@@ -69,7 +127,7 @@ fn operands<'s>(
                 .ok_or_else(|| short("constant"))?,
             Loc::PackedOnly => return Err(short("packed-only constant read as a value")),
             Loc::Arena { .. } => {
-                let r = arena_range(plan, v, shapes)?;
+                let r = arena_range(plan, offsets, v, shapes)?;
                 if r.is_empty() {
                     &[]
                 } else if r.end <= yr.start {
@@ -132,26 +190,24 @@ pub fn execute(
         }
         shapes[v] = Dims::new(&d[..t.rank()]).ok_or_else(|| short("rank"))?;
     }
-    // The arena this call needs: value offsets are planned for the serialized upper
-    // bounds, but only the real extents are touched (a decode step through an output
-    // layer planned for a whole prompt needs a fraction of the planned arena).
-    let mut arena_len = 0;
     for (i, op) in plan.ops.iter().enumerate() {
         shape::infer(op, shapes).map_err(|r| node_error(plan, i, r))?;
-        let r = arena_range(plan, op.output(), shapes)
-            .map_err(|e| node_error(plan, i, &e.to_string()))?;
-        arena_len = arena_len.max(r.end);
+        arena_len_of(plan, op.output(), shapes).map_err(|e| node_error(plan, i, &e.to_string()))?;
     }
-    for &(v, _) in plan.inputs.iter().chain(&plan.outputs) {
-        arena_len = arena_len.max(arena_range(plan, v, shapes)?.end);
-    }
-    let arena = ctx.scratch::<f32>(arena_len.min(plan.arena_len))?;
+    // The arena this call needs, placed for its real shapes.
+    let n = plan.values.len();
+    let offsets = ctx.scratch::<usize>(n)?;
+    let ends = ctx.scratch::<usize>(n)?;
+    let by_offset = ctx.scratch::<usize>(plan.placement.len())?;
+    let arena_len = place_values(plan, shapes, offsets, ends, by_offset)?;
+    let offsets: &[usize] = offsets;
+    let arena = ctx.scratch::<f32>(arena_len)?;
     let col = ctx.scratch::<f32>(plan.im2col_len(ctx.pool().threads()))?;
     let gemm = ctx.scratch::<f32>(gemm_scratch_len(plan, shapes, ctx.pool().threads()))?;
     for &(v, arg) in &plan.inputs {
         let t = args.tensor(arg)?;
         let src = ctx.read::<f32>(&t)?;
-        let r = arena_range(plan, v, shapes)?;
+        let r = arena_range(plan, offsets, v, shapes)?;
         let n = r.len();
         arena
             .get_mut(r)
@@ -162,7 +218,7 @@ pub fn execute(
         if shapes[op.output()].numel() == Some(0) {
             continue;
         }
-        let (out, ins) = operands(plan, arena, shapes, op)?;
+        let (out, ins) = operands(plan, offsets, arena, shapes, op)?;
         run_op(op, ctx.pool(), shapes, out, &ins, col, gemm)
             .map_err(|e| node_error(plan, i, &e.to_string()))?;
     }
@@ -171,7 +227,7 @@ pub fn execute(
         let t = args.tensor(arg)?;
         if t.rank() == 0 && d.numel() == Some(1) {
             let dst = ctx.write::<f32>(&t)?;
-            let r = arena_range(plan, v, shapes)?;
+            let r = arena_range(plan, offsets, v, shapes)?;
             let src = arena.get(r).ok_or_else(|| short("arena"))?;
             dst.get_mut(..1)
                 .zip(src.first())
@@ -192,7 +248,7 @@ pub fn execute(
         }
         let t = args.resize_tensor(arg, &sizes[..d.rank()])?;
         let dst = ctx.write::<f32>(&t)?;
-        let r = arena_range(plan, v, shapes)?;
+        let r = arena_range(plan, offsets, v, shapes)?;
         let src = arena.get(r).ok_or_else(|| short("arena"))?;
         dst.get_mut(..src.len())
             .ok_or_else(|| short("output"))?

@@ -18,7 +18,7 @@ use crate::shape;
 pub const MAX_ARENA_ELEMS: usize = 1 << 30;
 
 /// Arena offsets are multiples of this many f32 (64 bytes).
-const ALIGN_ELEMS: usize = 16;
+pub const ALIGN_ELEMS: usize = 16;
 
 /// An elementwise function of one input.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -309,8 +309,9 @@ impl Op {
 /// Where a value lives during a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Loc {
-    /// `capacity` f32 at `offset` in the call's arena.
-    Arena { offset: usize, capacity: usize },
+    /// At most `capacity` f32 in the call's arena, at an offset each call places for its
+    /// real shapes (see [`Plan::placement`]).
+    Arena { capacity: usize },
     /// Constant data held by the plan (`Plan::constants[value]`).
     Constant,
     /// Only read as packed weights: no data at run time.
@@ -358,7 +359,13 @@ pub struct Plan {
     pub inputs: Vec<(usize, usize)>,
     pub outputs: Vec<(usize, usize)>,
     pub num_args: usize,
+    /// The arena of a call at the upper-bound shapes (the most any call needs).
     pub arena_len: usize,
+    /// Arena values in the order a call places them (smallest bound first).
+    pub placement: Vec<usize>,
+    /// `[first node writing, last node reading]` of every value (inputs from 0,
+    /// outputs to the end); values whose lifetimes overlap never share arena space.
+    pub lifetimes: Vec<(usize, usize)>,
     pub packed_bytes: usize,
     /// Longest im2col row of the convolutions.
     pub max_patch: usize,
@@ -833,10 +840,7 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
                 Loc::Constant
             }
             Some(_) => Loc::PackedOnly,
-            None => Loc::Arena {
-                offset: 0,
-                capacity: 0,
-            },
+            None => Loc::Arena { capacity: 0 },
         };
         let row_dims = match def.quant {
             Some(crate::parse::Quantization::PerTokenDynamic { num_nonbatch_dims }) => {
@@ -937,10 +941,7 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         }
         placed.push((v, offset, offset + caps[v]));
         arena_len = arena_len.max(offset + caps[v]);
-        values[v].loc = Loc::Arena {
-            offset,
-            capacity: caps[v],
-        };
+        values[v].loc = Loc::Arena { capacity: caps[v] };
     }
     if arena_len > MAX_ARENA_ELEMS {
         return Err(BackendError::OutOfMemory {
@@ -957,6 +958,8 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         outputs,
         num_args: graph.num_args,
         arena_len,
+        placement: order,
+        lifetimes: start.into_iter().zip(end).collect(),
         packed_bytes,
         max_patch,
     })

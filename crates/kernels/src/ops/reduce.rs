@@ -3,9 +3,12 @@
 //! Each output element streams its reduced elements, in row-major order, through a
 //! [`Reducer`] in blocks: contiguous runs of the accumulator type are read in place
 //! (the RMSNorm `mean(x², -1)` case), anything else is converted through a stack
-//! buffer. Sums are pairwise over blocks with eight lanes inside a block, so their
-//! error grows like PyTorch's cascade sum, not linearly. Outputs are split across
-//! the pool when there are many of them.
+//! buffer. `sum` and `mean` accumulate one element after another in row-major order,
+//! as the official portable kernels do (`kernels/portable/cpu/op_mean.cpp`,
+//! `op_sum.cpp`: `acc += x` in the accumulator type), so that their results match it
+//! to the bit: an RMSNorm's `mean(x², -1)` one ulp away is enough to flip the rounding
+//! of a dynamically quantized activation downstream. Outputs are split across the pool
+//! when there are many of them.
 
 use etch_format::ScalarType;
 
@@ -375,16 +378,18 @@ struct Sum {
 }
 
 impl<A: Num> Reducer<A> for Sum {
-    type State = Pairwise<A>;
+    type State = A;
     type Out = A;
     fn start(&self) -> Self::State {
-        Pairwise::new()
+        A::ZERO
     }
     fn feed(&self, st: &mut Self::State, _: usize, xs: &[A]) {
-        st.push(block_sum(xs));
+        for &x in xs {
+            *st = st.add(x);
+        }
     }
     fn finish(&self, st: Self::State, count: usize) -> A {
-        let s = st.total();
+        let s = st;
         if self.mean {
             s.div(A::from_i64(count as i64))
         } else {

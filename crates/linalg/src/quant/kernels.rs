@@ -4,26 +4,27 @@
 use super::{PANEL, Qd8Rows, Qd8Weights, WeightBits, qd8_row_stride};
 use crate::Isa;
 
-/// The part of each block sum that depends only on the row: `-o·Σq + zp·o·L`, as
-/// `row_terms[r * blocks + b]` (exact integers, below 2^24).
+/// The part of each block sum that depends only on the row: `-o·Σq`, as
+/// `row_terms[r * blocks + b]` (exact integers, below 2^24), so that a kernel's
+/// `dot + term` is `Σ q·(u - o)` exactly.
 pub(super) fn row_terms(a: &Qd8Rows, w: &Qd8Weights, out: &mut [f32]) {
     let stride = qd8_row_stride(w.k());
     let o = w.bits().zero_point();
     let blocks = w.blocks();
     for r in 0..a.m {
         let q = &a.q[r * stride..(r + 1) * stride];
-        let zp = a.params[2 * r + 1] as i32;
         for b in 0..blocks {
             let len = w.block_len(b);
             let start = b * w.block();
             let sum: i32 = q[start..start + len].iter().map(|&v| i32::from(v)).sum();
-            out[r * blocks + b] = (-o * sum + zp * o * len as i32) as f32;
+            out[r * blocks + b] = (-o * sum) as f32;
         }
     }
 }
 
-/// Computes the `m x PANEL` accumulators of panel `p` (`Σ_b s · (dot + row term)`)
-/// into `acc`, with the kernel of `isa`.
+/// Adds `Σ_b s · (dot + row term)`, block after block with fused multiply-adds (as
+/// XNNPACK's kernels do), to the `m x PANEL` accumulators of panel `p` in `acc` (which
+/// hold the zero-point term), with the kernel of `isa`.
 pub(super) fn run_panel(
     isa: Isa,
     a: &Qd8Rows,
@@ -58,7 +59,6 @@ pub(super) fn panel_scalar(
     for r in 0..a.m {
         let q = &a.q[r * stride..(r + 1) * stride];
         let out = &mut acc[r * PANEL..(r + 1) * PANEL];
-        out.fill(0.0);
         let mut start = 0;
         for b in 0..blocks {
             let len = w.block_len(b);
@@ -89,7 +89,7 @@ pub(super) fn panel_scalar(
             }
             let term = row_terms[r * blocks + b];
             for ((o, &d), &s) in out.iter_mut().zip(&dots).zip(&scales[b * PANEL..]) {
-                *o += (d as f32 + term) * s;
+                *o = (d as f32 + term).mul_add(s, *o);
             }
             start += len;
         }

@@ -18,12 +18,16 @@
 //!
 //! `y = d · Σ_b s[b] · Σ_{k in b} (q_k - zp)(u_k - o) + bias`
 //!
-//! The inner sum is expanded as `Σ q·u - o·Σq - zp·Σu + zp·o·L` (L the block length):
-//! the first term is the SIMD dot product (`u` unsigned, `q` signed), the second and
-//! fourth depend only on the row and the block (computed once per row), and the third
-//! only on the weights, so `Σ_b s[b]·Σ_{k in b} u_k` is precomputed per output channel
-//! at packing time. Every block sum is an exact integer; blocks are at most 256 inputs
-//! so that it converts to f32 exactly.
+//! evaluated in XNNPACK's order (google/XNNPACK `src/qd8-f32-qb4w-gemm/`, and the packer
+//! in `src/qb4-packw/`), so that the results match the official runtime's to the last
+//! bits, not just to rounding: `y = d · (zp · K + Σ_b s[b] · Σ_{k in b} q_k (u_k - o)) +
+//! bias` with `K = -Σ_b s[b] · Σ_{k in b} (u_k - o)` precomputed per output channel at
+//! packing time, the block terms added with fused multiply-adds. The inner sum
+//! `Σ q·(u - o) = Σ q·u - o·Σq` is the SIMD dot product (`u` unsigned, `q` signed) plus a
+//! row term computed once per row and block; it is an exact integer, and blocks are at
+//! most 256 inputs so that it converts to f32 exactly. (Expanding the zero point into
+//! the integer sums instead, with uncentred weight sums, loses several bits to
+//! cancellation when `|zp|` is large: a visible drift over a 30-layer LLM.)
 
 mod kernels;
 mod pack;
@@ -202,23 +206,31 @@ pub fn gemm_qd8_with(
     let row_terms: &[f32] = row_terms;
     let panels = w.panels();
     let per_task = panels.div_ceil(pool.threads()).max(1);
+    let corr = w.channel_sums();
     pool.for_each_chunk_mut(acc, per_task * m * PANEL, 1, |task, chunk| {
         for (i, panel_acc) in chunk.chunks_exact_mut(m * PANEL).enumerate() {
-            kernels::run_panel(isa, a, w, row_terms, task * per_task + i, panel_acc);
+            let p = task * per_task + i;
+            // The accumulators start at the zero-point term `zp · K` (XNNPACK's order).
+            let k_sums = &corr[p * PANEL..(p + 1) * PANEL];
+            for (r, row) in panel_acc.chunks_exact_mut(PANEL).enumerate() {
+                let zp = a.params[2 * r + 1];
+                for (o, &kj) in row.iter_mut().zip(k_sums) {
+                    *o = kj * zp;
+                }
+            }
+            kernels::run_panel(isa, a, w, row_terms, p, panel_acc);
         }
     });
-    // Epilogue: the weight-sum term, the row's dequantization, bias and clamp; panels
-    // of 16 channels scattered to the row-major output.
-    let corr = w.channel_sums();
+    // Epilogue: the row's dequantization, bias and clamp; panels of 16 channels
+    // scattered to the row-major output.
     for r in 0..m {
-        let (d, zp) = (a.params[2 * r], a.params[2 * r + 1]);
+        let d = a.params[2 * r];
         let row = &mut out[r * n..(r + 1) * n];
         for (p, chunk) in row.chunks_mut(PANEL).enumerate() {
             let src = &acc[(p * m + r) * PANEL..][..chunk.len()];
-            let c = &corr[p * PANEL..][..chunk.len()];
-            for (j, (o, (&s, &cj))) in chunk.iter_mut().zip(src.iter().zip(c)).enumerate() {
+            for (j, (o, &s)) in chunk.iter_mut().zip(src).enumerate() {
                 let b = bias.map_or(0.0, |b| b[p * PANEL + j]);
-                *o = (d * (s - zp * cj) + b).max(min).min(max);
+                *o = (s * d + b).max(min).min(max);
             }
         }
     }

@@ -164,15 +164,18 @@ impl Qd8Weights {
                 if j >= n {
                     continue;
                 }
+                // XNNPACK's packed "k scaled sum": minus the scaled sums of the centred
+                // weights, block by block in f32 (google/XNNPACK
+                // `src/qb4-packw/gen/qb4-packw-x16c8-gemm-goi-scalar.c`).
                 let mut sum = 0f32;
                 for b in 0..blocks {
                     let start = b * block;
                     let s = scales[j * groups + (start / group).min(groups - 1)];
                     scale_data[(p * blocks + b) * PANEL + c] = s;
-                    let codes: u32 = (start..(start + block).min(k_pad))
-                        .map(|col| u32::from(code_at(j, col)))
+                    let centred: i32 = (start..(start + block).min(k_pad))
+                        .map(|col| i32::from(code_at(j, col)) - i32::from(zero))
                         .sum();
-                    sum += s * codes as f32;
+                    sum -= centred as f32 * s;
                 }
                 channel_sums[j] = sum;
             }

@@ -75,6 +75,10 @@ unsafe fn tile_avx512<const R: usize>(
     let q = a.q[r0 * stride..].as_ptr();
     let low = _mm512_set1_epi8(0x0f);
     let mut facc = [_mm512_setzero_ps(); R];
+    for (r, f) in facc.iter_mut().enumerate() {
+        // SAFETY: `check` showed acc holds the tile's rows of PANEL = 16 f32.
+        *f = unsafe { _mm512_loadu_ps(acc.as_ptr().add((r0 + r) * PANEL)) };
+    }
     let mut start = 0;
     for b in 0..blocks {
         let len = w.block_len(b);
@@ -171,6 +175,13 @@ unsafe fn tile_avx2<const R: usize>(
     let low = _mm256_set1_epi8(0x0f);
     let ones = _mm256_set1_epi16(1);
     let mut facc = [[_mm256_setzero_ps(); 2]; R];
+    for (r, f) in facc.iter_mut().enumerate() {
+        // SAFETY: `check` showed acc holds the tile's rows of PANEL = 16 f32.
+        unsafe {
+            let src = acc.as_ptr().add((r0 + r) * PANEL);
+            *f = [_mm256_loadu_ps(src), _mm256_loadu_ps(src.add(8))];
+        }
+    }
     let mut start = 0;
     for b in 0..blocks {
         let len = w.block_len(b);

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::{Tokenizer, tokenizer_error};
+use super::{TokenBytes, Tokenizer, tokenizer_error};
 use crate::LlmError;
 
 /// Most tokens a llama2.c tokenizer may define.
@@ -218,6 +218,22 @@ impl Tokenizer for Llama2cTokenizer {
     fn kind(&self) -> &'static str {
         "llama2.c tokenizer.bin"
     }
+
+    fn token_bytes(&self) -> Result<TokenBytes, LlmError> {
+        let mut table = TokenBytes::with_capacity(self.pieces.len());
+        for (id, piece) in self.pieces.iter().enumerate() {
+            let id = id as u32;
+            if id == self.bos || id == self.eos {
+                table.push(&[]);
+            } else {
+                match Self::byte_piece(piece) {
+                    Some(b) => table.push(&[b]),
+                    None => table.push(piece),
+                }
+            }
+        }
+        Ok(table)
+    }
 }
 
 #[cfg(test)]
@@ -263,6 +279,10 @@ mod tests {
         assert_eq!(ids, vec![hi, 0xC3 + 3, 0xA9 + 3]);
         assert_eq!(t.decode(&ids).unwrap(), " hi\u{e9}");
         assert_eq!(t.decode(&[1, hi]).unwrap(), "hi");
+        let table = t.token_bytes().unwrap();
+        assert_eq!(table.get(hi), Some(&b" hi"[..]));
+        assert_eq!(table.get(0xC3 + 3), Some(&[0xC3u8][..]));
+        assert_eq!(table.get(1), Some(&[][..]), "BOS has no text");
     }
 
     #[test]

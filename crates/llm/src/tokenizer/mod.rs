@@ -2,16 +2,20 @@
 //! llama2.c binary format, behind one trait, plus streaming detokenisation.
 
 mod hf;
+mod ids_only;
 mod llama2c;
 mod stream;
 mod tiktoken;
+mod token_bytes;
 
 use std::path::Path;
 
 pub use hf::HfTokenizer;
+pub use ids_only::IdsOnlyTokenizer;
 pub use llama2c::Llama2cTokenizer;
 pub use stream::StreamDecoder;
 pub use tiktoken::TiktokenTokenizer;
+pub use token_bytes::TokenBytes;
 
 use crate::LlmError;
 
@@ -32,6 +36,11 @@ pub trait Tokenizer: Send + Sync {
     fn eos_ids(&self) -> Vec<u32>;
     /// A short name of the format, for messages.
     fn kind(&self) -> &'static str;
+    /// The bytes of every id, for streaming without decode calls: special tokens have
+    /// none. The default decodes each id alone; formats override it with their table.
+    fn token_bytes(&self) -> Result<TokenBytes, LlmError> {
+        TokenBytes::by_decoding_each(self.vocab_size(), |id| self.decode(&[id]))
+    }
 }
 
 /// Most bytes a tokenizer file may have (a guard against reading something huge).

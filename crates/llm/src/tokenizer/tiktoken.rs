@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use base64::Engine;
 
-use super::{Tokenizer, tokenizer_error};
+use super::{TokenBytes, Tokenizer, tokenizer_error};
 use crate::LlmError;
 
 /// Llama 3's pre-tokenisation pattern.
@@ -214,6 +214,18 @@ impl Tokenizer for TiktokenTokenizer {
     fn kind(&self) -> &'static str {
         "tiktoken"
     }
+
+    fn token_bytes(&self) -> Result<TokenBytes, LlmError> {
+        // Ranked tokens are raw bytes; the special tokens after them have no text.
+        let mut table = TokenBytes::with_capacity(self.vocab_size());
+        for token in &self.tokens {
+            table.push(token);
+        }
+        for _ in &self.specials {
+            table.push(&[]);
+        }
+        Ok(table)
+    }
 }
 
 #[cfg(test)]
@@ -253,6 +265,13 @@ mod tests {
         assert_eq!(ids[3], b'!' as u32);
         assert_eq!(t.decode(&ids[1..]).unwrap(), "hello world!");
         assert!(t.decode(&[u32::MAX]).is_err());
+        let table = t.token_bytes().unwrap();
+        assert_eq!(
+            table.get(t.token_id(" world").unwrap()),
+            Some(&b" world"[..])
+        );
+        assert_eq!(table.get(bos), Some(&[][..]));
+        assert_eq!(table.len(), t.vocab_size());
     }
 
     #[test]

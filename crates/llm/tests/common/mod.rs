@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use etch_llm::tokenizer::TokenBytes;
 use etch_llm::{LlmError, Runner, Tokenizer};
 use etch_runtime::{LoadMode, Module};
 
@@ -31,6 +32,13 @@ impl Tokenizer for ByteTokenizer {
     }
     fn kind(&self) -> &'static str {
         "bytes"
+    }
+    fn token_bytes(&self) -> Result<TokenBytes, LlmError> {
+        let mut table = TokenBytes::with_capacity(256);
+        for b in 0..=255u8 {
+            table.push(&[b]);
+        }
+        Ok(table)
     }
 }
 
