@@ -107,25 +107,57 @@ pub fn binary(
     yd: &Dims,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
+    let bounded = min > f32::NEG_INFINITY || max < f32::INFINITY;
+    // One monomorphic loop nest per operation (and clamp or not), so that the
+    // contiguous runs vectorize.
+    macro_rules! run {
+        ($op:expr) => {
+            if bounded {
+                binary_with(&|p, q| ($op)(p, q).max(min).min(max), ad, a, bd, b, yd, out)
+            } else {
+                binary_with(&$op, ad, a, bd, b, yd, out)
+            }
+        };
+    }
+    match f {
+        BinaryOp::Add => run!(|p: f32, q: f32| p + q),
+        BinaryOp::Subtract => run!(|p: f32, q: f32| p - q),
+        BinaryOp::Multiply => run!(|p: f32, q: f32| p * q),
+        BinaryOp::Divide => run!(|p: f32, q: f32| p / q),
+        BinaryOp::Minimum | BinaryOp::Maximum | BinaryOp::PRelu => {
+            run!(|p: f32, q: f32| apply(f, p, q))
+        }
+    }
+}
+
+#[inline(always)]
+fn binary_with(
+    g: &impl Fn(f32, f32) -> f32,
+    ad: &Dims,
+    a: &[f32],
+    bd: &Dims,
+    b: &[f32],
+    yd: &Dims,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
     let n = out.len();
-    let clamp = |v: f32| v.max(min).min(max);
     if a.len() == n && b.len() == n {
         for ((o, &p), &q) in out.iter_mut().zip(a).zip(b) {
-            *o = clamp(apply(f, p, q));
+            *o = g(p, q);
         }
         return Ok(());
     }
     if a.len() == n && b.len() == 1 {
         let q = b[0];
         for (o, &p) in out.iter_mut().zip(a) {
-            *o = clamp(apply(f, p, q));
+            *o = g(p, q);
         }
         return Ok(());
     }
     if a.len() == 1 && b.len() == n {
         let p = a[0];
         for (o, &q) in out.iter_mut().zip(b) {
-            *o = clamp(apply(f, p, q));
+            *o = g(p, q);
         }
         return Ok(());
     }
@@ -134,6 +166,14 @@ pub fn binary(
     let sb = broadcast_strides(bd, yd);
     let inner = yd.get(r - 1);
     let (ia, ib) = (sa[r - 1], sb[r - 1]);
+    // The operand run of one output row: contiguous (stride 1) or one broadcast value.
+    let run = |x: &[f32], off: usize, stride: usize| -> Result<(usize, bool), KernelError> {
+        let last = off + (inner.max(1) - 1) * stride;
+        if last >= x.len() {
+            return Err(short("binary"));
+        }
+        Ok((off, stride == 0))
+    };
     let mut idx = [0usize; MAX_DIMS];
     for row in out.chunks_exact_mut(inner.max(1)) {
         let (mut oa, mut ob) = (0usize, 0usize);
@@ -141,10 +181,28 @@ pub fn binary(
             oa += idx[d] * sa[d];
             ob += idx[d] * sb[d];
         }
-        for (j, o) in row.iter_mut().enumerate() {
-            let p = *a.get(oa + j * ia).ok_or_else(|| short("binary"))?;
-            let q = *b.get(ob + j * ib).ok_or_else(|| short("binary"))?;
-            *o = clamp(apply(f, p, q));
+        let (oa, a_one) = run(a, oa, ia)?;
+        let (ob, b_one) = run(b, ob, ib)?;
+        let w = row.len();
+        match (a_one, b_one) {
+            (false, false) => {
+                for ((o, &p), &q) in row.iter_mut().zip(&a[oa..oa + w]).zip(&b[ob..ob + w]) {
+                    *o = g(p, q);
+                }
+            }
+            (false, true) => {
+                let q = b[ob];
+                for (o, &p) in row.iter_mut().zip(&a[oa..oa + w]) {
+                    *o = g(p, q);
+                }
+            }
+            (true, false) => {
+                let p = a[oa];
+                for (o, &q) in row.iter_mut().zip(&b[ob..ob + w]) {
+                    *o = g(p, q);
+                }
+            }
+            (true, true) => row.fill(g(a[oa], b[ob])),
         }
         for d in (0..r.saturating_sub(1)).rev() {
             idx[d] += 1;

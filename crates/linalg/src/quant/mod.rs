@@ -108,20 +108,36 @@ pub fn quantize_qd8(
         .zip(q.chunks_exact_mut(stride))
         .zip(params.chunks_exact_mut(2))
     {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = dispatch().elementwise.avx512() {
+            let (lo, hi) = x86::row_min_max(t, xs);
+            let (scale, zp) = qd8_params(lo, hi);
+            x86::quantize_row(t, xs, scale, zp, &mut qs[..k]);
+            qs[k..].fill(0);
+            p[0] = 1.0 / scale;
+            p[1] = zp;
+            continue;
+        }
         let (lo, hi) = xs
             .iter()
             .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
                 (a.min(v), b.max(v))
             });
         let (scale, zp) = qd8_params(lo, hi);
-        for (d, &v) in qs.iter_mut().zip(xs) {
-            *d = ((v * scale).round_ties_even() + zp).clamp(-128.0, 127.0) as i8;
-        }
+        quantize_row_scalar(xs, scale, zp, &mut qs[..k]);
         qs[k..].fill(0);
         p[0] = 1.0 / scale;
         p[1] = zp;
     }
     Ok(())
+}
+
+/// `q = clamp(rint(x · scale) + zp, -128, 127)` for one row (the scalar twin of the
+/// SIMD row quantizers).
+pub(crate) fn quantize_row_scalar(xs: &[f32], scale: f32, zp: f32, qs: &mut [i8]) {
+    for (d, &v) in qs.iter_mut().zip(xs) {
+        *d = ((v * scale).round_ties_even() + zp).clamp(-128.0, 127.0) as i8;
+    }
 }
 
 /// Quantized activations: `m` rows of stride [`qd8_row_stride`]`(k)` and one

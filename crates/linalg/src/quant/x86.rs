@@ -252,3 +252,56 @@ unsafe fn tile_avx2<const R: usize>(
         }
     }
 }
+
+/// The smallest and largest value of a row (AVX-512 F), as the scalar fold computes
+/// them for finite values.
+pub(super) fn row_min_max(_proof: CpuSupport, xs: &[f32]) -> (f32, f32) {
+    // SAFETY: the proof says the CPU has AVX-512 F.
+    unsafe { row_min_max_impl(xs) }
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn row_min_max_impl(xs: &[f32]) -> (f32, f32) {
+    let mut lo = _mm512_set1_ps(f32::INFINITY);
+    let mut hi = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut chunks = xs.chunks_exact(16);
+    for c in &mut chunks {
+        // SAFETY: the chunk holds 16 f32.
+        let v = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+        lo = _mm512_min_ps(lo, v);
+        hi = _mm512_max_ps(hi, v);
+    }
+    let (mut l, mut h) = (_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi));
+    for &v in chunks.remainder() {
+        l = l.min(v);
+        h = h.max(v);
+    }
+    (l, h)
+}
+
+/// `q = clamp(rint(x · scale) + zp, -128, 127)` for one row (AVX-512 F; `vcvtps2dq`
+/// rounds to nearest-even, as `lrintf`).
+pub(super) fn quantize_row(_proof: CpuSupport, xs: &[f32], scale: f32, zp: f32, qs: &mut [i8]) {
+    // SAFETY: the proof says the CPU has AVX-512 F.
+    unsafe { quantize_row_impl(xs, scale, zp, qs) }
+}
+
+#[target_feature(enable = "avx512f")]
+unsafe fn quantize_row_impl(xs: &[f32], scale: f32, zp: f32, qs: &mut [i8]) {
+    let vs = _mm512_set1_ps(scale);
+    let vz = _mm512_set1_epi32(zp as i32);
+    let (lo, hi) = (_mm512_set1_epi32(-128), _mm512_set1_epi32(127));
+    let n = xs.len().min(qs.len());
+    let mut i = 0;
+    while i + 16 <= n {
+        // SAFETY: i + 16 <= n elements of xs and qs.
+        unsafe {
+            let v = _mm512_mul_ps(_mm512_loadu_ps(xs.as_ptr().add(i)), vs);
+            let q = _mm512_add_epi32(_mm512_cvtps_epi32(v), vz);
+            let q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+            _mm_storeu_si128(qs.as_mut_ptr().add(i).cast(), _mm512_cvtepi32_epi8(q));
+        }
+        i += 16;
+    }
+    super::quantize_row_scalar(&xs[i..n], scale, zp, &mut qs[i..n]);
+}
