@@ -77,6 +77,7 @@ def main():
         import torch
         from executorch.runtime import Runtime
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  (llama:: ops)
+    import executorch.kernels.quantized  # noqa: F401  (quantized_decomposed:: kernels, e.g. embedding_byte)
     from executorch.extension.pybindings import portable_lib
 
     threadpool_info = {"api": "executorch.extension.pybindings.portable_lib._unsafe_reset_threadpool"}

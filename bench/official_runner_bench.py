@@ -59,6 +59,7 @@ def main():
         return
 
     import executorch.extension.llm.custom_ops.custom_ops  # noqa: F401  (llama:: kernels)
+    import executorch.kernels.quantized  # noqa: F401  (quantized_decomposed:: kernels, e.g. embedding_byte)
     from executorch.extension.llm.runner import GenerationConfig, TextLLMRunner
     from executorch.extension.pybindings import portable_lib
 
