@@ -92,7 +92,9 @@ unsafe fn tile_avx512<const R: usize>(
     let mut start = 0;
     for b in 0..blocks {
         let len = w.block_len(b);
-        let mut iacc = [_mm512_setzero_si512(); R];
+        // Two independent accumulators per row (low and high nibbles): one `vpdpbusd`
+        // chain would wait on its latency.
+        let mut iacc = [[_mm512_setzero_si512(); 2]; R];
         // SAFETY (whole block): inputs start..start+len lie within the padded row
         // (stride), whose codes occupy stride * 8 (4-bit) or stride * 16 (8-bit) bytes.
         unsafe {
@@ -108,8 +110,8 @@ unsafe fn tile_avx512<const R: usize>(
                         );
                         for (r, acc) in iacc.iter_mut().enumerate() {
                             let qp = q.add(r * stride + kk);
-                            *acc = _mm512_dpbusd_epi32(*acc, group(qp), lo);
-                            *acc = _mm512_dpbusd_epi32(*acc, group(qp.add(4)), hi);
+                            acc[0] = _mm512_dpbusd_epi32(acc[0], group(qp), lo);
+                            acc[1] = _mm512_dpbusd_epi32(acc[1], group(qp.add(4)), hi);
                         }
                         kk += 8;
                     }
@@ -121,7 +123,7 @@ unsafe fn tile_avx512<const R: usize>(
                             _mm512_xor_si512(_mm512_loadu_si512(data.add(kk * 16).cast()), flip);
                         for (r, acc) in iacc.iter_mut().enumerate() {
                             let qp = q.add(r * stride + kk);
-                            *acc = _mm512_dpbusd_epi32(*acc, group(qp), v);
+                            acc[0] = _mm512_dpbusd_epi32(acc[0], group(qp), v);
                         }
                         kk += 4;
                     }
@@ -129,7 +131,8 @@ unsafe fn tile_avx512<const R: usize>(
             }
             let s = _mm512_loadu_ps(scales.add(b * PANEL));
             for (f, i) in facc.iter_mut().zip(&iacc) {
-                *f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*i), s, *f);
+                let sum = _mm512_add_epi32(i[0], i[1]);
+                *f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), s, *f);
             }
         }
         start += len;
