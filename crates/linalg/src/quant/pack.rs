@@ -125,9 +125,6 @@ impl Qd8Weights {
         let blocks = k_pad.div_ceil(block);
         let panels = n.div_ceil(PANEL);
         let zero = bits.zero_point() as u8;
-        let code_at = |j: usize, c: usize| {
-            if j < n && c < k { code(j, c) } else { zero }
-        };
         let panel_bytes = match bits {
             WeightBits::Four => k_pad * PANEL / 2,
             WeightBits::Eight => k_pad * PANEL,
@@ -135,49 +132,56 @@ impl Qd8Weights {
         let mut data = vec![0u8; panels * panel_bytes];
         let mut scale_data = vec![0f32; panels * blocks * PANEL];
         let mut channel_sums = vec![0f32; panels * PANEL];
-        for p in 0..panels {
+        // One channel at a time: its codes decoded once into `row` (padding at the zero
+        // point), then scattered into the panel layout and summed per block.
+        let mut row = vec![zero; k_pad];
+        for j in 0..n {
+            let (p, c) = (j / PANEL, j % PANEL);
+            for (col, r) in row[..k].iter_mut().enumerate() {
+                *r = code(j, col);
+            }
             let dst = &mut data[p * panel_bytes..][..panel_bytes];
             match bits {
                 WeightBits::Four => {
                     for (t, group) in dst.chunks_exact_mut(4 * PANEL).enumerate() {
-                        for c in 0..PANEL {
-                            for i in 0..4 {
-                                let lo = code_at(p * PANEL + c, 8 * t + i);
-                                let hi = code_at(p * PANEL + c, 8 * t + 4 + i);
-                                group[4 * c + i] = lo | (hi << 4);
-                            }
+                        let src = &row[8 * t..8 * t + 8];
+                        for i in 0..4 {
+                            group[4 * c + i] = src[i] | (src[4 + i] << 4);
                         }
                     }
                 }
                 WeightBits::Eight => {
                     for (t, group) in dst.chunks_exact_mut(4 * PANEL).enumerate() {
-                        for c in 0..PANEL {
-                            for i in 0..4 {
-                                group[4 * c + i] = code_at(p * PANEL + c, 4 * t + i);
-                            }
-                        }
+                        group[4 * c..4 * c + 4].copy_from_slice(&row[4 * t..4 * t + 4]);
                     }
                 }
             }
-            for c in 0..PANEL {
-                let j = p * PANEL + c;
-                if j >= n {
-                    continue;
-                }
-                // XNNPACK's packed "k scaled sum": minus the scaled sums of the centred
-                // weights, block by block in f32 (google/XNNPACK
-                // `src/qb4-packw/gen/qb4-packw-x16c8-gemm-goi-scalar.c`).
-                let mut sum = 0f32;
-                for b in 0..blocks {
-                    let start = b * block;
-                    let s = scales[j * groups + (start / group).min(groups - 1)];
-                    scale_data[(p * blocks + b) * PANEL + c] = s;
-                    let centred: i32 = (start..(start + block).min(k_pad))
-                        .map(|col| i32::from(code_at(j, col)) - i32::from(zero))
-                        .sum();
-                    sum -= centred as f32 * s;
-                }
-                channel_sums[j] = sum;
+            // XNNPACK's packed "k scaled sum": minus the scaled sums of the centred
+            // weights, block by block in f32 (google/XNNPACK
+            // `src/qb4-packw/gen/qb4-packw-x16c8-gemm-goi-scalar.c`).
+            let mut sum = 0f32;
+            for b in 0..blocks {
+                let start = b * block;
+                let s = scales[j * groups + (start / group).min(groups - 1)];
+                scale_data[(p * blocks + b) * PANEL + c] = s;
+                let centred: i32 = row[start..(start + block).min(k_pad)]
+                    .iter()
+                    .map(|&u| i32::from(u) - i32::from(zero))
+                    .sum();
+                sum -= centred as f32 * s;
+            }
+            channel_sums[j] = sum;
+        }
+        // Channels past n in the last panel: zero-point codes (their sums stay 0).
+        for j in n..panels * PANEL {
+            let (p, c) = (j / PANEL, j % PANEL);
+            let dst = &mut data[p * panel_bytes..][..panel_bytes];
+            let fill = match bits {
+                WeightBits::Four => zero | (zero << 4),
+                WeightBits::Eight => zero,
+            };
+            for group in dst.chunks_exact_mut(4 * PANEL) {
+                group[4 * c..4 * c + 4].fill(fill);
             }
         }
         Ok(Qd8Weights {
