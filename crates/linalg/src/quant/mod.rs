@@ -221,7 +221,10 @@ pub fn gemm_qd8_with(
         return Ok(());
     }
     let (row_terms, acc) = scratch[..need].split_at_mut(m * w.blocks());
-    kernels::row_terms(a, w, row_terms);
+    // The VNNI kernel's unsigned form needs no row terms.
+    if kernels::unsigned_offset(isa) == 0.0 {
+        kernels::row_terms(a, w, row_terms);
+    }
     let row_terms: &[f32] = row_terms;
     let panels = w.panels();
     let per_task = panels.div_ceil(pool.threads()).max(1);

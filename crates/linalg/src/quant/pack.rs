@@ -51,6 +51,9 @@ pub struct Qd8Weights {
     data: Vec<u8>,
     /// `[panel][block][PANEL]`.
     scales: Vec<f32>,
+    /// The same scales as bf16 bits when every one is exactly a bf16 (block-quantized
+    /// weights always are): half the scale traffic for the kernels that read them.
+    scales_bf16: Option<Vec<u16>>,
     /// `[panels * PANEL]`: `Σ_b scale[j, b] · Σ_{k in b} code[j, k]`.
     channel_sums: Vec<f32>,
 }
@@ -191,6 +194,15 @@ impl Qd8Weights {
             block,
             blocks,
             data,
+            scales_bf16: scale_data
+                .iter()
+                .all(|s| s.to_bits() & 0xffff == 0)
+                .then(|| {
+                    scale_data
+                        .iter()
+                        .map(|s| (s.to_bits() >> 16) as u16)
+                        .collect()
+                }),
             scales: scale_data,
             channel_sums,
         })
@@ -240,6 +252,12 @@ impl Qd8Weights {
     /// The `[block][PANEL]` scales of panel `p`.
     pub(crate) fn panel_scales(&self, p: usize) -> &[f32] {
         &self.scales[p * self.blocks * PANEL..(p + 1) * self.blocks * PANEL]
+    }
+
+    /// The `[block][PANEL]` scales of panel `p` as bf16 bits, when they all are bf16.
+    pub(crate) fn panel_scales_bf16(&self, p: usize) -> Option<&[u16]> {
+        let n = self.blocks * PANEL;
+        self.scales_bf16.as_ref().map(|s| &s[p * n..(p + 1) * n])
     }
 
     /// `Σ_b scale · Σ code` per (padded) output channel.

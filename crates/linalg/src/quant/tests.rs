@@ -58,8 +58,18 @@ fn check_all_isas(m: usize, n: usize, k: usize, group: usize, bits: WeightBits, 
         WeightBits::Eight => ((0..n * k).map(|_| (next() % 256) as u8).collect(), 128),
     };
     let groups = k.div_ceil(group);
+    // Odd seeds: bf16 scales (as block-quantized files have; the kernels then read
+    // the bf16 copy), even seeds: arbitrary f32.
+    let bf16 = seed % 2 == 1;
     let scales: Vec<f32> = (0..n * groups)
         .map(|_| (next() % 100 + 1) as f32 / 3000.0)
+        .map(|s: f32| {
+            if bf16 {
+                f32::from_bits(s.to_bits() & 0xffff_0000)
+            } else {
+                s
+            }
+        })
         .collect();
     let bias: Vec<f32> = (0..n).map(|j| j as f32 / 10.0 - 0.3).collect();
     let w = match bits {

@@ -74,6 +74,7 @@ unsafe fn tile_avx512<const R: usize>(
     let blocks = w.blocks();
     let data = w.panel_data(p).as_ptr();
     let scales = w.panel_scales(p).as_ptr();
+    let scales_bf16 = w.panel_scales_bf16(p).map(|s| s.as_ptr());
     let q = a.q[r0 * stride..].as_ptr();
     let low = _mm512_set1_epi8(0x0f);
     let eight = _mm512_set1_epi8(8);
@@ -129,7 +130,13 @@ unsafe fn tile_avx512<const R: usize>(
                     }
                 }
             }
-            let s = _mm512_loadu_ps(scales.add(b * PANEL));
+            let s = match scales_bf16 {
+                // bf16 -> f32 is exact: the bits shifted into the high half.
+                Some(h) => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+                    _mm256_loadu_si256(h.add(b * PANEL).cast()),
+                ))),
+                None => _mm512_loadu_ps(scales.add(b * PANEL)),
+            };
             for (f, i) in facc.iter_mut().zip(&iacc) {
                 let sum = _mm512_add_epi32(i[0], i[1]);
                 *f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), s, *f);
