@@ -212,9 +212,12 @@ impl TextGenerator {
 #[pymethods]
 impl TextGenerator {
     /// Loads a `.pte` LLM (with a KV cache, as ExecuTorch's LLM exporter writes it) and a
-    /// tokenizer (`tokenizer.json`, tiktoken, or llama2.c `tokenizer.bin`).
+    /// tokenizer (`tokenizer.json`, tiktoken, or llama2.c `tokenizer.bin`). `max_memory`:
+    /// the most bytes the model may hold (None: what the system has available).
     #[new]
-    #[pyo3(signature = (model, tokenizer, threads = 0, load_mode = "huge-pages", method = "forward", temp_cache_mib = 16))]
+    // Each argument is one of Python's keyword arguments.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (model, tokenizer, threads = 0, load_mode = "huge-pages", method = "forward", temp_cache_mib = 16, max_memory = None))]
     fn new(
         py: Python<'_>,
         model: PathBuf,
@@ -223,6 +226,7 @@ impl TextGenerator {
         load_mode: &str,
         method: &str,
         temp_cache_mib: usize,
+        max_memory: Option<u64>,
     ) -> PyResult<Self> {
         for (what, path) in [("model", &model), ("tokenizer", &tokenizer)] {
             if !path.exists() {
@@ -237,12 +241,18 @@ impl TextGenerator {
             temp_cache_bytes: temp_cache_mib.saturating_mul(1024 * 1024),
             method: method.to_string(),
             load_mode: parse_load_mode(load_mode)?,
+            max_memory,
         };
         let runner = py
             .allow_threads(|| -> Result<Runner, LlmError> {
                 let start = Instant::now();
                 let tokenizer = etch_llm::load_tokenizer(&tokenizer)?;
-                let module = Module::from_path(&model)
+                let builder = Module::from_path(&model);
+                let builder = match options.max_memory {
+                    Some(bytes) => builder.max_memory(bytes),
+                    None => builder,
+                };
+                let module = builder
                     .load_mode(options.load_mode)
                     .threads(options.threads)
                     .temp_cache_bytes(options.temp_cache_bytes)

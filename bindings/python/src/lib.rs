@@ -20,17 +20,21 @@ use pyo3::prelude::*;
 /// `load_mode`: "mmap" (default: weights used in place from the page cache), "read"
 /// (into heap memory), "mmap-locked", or "huge-pages" (into transparent huge pages:
 /// faster LLM decode). `threads`: kernel threads, 0 for one per core. `data_path`: a
-/// `.ptd` file holding data the program keeps outside the `.pte`.
+/// `.ptd` file holding data the program keeps outside the `.pte`. `max_memory`: the
+/// most bytes the program and its sessions may hold (read file, planned memory,
+/// packed delegate weights); None: the memory the system has available. Past it,
+/// loading fails with what was needed, rather than the process being killed.
 #[pyfunction]
-#[pyo3(signature = (source, load_mode = "mmap", threads = 0, data_path = None))]
+#[pyo3(signature = (source, load_mode = "mmap", threads = 0, data_path = None, max_memory = None))]
 fn load(
     py: Python<'_>,
     source: &Bound<'_, PyAny>,
     load_mode: &str,
     threads: usize,
     data_path: Option<std::path::PathBuf>,
+    max_memory: Option<u64>,
 ) -> PyResult<program::Program> {
-    program::Program::load(py, source, load_mode, threads, data_path)
+    program::Program::load(py, source, load_mode, threads, data_path, max_memory)
 }
 
 /// The delegate backends etch runs, by the id programs name them with.

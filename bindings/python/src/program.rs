@@ -92,6 +92,7 @@ impl Program {
         load_mode: &str,
         threads: usize,
         data_path: Option<PathBuf>,
+        max_memory: Option<u64>,
     ) -> PyResult<Self> {
         let mode = parse_load_mode(load_mode)?;
         if let Some(p) = data_path.as_ref().filter(|p| !p.exists()) {
@@ -113,6 +114,10 @@ impl Program {
                 };
                 let builder = match data_path {
                     Some(p) => builder.data_file(p),
+                    None => builder,
+                };
+                let builder = match max_memory {
+                    Some(bytes) => builder.max_memory(bytes),
                     None => builder,
                 };
                 builder.load_mode(mode).threads(threads).build_program()

@@ -178,6 +178,13 @@ def test_bad_programs_are_reported(tmp_path) -> None:
         etch.load(12)
 
 
+def test_max_memory_bounds_what_a_program_may_hold() -> None:
+    with pytest.raises(etch.EtchError, match="max_memory"):
+        etch.load(TINY_LLAMA, load_mode="read", max_memory=1024)
+    program = etch.load(TINY_LLAMA, load_mode="read", threads=1, max_memory=1 << 30)
+    check_output(program.method("forward")(*llama_call(0))[0], llama_out(0), *TOL)
+
+
 def test_sessions_run_in_parallel_threads(llama: etch.Program) -> None:
     results = {}
 

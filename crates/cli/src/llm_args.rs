@@ -25,6 +25,10 @@ pub struct ModelArgs {
     /// Cache budget of the caching temp allocator, in MiB.
     #[arg(long, default_value_t = 16, value_name = "MIB")]
     pub temp_cache_mib: usize,
+    /// The most memory the model may hold (default: what the system has available).
+    #[arg(long, value_name = "BYTES", value_parser = crate::load::parse_max_memory,
+          long_help = crate::load::MAX_MEMORY_HELP)]
+    pub max_memory: Option<u64>,
 }
 
 impl ModelArgs {
@@ -40,6 +44,7 @@ impl ModelArgs {
             threads: self.threads,
             temp_cache_bytes: self.temp_cache_mib.saturating_mul(1024 * 1024),
             load_mode: self.load.into(),
+            max_memory: self.max_memory,
             ..Default::default()
         };
         let runner = crate::progress::while_loading(&self.model, || {

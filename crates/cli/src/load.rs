@@ -27,6 +27,19 @@ impl From<LoadArg> for LoadMode {
     }
 }
 
+/// Parses `--max-memory` (`2G`, `512M`, `1048576`).
+pub fn parse_max_memory(text: &str) -> Result<u64, String> {
+    etch_memory::parse_byte_size(text).ok_or_else(|| {
+        format!("{text:?} is not a byte size (write it as 1048576, 512K, 300M, 2G or 1.5GiB)")
+    })
+}
+
+/// Help of `--max-memory`, shared by the commands that load a program.
+pub const MAX_MEMORY_HELP: &str = "The most memory the program may hold (file when read, \
+planned memory and KV cache, packed weights), e.g. 2G or 512M; a load that needs more fails \
+before allocating and says how much it needs. Default: the memory the system reports \
+available";
+
 /// Names `path` in an error about loading it, unless the message already names it or
 /// one of `also` (I/O and tokenizer errors carry their file), so that every failure to
 /// load says which file was wrong.

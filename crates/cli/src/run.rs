@@ -40,6 +40,10 @@ pub struct RunArgs {
     /// How to bring the .pte into memory.
     #[arg(long, value_enum, default_value_t = crate::load::LoadArg::Mmap, value_name = "MODE")]
     load: crate::load::LoadArg,
+    #[arg(long, value_name = "BYTES", value_parser = crate::load::parse_max_memory,
+          long_help = crate::load::MAX_MEMORY_HELP)]
+    /// The most memory the program may hold (default: what the system has available).
+    max_memory: Option<u64>,
     /// Also report planned memory, temp-allocator use and heap allocations.
     #[arg(long)]
     stats: bool,
@@ -126,10 +130,13 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
     }
     let calls = split_calls(&args, matches);
     let load_start = Instant::now();
-    let module = Module::from_path(&args.file)
+    let mut builder = Module::from_path(&args.file)
         .load_mode(args.load.into())
-        .threads(args.threads)
-        .build();
+        .threads(args.threads);
+    if let Some(bytes) = args.max_memory {
+        builder = builder.max_memory(bytes);
+    }
+    let module = builder.build();
     let mut module = crate::load::naming_file(module, &args.file, &[])?;
     let meta = module.method_meta(&args.method)?;
     for (k, call) in calls.iter().enumerate() {

@@ -71,6 +71,10 @@ pub struct BackendInitContext<'a> {
     pub compile_specs: &'a [CompileSpecRef<'a>],
     /// Named data of the program and of any `.ptd` files loaded with it.
     pub named_data: &'a dyn NamedDataMap,
+    /// The program's memory budget. The runtime holds each delegate's reported
+    /// `packed_bytes` against it after init; a backend may check a large allocation
+    /// against it before making one (reserve, then drop the reservation).
+    pub memory_budget: &'a etch_memory::MemoryBudget,
 }
 
 /// Why a backend could not initialise a delegate.

@@ -30,6 +30,23 @@ pub struct RunnerOptions {
     /// streams every weight once per token, and on transparent huge pages that measured
     /// 18-25% faster than a memory map of the page cache (BENCHMARKS.md).
     pub load_mode: LoadMode,
+    /// The most memory the program may hold, in bytes (`None`: what the system reports
+    /// available); see `ModuleBuilder::max_memory`.
+    pub max_memory: Option<u64>,
+}
+
+impl RunnerOptions {
+    /// A module builder for `model` with these options.
+    fn builder(&self, model: &Path) -> etch_runtime::ModuleBuilder {
+        let builder = Module::from_path(model)
+            .load_mode(self.load_mode)
+            .threads(self.threads)
+            .temp_cache_bytes(self.temp_cache_bytes);
+        match self.max_memory {
+            Some(bytes) => builder.max_memory(bytes),
+            None => builder,
+        }
+    }
 }
 
 impl Default for RunnerOptions {
@@ -39,6 +56,7 @@ impl Default for RunnerOptions {
             temp_cache_bytes: DEFAULT_TEMP_CACHE_BYTES,
             method: "forward".to_string(),
             load_mode: LoadMode::HugePages,
+            max_memory: None,
         }
     }
 }
@@ -142,11 +160,7 @@ impl Runner {
     pub fn load(model: &Path, tokenizer: &Path, options: &RunnerOptions) -> Result<Self, LlmError> {
         let start = Instant::now();
         let tokenizer = load_tokenizer(tokenizer)?;
-        let module = Module::from_path(model)
-            .load_mode(options.load_mode)
-            .threads(options.threads)
-            .temp_cache_bytes(options.temp_cache_bytes)
-            .build()?;
+        let module = options.builder(model).build()?;
         Self::from_parts(module, tokenizer, &options.method, start)
     }
 
@@ -155,11 +169,7 @@ impl Runner {
     /// generated text is empty and the stop tokens are the model's own.
     pub fn load_without_tokenizer(model: &Path, options: &RunnerOptions) -> Result<Self, LlmError> {
         let start = Instant::now();
-        let mut module = Module::from_path(model)
-            .load_mode(options.load_mode)
-            .threads(options.threads)
-            .temp_cache_bytes(options.temp_cache_bytes)
-            .build()?;
+        let mut module = options.builder(model).build()?;
         let method = model_method(&module, &options.method)?;
         let vocab = match LlmMetadata::read(&mut module, &method)?.vocab_size {
             Some(v) => v,

@@ -1,6 +1,8 @@
 //! etch's memory layer: every byte a method uses comes from here.
 //!
 //! * [`MemoryAllocator`] and its strategies (arena, malloc, caching);
+//! * [`MemoryBudget`]: the byte limit a program's allocations are checked against
+//!   before they are made;
 //! * [`Storage`], [`Span`] and [`Access`]: the regions tensors live in and checked
 //!   borrows of their bytes;
 //! * [`PlannedMemory`]: a method's planned buffers, indexed by memory id, with
@@ -14,6 +16,7 @@
 
 mod align;
 pub mod allocator;
+mod budget;
 mod buffer;
 pub mod counting;
 mod error;
@@ -26,6 +29,7 @@ pub use align::{align_up, check_alignment};
 pub use allocator::{
     AllocatorStats, ArenaAllocator, CachingAllocator, MallocAllocator, MemoryAllocator,
 };
+pub use budget::{BudgetExceeded, MemoryBudget, Reservation, format_bytes, parse_byte_size};
 pub use buffer::AlignedBuffer;
 pub use error::{AccessError, AllocError};
 pub use planned::{PLANNED_ALIGNMENT, PlanError, PlannedMemory};

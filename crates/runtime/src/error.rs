@@ -29,6 +29,9 @@ pub enum RuntimeError {
         #[source]
         source: PlanError,
     },
+    /// A load would exceed the memory budget (`max_memory`, `--max-memory`).
+    #[error(transparent)]
+    MemoryBudget(#[from] etch_memory::BudgetExceeded),
     #[error("method {method:?}: allocation failed: {source}")]
     Alloc {
         method: String,

@@ -23,6 +23,12 @@ pub struct Module {
 }
 
 impl Module {
+    /// A module over an already loaded program: its sessions share the program's
+    /// weights, plans and delegates with every other module and session made from it.
+    pub fn from_program(program: Program) -> Self {
+        Self::new(program)
+    }
+
     pub(crate) fn new(program: Program) -> Self {
         Module {
             program,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use etch_format::{DataFile, ProgramFile};
 use etch_kernels::{Backend, Registry, ThreadPool};
 use etch_memory::allocator::{CachingAllocator, MallocAllocator};
-use etch_memory::{MemoryAllocator, SharedBytes};
+use etch_memory::{MemoryAllocator, MemoryBudget, Reservation, SharedBytes};
 
 use crate::backends::BackendRegistry;
 use crate::{Method, MethodMeta, MethodPlan, Module, RuntimeError};
@@ -65,6 +65,7 @@ pub struct ModuleBuilder {
     threads: usize,
     registry: Option<Arc<Registry>>,
     backends: Option<BackendRegistry>,
+    memory_budget: Option<MemoryBudget>,
 }
 
 impl ModuleBuilder {
@@ -78,6 +79,7 @@ impl ModuleBuilder {
             threads: 0,
             registry: None,
             backends: None,
+            memory_budget: None,
         }
     }
 
@@ -143,9 +145,38 @@ impl ModuleBuilder {
         self
     }
 
+    /// The most memory the program may hold, in bytes: the file when it is read into
+    /// memory (`--load read`, `huge-pages`), each session's planned memory (a KV cache
+    /// lives there) and delegates' packed weights. A load that would exceed it fails with
+    /// [`RuntimeError::MemoryBudget`] before allocating. Default: the memory the system
+    /// reports as available when the builder is built (`MemAvailable`).
+    pub fn max_memory(self, bytes: u64) -> Self {
+        self.memory_budget(MemoryBudget::new(bytes))
+    }
+
+    /// The budget to check allocations against (see [`Self::max_memory`]); a budget
+    /// shared by several programs limits them together.
+    pub fn memory_budget(mut self, budget: MemoryBudget) -> Self {
+        self.memory_budget = Some(budget);
+        self
+    }
+
     /// Loads and validates the program; method plans are resolved on first use.
     pub fn build_program(self) -> Result<Program, RuntimeError> {
         let start = Instant::now();
+        let budget = self
+            .memory_budget
+            .unwrap_or_else(MemoryBudget::system_available);
+        let mut file_reservations = Vec::new();
+        let copies = matches!(self.load_mode, LoadMode::Read | LoadMode::HugePages);
+        if copies && let Source::Path(p) = &self.source {
+            file_reservations.push(reserve_file(&budget, p)?);
+        }
+        if copies {
+            for p in &self.data_files {
+                file_reservations.push(reserve_file(&budget, p)?);
+            }
+        }
         let file = match self.source {
             Source::Path(p) => match self.load_mode {
                 LoadMode::Read => ProgramFile::read(&p)?,
@@ -183,6 +214,8 @@ impl ModuleBuilder {
                 }),
                 plans: Mutex::new(HashMap::new()),
                 load_time: start.elapsed(),
+                budget,
+                _file_reservations: file_reservations,
             }),
         })
     }
@@ -203,6 +236,22 @@ struct Shared {
     temp_allocator: TempAllocatorFactory,
     plans: Mutex<HashMap<String, Arc<MethodPlan>>>,
     load_time: Duration,
+    budget: MemoryBudget,
+    /// The file (and data files) read into memory, held against the budget.
+    _file_reservations: Vec<Reservation>,
+}
+
+/// Reserves the size of a file about to be read into memory.
+fn reserve_file(budget: &MemoryBudget, path: &Path) -> Result<Reservation, RuntimeError> {
+    let len = std::fs::metadata(path)
+        .map_err(|source| {
+            RuntimeError::Format(etch_format::FormatError::Io {
+                file: path.to_path_buf(),
+                source,
+            })
+        })?
+        .len();
+    Ok(budget.reserve(|| format!("reading {} into memory", path.display()), len)?)
 }
 
 /// A loaded program: immutable, cheap to clone, `Send + Sync`. Sessions made with
@@ -295,6 +344,7 @@ impl Program {
             &s.registry,
             &s.backends,
             &s.data_files,
+            &s.budget,
         )?);
         plans.insert(name.to_string(), Arc::clone(&plan));
         Ok(plan)
@@ -310,7 +360,13 @@ impl Program {
             &s.memory_allocator,
             Arc::clone(&s.pool),
             Some((s.temp_allocator)()),
+            &s.budget,
         )
+    }
+
+    /// The memory budget this program's allocations are checked against.
+    pub fn memory_budget(&self) -> &MemoryBudget {
+        &self.shared.budget
     }
 
     /// Counters of the planned-memory allocator.

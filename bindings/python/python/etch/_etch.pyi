@@ -36,12 +36,15 @@ def load(
     load_mode: str = "mmap",
     threads: int = 0,
     data_path: Optional[_PathLike] = None,
+    max_memory: Optional[int] = None,
 ) -> Program:
     """Loads a ``.pte`` program from a path or from its bytes.
 
     ``load_mode``: ``"mmap"`` (weights used in place from the page cache), ``"read"``,
     ``"mmap-locked"`` or ``"huge-pages"``. ``threads``: kernel threads, 0 for one per
     core. ``data_path``: a ``.ptd`` file with data kept outside the program.
+    ``max_memory``: the most bytes the program and its sessions may hold (None: what
+    the system has available); past it, loading raises ``EtchError`` naming the need.
     Raises ``FileNotFoundError`` for a missing file, ``EtchError`` for an invalid one.
     """
 
@@ -162,6 +165,7 @@ class TextGenerator:
         load_mode: str = "huge-pages",
         method: str = "forward",
         temp_cache_mib: int = 16,
+        max_memory: Optional[int] = None,
     ) -> "TextGenerator": ...
     def generate(
         self,

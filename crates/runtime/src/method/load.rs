@@ -8,7 +8,9 @@ use etch_format::{
 };
 use etch_kernels::backend::{BackendInitContext, CompileSpecRef};
 use etch_kernels::{BackendError, EValue, Registry, Tensor, ThreadPool};
-use etch_memory::{AlignedBuffer, MemoryAllocator, PlannedMemory, RegionId, Span, Storage};
+use etch_memory::{
+    AlignedBuffer, MemoryAllocator, MemoryBudget, PlannedMemory, RegionId, Span, Storage,
+};
 
 use super::{LoadedDelegate, Method, MethodMeta, MethodPlan, MethodStats, Step};
 use crate::RuntimeError;
@@ -154,6 +156,7 @@ impl MethodPlan {
         registry: &Registry,
         backends: &BackendRegistry,
         data_files: &[DataFile],
+        budget: &MemoryBudget,
     ) -> Result<MethodPlan, RuntimeError> {
         let plan = file
             .plan(name)
@@ -189,7 +192,7 @@ impl MethodPlan {
             });
         }
 
-        let delegates = init_delegates(file, plan, backends, data_files)?;
+        let delegates = init_delegates(file, plan, backends, data_files, budget)?;
 
         let mut steps = Vec::new();
         for chain in &plan.chains {
@@ -261,6 +264,7 @@ fn init_delegates(
     plan: &ExecutionPlan,
     backends: &BackendRegistry,
     data_files: &[DataFile],
+    budget: &MemoryBudget,
 ) -> Result<Vec<LoadedDelegate>, RuntimeError> {
     let first_call = |index: usize| {
         plan.chains
@@ -306,6 +310,7 @@ fn init_delegates(
             delegate_index: index,
             compile_specs: &specs,
             named_data: &named_data,
+            memory_budget: budget,
         };
         let handle = backend
             .init(payload, &ctx)
@@ -315,10 +320,20 @@ fn init_delegates(
                 backend: delegate.id.clone(),
                 source,
             })?;
+        let packed = budget.reserve(
+            || {
+                format!(
+                    "the packed weights of delegate {index} ({}) of method {:?}",
+                    delegate.id, plan.name
+                )
+            },
+            handle.summary().packed_bytes as u64,
+        )?;
         loaded.push(LoadedDelegate {
             backend: delegate.id.clone(),
             payload_bytes: payload.len(),
             handle,
+            _packed: packed,
         });
     }
     Ok(loaded)
@@ -334,6 +349,7 @@ impl Method {
         memory_allocator: &Arc<dyn MemoryAllocator>,
         pool: Arc<ThreadPool>,
         temp: Option<Box<dyn MemoryAllocator>>,
+        budget: &MemoryBudget,
     ) -> Result<Method, RuntimeError> {
         let name = plan.name.as_str();
         let file_plan = file
@@ -342,6 +358,14 @@ impl Method {
                 name: name.to_string(),
                 available: file.method_names().collect::<Vec<_>>().join(", "),
             })?;
+        let planned_bytes = file_plan
+            .non_const_buffer_sizes
+            .iter()
+            .fold(0u64, |sum, &b| sum.saturating_add(b));
+        let planned_reservation = budget.reserve(
+            || format!("the planned memory of method {name:?}"),
+            planned_bytes,
+        )?;
         let mut storage = Storage::new();
         let planned = PlannedMemory::allocate(
             &mut storage,
@@ -391,6 +415,7 @@ impl Method {
             temp,
             stats: MethodStats::default(),
             profile: None,
+            _planned_reservation: planned_reservation,
         })
     }
 }

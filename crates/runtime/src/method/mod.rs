@@ -51,6 +51,8 @@ pub struct LoadedDelegate {
     /// Bytes of the processed payload the backend was given.
     pub payload_bytes: usize,
     pub(crate) handle: Box<dyn DelegateHandle>,
+    /// The packed weights, held against the program's memory budget.
+    pub(crate) _packed: etch_memory::Reservation,
 }
 
 impl LoadedDelegate {
@@ -178,6 +180,8 @@ pub struct Method {
     temp: Option<Box<dyn MemoryAllocator>>,
     stats: MethodStats,
     profile: Option<Vec<InstructionProfile>>,
+    /// The planned memory, held against the program's memory budget.
+    _planned_reservation: etch_memory::Reservation,
 }
 
 impl Method {

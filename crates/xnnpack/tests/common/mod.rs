@@ -43,8 +43,12 @@ pub fn init_ctx<'a>(named: &'a dyn NamedDataMap) -> BackendInitContext<'a> {
         delegate_index: 0,
         compile_specs: &[],
         named_data: named,
+        memory_budget: &UNLIMITED,
     }
 }
+
+static UNLIMITED: std::sync::LazyLock<etch_memory::MemoryBudget> =
+    std::sync::LazyLock::new(etch_memory::MemoryBudget::unlimited);
 
 /// Runs `handle` on the harness values `args`.
 pub fn run(
