@@ -130,15 +130,17 @@ pub fn binary(
     }
 }
 
+/// `out = g(a, b)` with numpy broadcasting of `a` (`ad`) and `b` (`bd`) to `yd`, for
+/// any element type (the int8 nodes use it too).
 #[inline(always)]
-fn binary_with(
-    g: &impl Fn(f32, f32) -> f32,
+pub fn binary_with<T: Copy, U: Copy>(
+    g: &impl Fn(T, T) -> U,
     ad: &Dims,
-    a: &[f32],
+    a: &[T],
     bd: &Dims,
-    b: &[f32],
+    b: &[T],
     yd: &Dims,
-    out: &mut [f32],
+    out: &mut [U],
 ) -> Result<(), KernelError> {
     let n = out.len();
     if a.len() == n && b.len() == n {
@@ -167,7 +169,7 @@ fn binary_with(
     let inner = yd.get(r - 1);
     let (ia, ib) = (sa[r - 1], sb[r - 1]);
     // The operand run of one output row: contiguous (stride 1) or one broadcast value.
-    let run = |x: &[f32], off: usize, stride: usize| -> Result<(usize, bool), KernelError> {
+    let run = |x: &[T], off: usize, stride: usize| -> Result<(usize, bool), KernelError> {
         let last = off + (inner.max(1) - 1) * stride;
         if last >= x.len() {
             return Err(short("binary"));
@@ -281,7 +283,12 @@ fn for_each_run(
 }
 
 /// `out = transpose(x, perm)`: output axis `i` is input axis `perm[i]`.
-pub fn transpose(xd: &Dims, perm: &Dims, x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
+pub fn transpose<T: Copy>(
+    xd: &Dims,
+    perm: &Dims,
+    x: &[T],
+    out: &mut [T],
+) -> Result<(), KernelError> {
     let xs = contiguous_strides(xd);
     let mut yd = *xd;
     let mut src = [0usize; MAX_DIMS];
@@ -304,12 +311,12 @@ pub fn transpose(xd: &Dims, perm: &Dims, x: &[f32], out: &mut [f32]) -> Result<(
 }
 
 /// Copies the window of `x` starting at `start` with shape `yd` into `out`.
-pub fn slice(
+pub fn slice<T: Copy>(
     xd: &Dims,
     start: &[usize],
     yd: &Dims,
-    x: &[f32],
-    out: &mut [f32],
+    x: &[T],
+    out: &mut [T],
 ) -> Result<(), KernelError> {
     let xs = contiguous_strides(xd);
     let base: usize = start.iter().zip(&xs).map(|(a, b)| a * b).sum();

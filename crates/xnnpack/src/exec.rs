@@ -14,6 +14,7 @@ use rayon::prelude::*;
 use crate::dims::{Dims, MAX_DIMS};
 use crate::elementwise;
 use crate::plan::{ALIGN_ELEMS, Bias, ConvKind, ConvOp, Filter, Loc, Op, Plan, PoolOp};
+use crate::qs8;
 use crate::quantize;
 use crate::shape;
 
@@ -119,7 +120,10 @@ fn operands<'s>(
     let mut ins: [&[f32]; 5] = [&[]; 5];
     let (vs, n) = op.inputs();
     for (slot, &v) in ins.iter_mut().zip(&vs[..n]) {
-        let numel = shapes[v].numel().ok_or_else(|| short("shape overflow"))?;
+        // Elements for f32 values, words for int8 ones.
+        let numel = plan.values[v]
+            .len(&shapes[v])
+            .ok_or_else(|| short("shape overflow"))?;
         *slot = match plan.values[v].loc {
             Loc::Constant => plan.constants[v]
                 .as_deref()
@@ -219,7 +223,8 @@ pub fn execute(
             continue;
         }
         let (out, ins) = operands(plan, offsets, arena, shapes, op)?;
-        run_op(op, ctx.pool(), shapes, out, &ins, col, gemm)
+        let int8 = plan.values[op.output()].int8;
+        run_op(op, ctx.pool(), shapes, int8, out, &ins, col, gemm)
             .map_err(|e| node_error(plan, i, &e.to_string()))?;
     }
     for &(v, arg) in &plan.outputs {
@@ -257,17 +262,111 @@ pub fn execute(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_op(
     op: &Op,
     pool: &ThreadPool,
     shapes: &[Dims],
+    int8: bool,
     out: &mut [f32],
     ins: &[&[f32]; 5],
     col: &mut [f32],
     gemm: &mut [f32],
 ) -> Result<(), KernelError> {
     let x = ins[0];
+    let numel = |v: usize| shapes[v].numel().unwrap_or(0);
     match op {
+        Op::Qs8Unary { x: xv, f, .. } => qs8::unary(*f, numel(*xv), x, out)?,
+        Op::Qs8Binary { a, b, y, f } => qs8::binary(
+            f,
+            &shapes[*a],
+            ins[0],
+            &shapes[*b],
+            ins[1],
+            &shapes[*y],
+            out,
+        )?,
+        Op::Qs8FullyConnected { x: xv, w, rq, .. } => {
+            let m = numel(*xv).checked_div(w.k()).unwrap_or(0);
+            qs8::fully_connected(pool, m, w, rq, x, out)?
+        }
+        Op::Transpose { x: xv, perm, .. } if int8 => {
+            let n = numel(*xv);
+            let src = bytes(x).get(..n).ok_or_else(|| short("transpose"))?;
+            let dst = bytes_mut(out)
+                .get_mut(..n)
+                .ok_or_else(|| short("transpose"))?;
+            elementwise::transpose(&shapes[*xv], perm, src, dst)?
+        }
+        Op::Slice {
+            x: xv,
+            y,
+            offsets,
+            sizes,
+        } if int8 => {
+            let xd = shapes[*xv];
+            let mut start = [0usize; MAX_DIMS];
+            for (i, s) in start.iter_mut().enumerate().take(xd.rank()) {
+                *s = shape::slice_extent(xd.get(i), offsets.get(i), sizes.get(i)).0;
+            }
+            let src = bytes(x).get(..numel(*xv)).ok_or_else(|| short("slice"))?;
+            let dst = bytes_mut(out)
+                .get_mut(..numel(*y))
+                .ok_or_else(|| short("slice"))?;
+            elementwise::slice(&xd, &start[..xd.rank()], &shapes[*y], src, dst)?
+        }
+        Op::Concat { xs, n, axis, y } if int8 => {
+            let dst = bytes_mut(out)
+                .get_mut(..numel(*y))
+                .ok_or_else(|| short("concatenate"))?;
+            let mut srcs: [&[i8]; 5] = [&[]; 5];
+            for (k, s) in srcs.iter_mut().enumerate().take(*n) {
+                *s = bytes(ins[k]);
+            }
+            concat(shapes, xs, *n, *axis, *y, &srcs, dst)?
+        }
+        Op::Conv(c) if c.q.is_some() => {
+            let (xd, yd) = (&shapes[c.x], &shapes[c.y]);
+            let g = geometry(c, xd, yd);
+            let q = c.q.as_deref().ok_or_else(|| short("convolution"))?;
+            let in_img = g.in_h * g.in_w * g.in_channels();
+            let out_img = g.out_pixels() * g.out_channels();
+            let src = bytes(x);
+            let dst = bytes_mut(out);
+            for b in 0..xd.get(0) {
+                let s = src
+                    .get(b * in_img..(b + 1) * in_img)
+                    .ok_or_else(|| short("convolution"))?;
+                let d = dst
+                    .get_mut(b * out_img..(b + 1) * out_img)
+                    .ok_or_else(|| short("convolution"))?;
+                qs8::convolution(&g, q, c.kind == ConvKind::Depthwise, pool, s, d, col)?;
+            }
+        }
+        Op::Pool(p) if p.q.is_some() => {
+            let (min, max) = p.q.unwrap_or((i8::MIN, i8::MAX));
+            let g = pool_geometry(p, &shapes[p.x], &shapes[p.y]);
+            let in_img = g.in_h * g.in_w * g.channels;
+            let out_img = g.out_h * g.out_w * g.channels;
+            let (src, dst) = (bytes(x), bytes_mut(out));
+            for b in 0..shapes[p.x].get(0) {
+                let s = src
+                    .get(b * in_img..(b + 1) * in_img)
+                    .ok_or_else(|| short("pooling"))?;
+                let d = dst
+                    .get_mut(b * out_img..(b + 1) * out_img)
+                    .ok_or_else(|| short("pooling"))?;
+                qs8::max_pool(&g, s, min, max, d)?;
+            }
+        }
+        Op::GlobalAvgPool {
+            x: xv, q: Some(q), ..
+        } => {
+            let d = shapes[*xv];
+            let r = d.rank();
+            let (h, w, c) = (d.get(r - 3), d.get(r - 2), d.get(r - 1));
+            qs8::mean(q, d.product(0..r - 3), h * w, c, x, out)?
+        }
         Op::QuantizeRows {
             x: xv, row_dims, ..
         } => {
@@ -333,24 +432,7 @@ fn run_op(
             }
             elementwise::slice(&xd, &start[..xd.rank()], &shapes[*y], x, out)?
         }
-        Op::Concat { xs, n, axis, y } => {
-            let yd = shapes[*y];
-            let outer = yd.product(0..*axis);
-            let inner = yd.product(*axis + 1..yd.rank());
-            let row = yd.get(*axis) * inner;
-            let mut at = 0;
-            for (k, &v) in xs[..*n].iter().enumerate() {
-                let len = shapes[v].get(*axis) * inner;
-                let src = ins[k];
-                for o in 0..outer {
-                    out.get_mut(o * row + at..o * row + at + len)
-                        .zip(src.get(o * len..(o + 1) * len))
-                        .map(|(d, s)| d.copy_from_slice(s))
-                        .ok_or_else(|| short("concatenate"))?;
-                }
-                at += len;
-            }
-        }
+        Op::Concat { xs, n, axis, y } => concat(shapes, xs, *n, *axis, *y, ins, out)?,
         Op::Pad {
             x: xv,
             y,
@@ -805,6 +887,62 @@ fn conv_gemm(
             .map(|(t, (ch, col))| task(t, ch, col))
             .all(|ok| ok)
     })
+}
+
+fn bytes(words: &[f32]) -> &[i8] {
+    bytemuck::cast_slice(words)
+}
+
+fn bytes_mut(words: &mut [f32]) -> &mut [i8] {
+    bytemuck::cast_slice_mut(words)
+}
+
+/// Concatenation along `axis` of the first `n` of `xs` (elements of any type).
+fn concat<T: Copy>(
+    shapes: &[Dims],
+    xs: &[usize; 5],
+    n: usize,
+    axis: usize,
+    y: usize,
+    ins: &[&[T]; 5],
+    out: &mut [T],
+) -> Result<(), KernelError> {
+    let yd = shapes[y];
+    let outer = yd.product(0..axis);
+    let inner = yd.product(axis + 1..yd.rank());
+    let row = yd.get(axis) * inner;
+    let mut at = 0;
+    for (k, &v) in xs[..n].iter().enumerate() {
+        let len = shapes[v].get(axis) * inner;
+        let src = ins[k];
+        for o in 0..outer {
+            out.get_mut(o * row + at..o * row + at + len)
+                .zip(src.get(o * len..(o + 1) * len))
+                .map(|(d, s)| d.copy_from_slice(s))
+                .ok_or_else(|| short("concatenate"))?;
+        }
+        at += len;
+    }
+    Ok(())
+}
+
+fn pool_geometry(p: &PoolOp, xd: &Dims, yd: &Dims) -> pool::PoolGeometry {
+    let w = &p.window;
+    pool::PoolGeometry {
+        in_h: xd.get(1),
+        in_w: xd.get(2),
+        channels: xd.get(3),
+        out_h: yd.get(1),
+        out_w: yd.get(2),
+        kernel_h: w.kernel_h,
+        kernel_w: w.kernel_w,
+        stride_h: w.stride_h,
+        stride_w: w.stride_w,
+        dilation_h: w.dilation_h,
+        dilation_w: w.dilation_w,
+        pad_top: w.pad_top,
+        pad_left: w.pad_left,
+    }
 }
 
 fn pooling(

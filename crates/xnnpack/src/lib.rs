@@ -27,6 +27,8 @@ mod exec;
 pub mod header;
 mod parse;
 mod plan;
+mod qs8;
+mod qs8_plan;
 mod quantize;
 pub mod schema;
 mod shape;

@@ -359,6 +359,7 @@ fn parse_values(
             None => None,
             Some((qtag, qtable)) => Some(parse_quant(
                 i,
+                datatype,
                 qtag,
                 qtable,
                 &dims,
@@ -475,6 +476,7 @@ fn constant_bytes(
 #[allow(clippy::too_many_arguments)]
 fn parse_quant(
     i: usize,
+    datatype: Datatype,
     tag: u8,
     table: Option<Table<'_>>,
     dims: &Dims,
@@ -528,19 +530,63 @@ fn parse_quant(
             Ok(v.bytes().to_vec())
         }
     };
+    // Scales as `xnn_define_quantized_tensor_value` and
+    // `xnn_define_channelwise_quantized_tensor_value` require them: normal and positive.
+    let check_scale = |s: f32, what: String| {
+        if s > 0.0 && s.is_normal() {
+            Ok(())
+        } else {
+            Err(invalid(
+                what,
+                format!("scale {s} is not finite, normal and positive"),
+            ))
+        }
+    };
     match tag {
         1 => {
+            if !matches!(
+                datatype,
+                Datatype::QcInt8 | Datatype::QcInt32 | Datatype::QcInt4
+            ) {
+                return Err(invalid(
+                    field("type"),
+                    format!("per-channel quantization of a {} value", datatype.name()),
+                ));
+            }
             let cd = channel_dim(1)?;
             let bytes = scales_f32(0, 2, 3, dims.get(cd), false)?;
+            let scales: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
+            for (c, &s) in scales.iter().enumerate() {
+                check_scale(s, field(&format!("scale[{c}]")))?;
+            }
             Ok(Quantization::PerChannel {
                 channel_dim: cd,
-                scales: bytemuck::pod_collect_to_vec(&bytes),
+                scales,
             })
         }
-        2 => Ok(Quantization::PerTensor {
-            scale: table.scalar::<f32>(0, 0.0, &p.field("scale")).fb()?,
-            zero_point: table.scalar::<i32>(1, 0, &p.field("zero_point")).fb()?,
-        }),
+        2 => {
+            let scale = table.scalar::<f32>(0, 0.0, &p.field("scale")).fb()?;
+            let zero_point = table.scalar::<i32>(1, 0, &p.field("zero_point")).fb()?;
+            check_scale(scale, field("scale"))?;
+            let range = match datatype {
+                Datatype::QInt8 => -128..=127,
+                Datatype::QUInt8 => 0..=255,
+                Datatype::QInt32 => 0..=0,
+                other => {
+                    return Err(invalid(
+                        field("type"),
+                        format!("per-tensor quantization of a {} value", other.name()),
+                    ));
+                }
+            };
+            if !range.contains(&zero_point) {
+                return Err(invalid(
+                    field("zero_point"),
+                    format!("{zero_point} is out of range for {}", datatype.name()),
+                ));
+            }
+            Ok(Quantization::PerTensor { scale, zero_point })
+        }
         3 => {
             let n = table
                 .scalar::<i32>(0, 0, &p.field("num_nonbatch_dims"))
@@ -982,6 +1028,9 @@ impl NodeReader<'_, '_> {
             }
         }
         if self.dynamic_quant_pattern(&node)? {
+            return Ok(node);
+        }
+        if crate::qs8_plan::check_node(self.values, self.i, &node)? {
             return Ok(node);
         }
         // Every other node's values must be fp32 tensors.

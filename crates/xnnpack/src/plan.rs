@@ -113,6 +113,9 @@ pub struct ConvOp {
     pub bias: Vec<f32>,
     pub min: f32,
     pub max: f32,
+    /// The int8 form (qint8 input and output, qcint8 filter): `filter` and `bias` are
+    /// then empty.
+    pub q: Option<Box<crate::qs8::Qs8Conv>>,
 }
 
 /// A pooling node.
@@ -124,6 +127,8 @@ pub struct PoolOp {
     pub window: Window,
     pub min: f32,
     pub max: f32,
+    /// Max pooling on qint8: the quantized output bounds.
+    pub q: Option<(i8, i8)>,
 }
 
 /// One executable node.
@@ -204,6 +209,8 @@ pub enum Op {
         keep_dims: bool,
         min: f32,
         max: f32,
+        /// The qint8 form.
+        q: Option<crate::qs8::Qs8MeanParams>,
     },
     Resize {
         x: usize,
@@ -229,6 +236,26 @@ pub enum Op {
         min: f32,
         max: f32,
     },
+    /// A one-input int8 node (`Convert` to or from qint8, `Clamp`).
+    Qs8Unary {
+        x: usize,
+        y: usize,
+        f: crate::qs8::Qs8UnaryOp,
+    },
+    /// `Add` / `Multiply` of qint8 tensors.
+    Qs8Binary {
+        a: usize,
+        b: usize,
+        y: usize,
+        f: crate::qs8::Qs8BinaryOp,
+    },
+    /// `FullyConnected` qint8 x qcint8 -> qint8.
+    Qs8FullyConnected {
+        x: usize,
+        y: usize,
+        w: etch_linalg::quant::qs8::Qs8Weights,
+        rq: etch_linalg::quant::qs8::Qs8Requant,
+    },
 }
 
 impl Op {
@@ -253,6 +280,8 @@ impl Op {
             | Op::Pad { x, .. }
             | Op::GlobalAvgPool { x, .. }
             | Op::QuantizeRows { x, .. }
+            | Op::Qs8Unary { x, .. }
+            | Op::Qs8FullyConnected { x, .. }
             | Op::Resize { x, .. } => push(*x),
             Op::QuantizedFullyConnected { x, bias, .. } => {
                 push(*x);
@@ -260,7 +289,9 @@ impl Op {
                     push(*v);
                 }
             }
-            Op::Binary { a: p, b: q, .. } | Op::BatchMatMul { a: p, b: q, .. } => {
+            Op::Binary { a: p, b: q, .. }
+            | Op::BatchMatMul { a: p, b: q, .. }
+            | Op::Qs8Binary { a: p, b: q, .. } => {
                 push(*p);
                 push(*q);
             }
@@ -299,6 +330,9 @@ impl Op {
             | Op::GlobalAvgPool { y, .. }
             | Op::QuantizeRows { y, .. }
             | Op::QuantizedFullyConnected { y, .. }
+            | Op::Qs8Unary { y, .. }
+            | Op::Qs8Binary { y, .. }
+            | Op::Qs8FullyConnected { y, .. }
             | Op::Resize { y, .. } => *y,
             Op::Conv(c) => c.y,
             Op::Pool(p) => p.y,
@@ -327,12 +361,17 @@ pub struct ValuePlan {
     /// For a qdint8 value: how many trailing dims form one quantized row (its
     /// `(scale, zero point)` pairs follow the values in the arena); 0 for fp32.
     pub row_dims: usize,
+    /// A qint8 value: int8 bytes, four to an arena word.
+    pub int8: bool,
 }
 
 impl ValuePlan {
     /// Arena elements a value of shape `d` occupies.
     pub fn len(&self, d: &Dims) -> Option<usize> {
         let numel = d.numel()?;
+        if self.int8 {
+            return Some(numel.div_ceil(4));
+        }
         if self.row_dims == 0 {
             return Some(numel);
         }
@@ -382,19 +421,19 @@ fn f32_data(bytes: &[u8]) -> Vec<f32> {
     bytemuck::pod_collect_to_vec(bytes)
 }
 
-struct Builder<'g> {
-    graph: &'g GraphDef,
+pub(crate) struct Builder<'g> {
+    pub(crate) graph: &'g GraphDef,
     /// Whether a constant is read as an ordinary operand somewhere.
     plain_use: Vec<bool>,
-    packed_bytes: usize,
+    pub(crate) packed_bytes: usize,
 }
 
 impl<'g> Builder<'g> {
-    fn field(&self, i: usize, node: &NodeDef, name: &str) -> String {
+    pub(crate) fn field(&self, i: usize, node: &NodeDef, name: &str) -> String {
         format!("xnodes[{i}].{}.{name}", node.kind.name())
     }
 
-    fn constant(&self, v: usize) -> Option<&'g [u8]> {
+    pub(crate) fn constant(&self, v: usize) -> Option<&'g [u8]> {
         let graph: &'g GraphDef = self.graph;
         graph.values[v].constant.as_deref()
     }
@@ -406,7 +445,7 @@ impl<'g> Builder<'g> {
         v
     }
 
-    fn input(&mut self, node: &NodeDef, k: usize) -> usize {
+    pub(crate) fn input(&mut self, node: &NodeDef, k: usize) -> usize {
         let v = node.inputs.get(k).copied().flatten().unwrap_or(0);
         self.operand(v)
     }
@@ -432,6 +471,17 @@ impl<'g> Builder<'g> {
     }
 
     fn op(&mut self, i: usize, node: &NodeDef) -> Result<Op, BackendError> {
+        let y = node.outputs.first().copied().unwrap_or(0);
+        if crate::qs8_plan::is_qs8_node(self.graph, node)
+            && let Some(op) = crate::qs8_plan::build(self, i, node, y)?
+        {
+            return Ok(op);
+        }
+        self.plain_op(i, node)
+    }
+
+    /// The op of a node as the fp32 path builds it (the int8 path reuses its checks).
+    pub(crate) fn plain_op(&mut self, i: usize, node: &NodeDef) -> Result<Op, BackendError> {
         use NodeKind::*;
         let (min, max) = (node.output_min, node.output_max);
         let y = node.outputs.first().copied().unwrap_or(0);
@@ -582,6 +632,7 @@ impl<'g> Builder<'g> {
                 keep_dims: node.flags & FLAG_KEEP_DIMS != 0,
                 min,
                 max,
+                q: None,
             },
             StaticTranspose => {
                 let Params::Transpose(perm) = node.params else {
@@ -661,9 +712,10 @@ impl<'g> Builder<'g> {
                     window,
                     min,
                     max,
+                    q: None,
                 })
             }
-            Conv2d | DepthwiseConv2d | ConvTranspose2d => self.conv(i, node, y)?,
+            Conv2d | DepthwiseConv2d | ConvTranspose2d => self.conv_op(i, node, y)?,
             ArgMaxPooling2d | ScaledDotProductAttention => {
                 return Err(BackendError::Unsupported(format!(
                     "XNNPACK node {}",
@@ -741,7 +793,12 @@ impl<'g> Builder<'g> {
         })
     }
 
-    fn conv(&mut self, i: usize, node: &NodeDef, y: usize) -> Result<Op, BackendError> {
+    pub(crate) fn conv_op(
+        &mut self,
+        i: usize,
+        node: &NodeDef,
+        y: usize,
+    ) -> Result<Op, BackendError> {
         let Params::Window(window) = node.params else {
             return Err(invalid(self.field(i, node, "kernel_height"), "missing"));
         };
@@ -811,6 +868,7 @@ impl<'g> Builder<'g> {
             bias,
             min: node.output_min,
             max: node.output_max,
+            q: None,
         }))
     }
 }
@@ -852,6 +910,7 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
             dims: def.dims,
             loc,
             row_dims,
+            int8: def.datatype == crate::schema::Datatype::QInt8,
         });
     }
 

@@ -76,7 +76,18 @@ pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
             d.as_mut_slice()[r - 1] = w.n();
             set(shapes, *y, d);
         }
+        Op::Qs8FullyConnected { x, y, w, .. } => {
+            let xd = get(shapes, *x);
+            if xd.rank() == 0 || xd.get(xd.rank() - 1) != w.k() {
+                return Err("input's last dimension differs from the filter's input channels");
+            }
+            let mut d = xd;
+            let r = d.rank();
+            d.as_mut_slice()[r - 1] = w.n();
+            set(shapes, *y, d);
+        }
         Op::Unary { x, y, .. }
+        | Op::Qs8Unary { x, y, .. }
         | Op::Copy { x, y }
         | Op::Softmax { x, y }
         | Op::QuantizeRows { x, y, .. } => {
@@ -86,7 +97,7 @@ pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
             }
             set(shapes, *y, d);
         }
-        Op::Binary { a, b, y, .. } => {
+        Op::Binary { a, b, y, .. } | Op::Qs8Binary { a, b, y, .. } => {
             let d = broadcast(&get(shapes, *a), &get(shapes, *b))
                 .ok_or("input shapes do not broadcast")?;
             set(shapes, *y, d);

@@ -34,6 +34,11 @@
 
 mod kernels;
 mod pack;
+pub mod qs8;
+#[cfg(test)]
+mod qs8_tests;
+#[cfg(target_arch = "x86_64")]
+mod qs8_x86;
 #[cfg(test)]
 mod tests;
 #[cfg(target_arch = "x86_64")]

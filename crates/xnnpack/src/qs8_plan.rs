@@ -1,0 +1,392 @@
+//! Which static int8 node patterns the delegate runs (checked at parse time), and how
+//! their parameters are derived at init, as XNNPACK's operator creation does
+//! (google/XNNPACK `src/subgraph/convolution-2d.c`, `fully-connected.c`, `binary.c`,
+//! `max-pooling-2d.c`, `src/subgraph/deprecated.c` for global average pooling).
+
+use etch_kernels::BackendError;
+use etch_linalg::quant::qs8::{Qs8Requant, Qs8Weights, quantize_bound};
+
+use crate::parse::{GraphDef, NodeDef, Quantization, ValueDef, invalid};
+use crate::plan::{Builder, ConvKind, Op};
+use crate::qs8::{
+    Qs8AddParams, Qs8BinaryOp, Qs8Conv, Qs8MeanParams, Qs8MulParams, Qs8UnaryOp, TensorQuant,
+};
+use crate::schema::{Datatype, NodeKind};
+
+fn per_tensor(v: &ValueDef) -> Option<TensorQuant> {
+    match (v.datatype, &v.quant) {
+        (Datatype::QInt8, Some(Quantization::PerTensor { scale, zero_point })) => {
+            Some(TensorQuant {
+                scale: *scale,
+                zero_point: *zero_point,
+            })
+        }
+        _ => None,
+    }
+}
+
+fn is_qint8(v: &ValueDef) -> bool {
+    per_tensor(v).is_some()
+}
+
+fn is_fp32(v: &ValueDef) -> bool {
+    v.datatype == Datatype::Fp32 && v.quant.is_none()
+}
+
+/// Whether a node touches a qint8 value (and so belongs to the static int8 path).
+pub fn touches_qint8(values: &[ValueDef], node: &NodeDef) -> bool {
+    node.inputs
+        .iter()
+        .flatten()
+        .chain(&node.outputs)
+        .any(|&v| values[v].datatype == Datatype::QInt8)
+}
+
+pub fn is_qs8_node(graph: &GraphDef, node: &NodeDef) -> bool {
+    touches_qint8(&graph.values, node)
+}
+
+/// Checks a node with qint8 values against the patterns PT2E exports produce:
+/// `Ok(true)` when it is one of them, `Ok(false)` when it has no qint8 value, an
+/// [`BackendError::Unsupported`] naming the node otherwise.
+pub fn check_node(values: &[ValueDef], i: usize, node: &NodeDef) -> Result<bool, BackendError> {
+    if !touches_qint8(values, node) {
+        return Ok(false);
+    }
+    let v = |k: usize| node.inputs.get(k).copied().flatten().map(|x| &values[x]);
+    let out = &values[node.outputs[0]];
+    let unsupported = |why: &str| {
+        BackendError::Unsupported(format!(
+            "XNNPACK node {} (xnodes[{i}]) on qint8 values: {why}",
+            node.kind.name()
+        ))
+    };
+    let same_quant =
+        |a: &ValueDef, b: &ValueDef| per_tensor(a).is_some() && per_tensor(a) == per_tensor(b);
+    let weights_ok = |f: &ValueDef, channel_dim: usize| {
+        f.constant.is_some()
+            && match (f.datatype, &f.quant) {
+                (Datatype::QcInt8, Some(Quantization::PerChannel { channel_dim: d, .. })) => {
+                    *d == channel_dim
+                }
+                (Datatype::QInt8, Some(Quantization::PerTensor { zero_point: 0, .. })) => true,
+                _ => false,
+            }
+    };
+    let bias_ok = |b: Option<&ValueDef>| {
+        b.is_none_or(|b| {
+            b.constant.is_some()
+                && matches!(
+                    (b.datatype, &b.quant),
+                    (Datatype::QcInt32, Some(Quantization::PerChannel { .. }))
+                        | (Datatype::QInt32, Some(Quantization::PerTensor { .. }))
+                )
+        })
+    };
+    use NodeKind::*;
+    let ok = match node.kind {
+        Convert => {
+            let x = v(0).ok_or_else(|| unsupported("no input"))?;
+            (is_fp32(x) && is_qint8(out)) || (is_qint8(x) && is_fp32(out))
+        }
+        Conv2d | DepthwiseConv2d | FullyConnected => {
+            let x = v(0).ok_or_else(|| unsupported("no input"))?;
+            let f = v(1).ok_or_else(|| unsupported("no filter"))?;
+            let channel_dim = if node.kind == DepthwiseConv2d { 3 } else { 0 };
+            if node.kind == FullyConnected && node.flags != 0 {
+                return Err(unsupported("transposed weights"));
+            }
+            is_qint8(x) && is_qint8(out) && weights_ok(f, channel_dim) && bias_ok(v(2))
+        }
+        Add | Multiply => {
+            let (a, b) = (v(0), v(1));
+            a.is_some_and(is_qint8) && b.is_some_and(is_qint8) && is_qint8(out)
+        }
+        GlobalAvgPooling2d => v(0).is_some_and(is_qint8) && is_qint8(out),
+        Clamp | MaxPooling2d | StaticTranspose | StaticReshape | Copy | StaticSlice => {
+            let x = v(0).ok_or_else(|| unsupported("no input"))?;
+            if !same_quant(x, out) {
+                return Err(unsupported("input and output quantization differ"));
+            }
+            true
+        }
+        Concatenate2 | Concatenate3 | Concatenate4 | Concatenate5 => {
+            if !node
+                .inputs
+                .iter()
+                .flatten()
+                .all(|&x| same_quant(&values[x], out))
+            {
+                return Err(unsupported("input and output quantization differ"));
+            }
+            true
+        }
+        _ => return Err(unsupported("not implemented for int8")),
+    };
+    if ok {
+        Ok(true)
+    } else {
+        Err(unsupported(
+            "this combination of datatypes and quantizations",
+        ))
+    }
+}
+
+/// The int8 op of a node accepted by [`check_node`]; `None` for the data-movement
+/// nodes, which the generic builder handles (the interpreter copies bytes for qint8).
+pub fn build(
+    b: &mut Builder<'_>,
+    i: usize,
+    node: &NodeDef,
+    y: usize,
+) -> Result<Option<Op>, BackendError> {
+    use NodeKind::*;
+    let g = b.graph;
+    let quant = |v: usize, what: &str| {
+        per_tensor(&g.values[v])
+            .ok_or_else(|| invalid(b.field(i, node, what), "not a per-tensor qint8 value"))
+    };
+    let input = |k: usize| node.inputs.get(k).copied().flatten();
+    let x = input(0).unwrap_or(0);
+    let bounds = |q: TensorQuant| {
+        (
+            quantize_bound(node.output_min, q.scale, q.zero_point),
+            quantize_bound(node.output_max, q.scale, q.zero_point),
+        )
+    };
+    let op = match node.kind {
+        Convert if g.values[y].datatype == Datatype::QInt8 => {
+            let q = quant(y, "output_id")?;
+            Op::Qs8Unary {
+                x: b.input(node, 0),
+                y,
+                f: Qs8UnaryOp::Quantize {
+                    inv_scale: 1.0 / q.scale,
+                    zero_point: q.zero_point,
+                },
+            }
+        }
+        Convert => {
+            let q = quant(x, "input_id")?;
+            Op::Qs8Unary {
+                x: b.input(node, 0),
+                y,
+                f: Qs8UnaryOp::Dequantize {
+                    scale: q.scale,
+                    zero_point: q.zero_point,
+                },
+            }
+        }
+        Clamp => {
+            let (min, max) = bounds(quant(y, "output_id")?);
+            Op::Qs8Unary {
+                x: b.input(node, 0),
+                y,
+                f: Qs8UnaryOp::Clamp { min, max },
+            }
+        }
+        Add | Multiply => {
+            let qa = quant(x, "input1_id")?;
+            let qb = quant(input(1).unwrap_or(0), "input2_id")?;
+            let qy = quant(y, "output_id")?;
+            let (min, max) = bounds(qy);
+            let why = |e: String| {
+                BackendError::Unsupported(format!("{}: {e}", b.field(i, node, "output_id")))
+            };
+            let f = if node.kind == Add {
+                Qs8BinaryOp::Add(Qs8AddParams::new(qa, qb, qy, min, max).map_err(why)?)
+            } else {
+                Qs8BinaryOp::Multiply(Qs8MulParams::new(qa, qb, qy, min, max).map_err(why)?)
+            };
+            Op::Qs8Binary {
+                a: b.input(node, 0),
+                b: b.input(node, 1),
+                y,
+                f,
+            }
+        }
+        MaxPooling2d => {
+            let bounds = bounds(quant(y, "output_id")?);
+            let Op::Pool(mut p) = b.plain_op(i, node)? else {
+                return Err(invalid(b.field(i, node, "input_id"), "not a pooling node"));
+            };
+            p.q = Some(bounds);
+            Op::Pool(p)
+        }
+        GlobalAvgPooling2d => {
+            let input = quant(x, "input_id")?;
+            let output = quant(y, "output_id")?;
+            let (min, max) = bounds(output);
+            let Op::GlobalAvgPool { keep_dims, .. } = b.plain_op(i, node)? else {
+                return Err(invalid(b.field(i, node, "input_id"), "not a pooling node"));
+            };
+            Op::GlobalAvgPool {
+                x: b.input(node, 0),
+                y,
+                keep_dims,
+                min: f32::NEG_INFINITY,
+                max: f32::INFINITY,
+                q: Some(Qs8MeanParams {
+                    input,
+                    output,
+                    min,
+                    max,
+                }),
+            }
+        }
+        Conv2d | DepthwiseConv2d => conv(b, i, node, y)?,
+        FullyConnected => {
+            let fv = input(1).unwrap_or(0);
+            let fd = g.values[fv].dims;
+            if fd.rank() != 2 {
+                return Err(invalid(
+                    b.field(i, node, "filter_id"),
+                    format!("filter dims {fd:?} are not 2-D"),
+                ));
+            }
+            let (n, k) = (fd.get(0), fd.get(1));
+            let qx = quant(x, "input1_id")?;
+            let qy = quant(y, "output_id")?;
+            let rq = requant(b, i, node, qx, qy, n)?;
+            let bias = bias(b, i, node, n)?;
+            let filter = bytemuck::cast_slice::<u8, i8>(b.constant(fv).unwrap_or(&[]));
+            let w = Qs8Weights::new(n, k, filter, Some(&bias), qx.zero_point)
+                .map_err(|e| invalid(b.field(i, node, "filter_id"), e.to_string()))?;
+            b.packed_bytes += w.packed_bytes();
+            Op::Qs8FullyConnected {
+                x: b.input(node, 0),
+                y,
+                w,
+                rq,
+            }
+        }
+        _ => return Ok(None),
+    };
+    Ok(Some(op))
+}
+
+/// Per-channel requantization scales `(s_in · s_w[c]) / s_out` and the output bounds
+/// (`init_requantization_scale_qx8_qc8w`, google/XNNPACK
+/// `src/operators/convolution-nhwc.c`; the same formula in `fully-connected-nc.c`).
+fn requant(
+    b: &Builder<'_>,
+    i: usize,
+    node: &NodeDef,
+    qx: TensorQuant,
+    qy: TensorQuant,
+    n: usize,
+) -> Result<Qs8Requant, BackendError> {
+    let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
+    let kernel_scales: Vec<f32> = match &b.graph.values[fv].quant {
+        Some(Quantization::PerChannel { scales, .. }) => scales.clone(),
+        Some(Quantization::PerTensor { scale, .. }) => vec![*scale; n],
+        _ => Vec::new(),
+    };
+    if kernel_scales.len() != n {
+        return Err(invalid(
+            b.field(i, node, "filter_id"),
+            format!(
+                "{} weight scales for {n} output channels",
+                kernel_scales.len()
+            ),
+        ));
+    }
+    let mut scales = Vec::with_capacity(n);
+    for (c, &ks) in kernel_scales.iter().enumerate() {
+        let s = qx.scale * ks / qy.scale;
+        if s.is_nan() || s >= 256.0 {
+            return Err(BackendError::Unsupported(format!(
+                "{}: requantization scale {s} of output channel {c} is not below 256",
+                b.field(i, node, "filter_id")
+            )));
+        }
+        scales.push(s);
+    }
+    Ok(Qs8Requant {
+        scales,
+        zero_point: qy.zero_point,
+        min: quantize_bound(node.output_min, qy.scale, qy.zero_point),
+        max: quantize_bound(node.output_max, qy.scale, qy.zero_point),
+    })
+}
+
+/// The int32 bias (zeros without one), one per output channel.
+fn bias(b: &Builder<'_>, i: usize, node: &NodeDef, n: usize) -> Result<Vec<i32>, BackendError> {
+    let Some(v) = node.inputs.get(2).copied().flatten() else {
+        return Ok(vec![0; n]);
+    };
+    let numel = b.graph.values[v].dims.numel().unwrap_or(0);
+    let bytes = b.constant(v).unwrap_or(&[]);
+    if numel != n || bytes.len() < 4 * n {
+        return Err(invalid(
+            b.field(i, node, "bias_id"),
+            format!("bias of {numel} elements for {n} output channels"),
+        ));
+    }
+    Ok(bytemuck::pod_collect_to_vec(&bytes[..4 * n]))
+}
+
+fn conv(b: &mut Builder<'_>, i: usize, node: &NodeDef, y: usize) -> Result<Op, BackendError> {
+    let x = node.inputs.first().copied().flatten().unwrap_or(0);
+    let qx = per_tensor(&b.graph.values[x])
+        .ok_or_else(|| invalid(b.field(i, node, "input1_id"), "not qint8"))?;
+    let qy = per_tensor(&b.graph.values[y])
+        .ok_or_else(|| invalid(b.field(i, node, "output_id"), "not qint8"))?;
+    // The geometry and filter-shape checks of the fp32 path.
+    let before = b.packed_bytes;
+    let Op::Conv(mut c) = b.conv_op(i, node, y)? else {
+        return Err(invalid(b.field(i, node, "filter_id"), "not a convolution"));
+    };
+    b.packed_bytes = before;
+    c.filter = Vec::new();
+    c.bias = Vec::new();
+    let w = c.window;
+    let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
+    let filter = bytemuck::cast_slice::<u8, i8>(b.constant(fv).unwrap_or(&[]));
+    let out_c = w.groups * w.group_out;
+    let rq = requant(b, i, node, qx, qy, out_c)?;
+    let bias = bias(b, i, node, out_c)?;
+    let mut q = Qs8Conv {
+        input_zero_point: qx.zero_point,
+        groups: Vec::new(),
+        dw_filter: Vec::new(),
+        dw_bias: Vec::new(),
+        rq: rq.clone(),
+        group_rq: Vec::new(),
+    };
+    match c.kind {
+        ConvKind::Depthwise => {
+            q.dw_filter = filter
+                .get(..w.kernel_h * w.kernel_w * out_c)
+                .unwrap_or(&[])
+                .to_vec();
+            q.dw_bias = bias;
+            b.packed_bytes += q.dw_filter.len() + 4 * out_c;
+        }
+        _ => {
+            let patch = w.kernel_h * w.kernel_w * w.group_in;
+            for grp in 0..w.groups {
+                let rows = grp * w.group_out..(grp + 1) * w.group_out;
+                let wg = filter
+                    .get(rows.start * patch..rows.end * patch)
+                    .unwrap_or(&[]);
+                let packed = Qs8Weights::new(
+                    w.group_out,
+                    patch,
+                    wg,
+                    Some(&bias[rows.clone()]),
+                    qx.zero_point,
+                )
+                .map_err(|e| invalid(b.field(i, node, "filter_id"), e.to_string()))?;
+                b.packed_bytes += packed.packed_bytes();
+                q.groups.push(packed);
+                q.group_rq.push(Qs8Requant {
+                    scales: rq.scales[rows].to_vec(),
+                    ..rq.clone()
+                });
+            }
+        }
+    }
+    c.q = Some(Box::new(q));
+    Ok(Op::Conv(c))
+}
