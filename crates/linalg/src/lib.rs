@@ -9,7 +9,8 @@
 //! * [`ThreadPool`]: the one thread pool of etch, which the kernels split work over.
 //! * NHWC image kernels (used by the XNNPACK delegate, and next by the portable
 //!   convolution ops): [`conv`] (im2col, depthwise, transposed, a direct reference),
-//!   [`pool`] (max, average, global average), [`resize`] (bilinear); [`dense`] holds
+//!   [`pool`] (max, average, global average), [`resize`] (bilinear); [`conv_nchw`]
+//!   holds the NCHW twins the portable `convolution` op runs on; [`dense`] holds
 //!   scalar reference matrix products.
 //!
 //! `unsafe` lives here (SIMD intrinsics) and in etch-memory only: every SIMD function
@@ -56,6 +57,7 @@
 
 pub mod approx;
 pub mod conv;
+pub mod conv_nchw;
 pub mod dense;
 mod error;
 pub mod gemm;

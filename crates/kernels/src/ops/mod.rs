@@ -1,7 +1,9 @@
 //! The kernels, one file per op family. Each family exposes `register`.
 
 pub mod binary;
+pub mod channel_norm;
 pub mod compare;
+pub mod conv;
 pub mod convert;
 pub mod create;
 pub mod elementwise;
@@ -10,12 +12,16 @@ pub mod index;
 pub mod llama;
 pub mod matmul;
 pub mod norm;
+pub mod pad;
+pub mod pool;
 pub mod prim;
 pub mod quantized;
 pub mod reduce;
 pub mod shape;
 pub mod softmax;
 pub mod unary;
+pub mod upsample;
+pub mod window;
 
 use crate::Registry;
 
@@ -36,4 +42,9 @@ pub fn register_all(r: &mut Registry) {
     matmul::register(r);
     quantized::register(r);
     llama::register(r);
+    conv::register(r);
+    channel_norm::register(r);
+    pool::register(r);
+    pad::register(r);
+    upsample::register(r);
 }

@@ -1,0 +1,442 @@
+//! `convolution.out`: 1-d and 2-d convolutions of NCHW (or NCL) f32 tensors with
+//! stride, padding, dilation and groups, plain or transposed (with `output_padding`),
+//! bias or none.
+//!
+//! * A group of a plain convolution is one GEMM, `filter[group_out, group_in * kh * kw]`
+//!   times its im2col matrix `[group_in * kh * kw, out_pixels]` (built in parallel in
+//!   temp-allocator scratch; skipped for a 1x1 stride-1 unpadded kernel, whose
+//!   "im2col" is the input itself), whose row-major result is the NCHW output; the
+//!   bias is the GEMM's addend.
+//! * A depthwise convolution (one input channel per group) runs a direct plane kernel,
+//!   one output channel per task.
+//! * A transposed convolution is the GEMM `filter_gᵀ x input_g` into scratch, scattered
+//!   onto the bias-filled output (col2im), one output channel per task.
+//!
+//! The kernels live in `etch_linalg::conv_nchw`, described by its `ConvGeometry`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use etch_format::ScalarType;
+use etch_linalg::conv::ConvGeometry;
+use etch_linalg::conv_nchw::{col2im_add_nchw, conv2d_plane_nchw, im2col_nchw};
+use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
+
+use super::window::{require_contiguous, spatial_list};
+use crate::{Args, KernelContext, KernelError, Registry, Tensor};
+
+/// Registers this family's kernels.
+pub fn register(r: &mut Registry) {
+    r.register("aten::convolution.out", convolution);
+}
+
+/// A checked convolution call: geometry of one image, batch, and which form it takes.
+#[derive(Debug, Clone, Copy)]
+struct Conv {
+    g: ConvGeometry,
+    batch: usize,
+    transposed: bool,
+    /// Rank of the tensors (3 for 1-d, 4 for 2-d).
+    rank: usize,
+}
+
+impl Conv {
+    fn out_sizes(&self) -> [usize; 4] {
+        let (n, c, h, w) = (
+            self.batch,
+            self.g.out_channels(),
+            self.g.out_h,
+            self.g.out_w,
+        );
+        if self.rank == 3 {
+            [n, c, w, 0]
+        } else {
+            [n, c, h, w]
+        }
+    }
+}
+
+fn f32_only(t: &Tensor, what: &'static str) -> Result<(), KernelError> {
+    if t.dtype() == ScalarType::Float {
+        Ok(())
+    } else {
+        Err(KernelError::UnsupportedDtype {
+            dtype: t.dtype(),
+            what,
+        })
+    }
+}
+
+/// Checks the arguments of a convolution and derives its geometry.
+fn plan(a: &Args<'_>, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Conv, KernelError> {
+    let rank = x.rank();
+    if !(rank == 3 || rank == 4) || w.rank() != rank {
+        return Err(KernelError::invalid(format!(
+            "convolution: input {:?} and weight {:?} must both be 3-d or 4-d",
+            x.sizes(),
+            w.sizes()
+        )));
+    }
+    let dims = rank - 2;
+    let stride = spatial_list::<2>(a, 3, dims, None, 1, "convolution stride")?;
+    let padding = spatial_list::<2>(a, 4, dims, Some([0, 0]), 0, "convolution padding")?;
+    let dilation = spatial_list::<2>(a, 5, dims, Some([1, 1]), 1, "convolution dilation")?;
+    let transposed = a.bool(6)?;
+    let out_pad = spatial_list::<2>(a, 7, dims, Some([0, 0]), 0, "convolution output_padding")?;
+    let groups = a.int(8)?;
+    let groups = usize::try_from(groups)
+        .ok()
+        .filter(|&g| g >= 1)
+        .ok_or_else(|| KernelError::invalid(format!("convolution: groups {groups}")))?;
+    // Spatial values as (h, w); a 1-d convolution has h = 1.
+    let hw = |v: [usize; 2], one: usize| if dims == 1 { (one, v[0]) } else { (v[0], v[1]) };
+    let (sh, sw) = hw(stride, 1);
+    let (ph, pw) = hw(padding, 0);
+    let (dh, dw) = hw(dilation, 1);
+    let (oph, opw) = hw(out_pad, 0);
+    let s = x.sizes();
+    let ws = w.sizes();
+    let (batch, c_in) = (s[0], s[1]);
+    let (ih, iw) = if dims == 1 { (1, s[2]) } else { (s[2], s[3]) };
+    let (kh, kw) = if dims == 1 {
+        (1, ws[2])
+    } else {
+        (ws[2], ws[3])
+    };
+    let bad = |msg: String| Err(KernelError::invalid(format!("convolution: {msg}")));
+    if kh == 0 || kw == 0 {
+        return bad(format!("empty kernel {ws:?}"));
+    }
+    let (group_in, group_out) = if transposed {
+        if ws[0] != c_in || c_in % groups != 0 {
+            return bad(format!(
+                "transposed weight {ws:?} does not fit {c_in} input channels in {groups} groups"
+            ));
+        }
+        (c_in / groups, ws[1])
+    } else {
+        if ws[1].checked_mul(groups) != Some(c_in) || ws[0] % groups != 0 {
+            return bad(format!(
+                "weight {ws:?} does not fit {c_in} input channels in {groups} groups"
+            ));
+        }
+        (ws[1], ws[0] / groups)
+    };
+    let (out_h, out_w) = if transposed {
+        if oph >= sh.max(dh) || opw >= sw.max(dw) {
+            return bad("output_padding must be below stride or dilation".into());
+        }
+        let len = |i: usize, k: usize, st: usize, p: usize, d: usize, op: usize| {
+            let full = i.checked_sub(1)?.checked_mul(st)? + d * (k - 1) + op + 1;
+            full.checked_sub(2 * p).filter(|&n| n > 0)
+        };
+        match (len(ih, kh, sh, ph, dh, oph), len(iw, kw, sw, pw, dw, opw)) {
+            (Some(h), Some(w)) => (h, w),
+            _ => return bad(format!("no output for input {s:?}")),
+        }
+    } else {
+        let len = |i: usize, k: usize, st: usize, p: usize, d: usize| {
+            (i + 2 * p).checked_sub(d * (k - 1) + 1).map(|r| r / st + 1)
+        };
+        match (len(ih, kh, sh, ph, dh), len(iw, kw, sw, pw, dw)) {
+            (Some(h), Some(w)) => (h, w),
+            _ => {
+                return bad(format!(
+                    "kernel {ws:?} is larger than the padded input {s:?}"
+                ));
+            }
+        }
+    };
+    let g = ConvGeometry {
+        in_h: ih,
+        in_w: iw,
+        out_h,
+        out_w,
+        kernel_h: kh,
+        kernel_w: kw,
+        stride_h: sh,
+        stride_w: sw,
+        dilation_h: dh,
+        dilation_w: dw,
+        pad_top: ph,
+        pad_left: pw,
+        groups,
+        group_in,
+        group_out,
+    };
+    if let Some(b) = bias
+        && b.sizes() != [g.out_channels()]
+    {
+        return bad(format!(
+            "bias {:?} for {} output channels",
+            b.sizes(),
+            g.out_channels()
+        ));
+    }
+    Ok(Conv {
+        g,
+        batch,
+        transposed,
+        rank,
+    })
+}
+
+/// `convolution.out(input, weight, bias?, stride, padding, dilation, transposed,
+/// output_padding, groups, *, out)` (and the returned out).
+fn convolution(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(11)?;
+    let x = a.tensor(0)?;
+    let w = a.tensor(1)?;
+    let bias = a.opt_tensor(2)?;
+    let conv = plan(a, &x, &w, bias.as_ref())?;
+    let sizes = conv.out_sizes();
+    let out = a.resize_tensor(9, &sizes[..conv.rank])?;
+    for (t, what) in [
+        (&x, "convolution input"),
+        (&w, "convolution weight"),
+        (&out, "convolution out"),
+    ] {
+        f32_only(t, "convolution (f32 only)")?;
+        require_contiguous(t, what)?;
+    }
+    if let Some(b) = &bias {
+        f32_only(b, "convolution bias (f32 only)")?;
+    }
+    let xs = ctx.read::<f32>(&x)?;
+    let ws = ctx.read::<f32>(&w)?;
+    let bs = bias.as_ref().map(|b| ctx.read::<f32>(b)).transpose()?;
+    let os = ctx.write::<f32>(&out)?;
+    if out.numel() == 0 {
+        return Ok(());
+    }
+    if conv.transposed {
+        transposed(ctx, &conv, xs, ws, bs, os)
+    } else if conv.g.group_in == 1 && conv.g.groups > 1 {
+        depthwise(ctx, &conv, xs, ws, bs, os)
+    } else {
+        im2col_gemm(ctx, &conv, xs, ws, bs, os)
+    }
+}
+
+fn geometry_error() -> KernelError {
+    KernelError::invalid("convolution: a slice is shorter than its geometry")
+}
+
+/// One GEMM per image and group.
+fn im2col_gemm(
+    ctx: &KernelContext<'_>,
+    conv: &Conv,
+    xs: &[f32],
+    ws: &[f32],
+    bs: Option<&[f32]>,
+    os: &mut [f32],
+) -> Result<(), KernelError> {
+    let g = &conv.g;
+    let (patch, px) = (g.patch_len(), g.out_pixels());
+    let (in_plane, out_img) = (g.in_h * g.in_w, g.out_channels() * px);
+    let pointwise = g.kernel_h == 1
+        && g.kernel_w == 1
+        && g.stride_h == 1
+        && g.stride_w == 1
+        && g.pad_top == 0
+        && g.pad_left == 0;
+    let pool = ctx.pool();
+    let isa = etch_linalg::dispatch().gemm;
+    let col: &mut [f32] = if pointwise {
+        &mut []
+    } else {
+        ctx.scratch::<f32>(patch * px)?
+    };
+    let mut scratch: Option<&mut [f32]> = None;
+    for n in 0..conv.batch {
+        let x_img = &xs[n * g.in_channels() * in_plane..][..g.in_channels() * in_plane];
+        let o_img = &mut os[n * out_img..(n + 1) * out_img];
+        for grp in 0..g.groups {
+            let x_grp = &x_img[grp * g.group_in * in_plane..][..g.group_in * in_plane];
+            if !pointwise {
+                fill_im2col(pool, g, x_grp, col)?;
+            }
+            let b_data: &[f32] = if pointwise { x_grp } else { col };
+            let product = Gemm {
+                a: MatRef {
+                    data: Elems::F32(ws),
+                    offset: grp * g.group_out * patch,
+                    rows: g.group_out,
+                    cols: patch,
+                    rs: patch,
+                    cs: 1,
+                },
+                b: MatRef {
+                    data: Elems::F32(b_data),
+                    offset: 0,
+                    rows: patch,
+                    cols: px,
+                    rs: px,
+                    cs: 1,
+                },
+                alpha: 1.0,
+                addend: bs.map(|b| {
+                    (
+                        MatRef {
+                            data: Elems::F32(b),
+                            offset: grp * g.group_out,
+                            rows: g.group_out,
+                            cols: px,
+                            rs: 1,
+                            cs: 0,
+                        },
+                        1.0,
+                    )
+                }),
+                clamp: None,
+            };
+            if scratch.is_none() {
+                let need = gemm::scratch_len(isa, &product, pool.threads());
+                scratch = Some(ctx.scratch::<f32>(need)?);
+            }
+            let s = scratch.as_deref_mut().unwrap_or(&mut []);
+            let dst = &mut o_img[grp * g.group_out * px..(grp + 1) * g.group_out * px];
+            gemm::gemm(pool, isa, &product, dst, s)?;
+        }
+    }
+    Ok(())
+}
+
+/// The im2col matrix of one group, rows split over the pool.
+fn fill_im2col(
+    pool: &crate::ThreadPool,
+    g: &ConvGeometry,
+    x: &[f32],
+    col: &mut [f32],
+) -> Result<(), KernelError> {
+    let (patch, px) = (g.patch_len(), g.out_pixels());
+    let ok = AtomicBool::new(true);
+    let rows_per = if pool.threads() > 1 && patch * px >= crate::GRAIN_SIZE {
+        patch.div_ceil(pool.threads() * 4).max(1)
+    } else {
+        patch.max(1)
+    };
+    pool.for_each_chunk_mut(&mut col[..patch * px], rows_per * px, 1, |i, chunk| {
+        let r0 = i * rows_per;
+        let rows = r0..(r0 + rows_per).min(patch);
+        if !im2col_nchw(g, x, rows, chunk) {
+            ok.store(false, Ordering::Relaxed);
+        }
+    });
+    if ok.load(Ordering::Relaxed) {
+        Ok(())
+    } else {
+        Err(geometry_error())
+    }
+}
+
+/// One direct plane convolution per output channel (group_in == 1).
+fn depthwise(
+    ctx: &KernelContext<'_>,
+    conv: &Conv,
+    xs: &[f32],
+    ws: &[f32],
+    bs: Option<&[f32]>,
+    os: &mut [f32],
+) -> Result<(), KernelError> {
+    let g = &conv.g;
+    let (in_plane, px, taps) = (g.in_h * g.in_w, g.out_pixels(), g.kernel_h * g.kernel_w);
+    let (ci, co, mult) = (g.in_channels(), g.out_channels(), g.group_out);
+    let ok = AtomicBool::new(true);
+    let plane = |idx: usize, out: &mut [f32]| {
+        let (n, oc) = (idx / co, idx % co);
+        let c = oc / mult;
+        let x = &xs[(n * ci + c) * in_plane..][..in_plane];
+        let w = &ws[oc * taps..(oc + 1) * taps];
+        let b = bs.map_or(0.0, |b| b[oc]);
+        if !conv2d_plane_nchw(g, x, w, b, out) {
+            ok.store(false, Ordering::Relaxed);
+        }
+    };
+    let min_planes = (crate::GRAIN_SIZE / (px * taps).max(1)).max(1);
+    ctx.pool()
+        .for_each_chunk_mut(&mut os[..conv.batch * co * px], px, min_planes, plane);
+    if ok.load(Ordering::Relaxed) {
+        Ok(())
+    } else {
+        Err(geometry_error())
+    }
+}
+
+/// GEMM into columns, then col2im onto the bias-filled output.
+fn transposed(
+    ctx: &KernelContext<'_>,
+    conv: &Conv,
+    xs: &[f32],
+    ws: &[f32],
+    bs: Option<&[f32]>,
+    os: &mut [f32],
+) -> Result<(), KernelError> {
+    let g = &conv.g;
+    let taps = g.kernel_h * g.kernel_w;
+    let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_pixels());
+    let rows = g.group_out * taps;
+    let pool = ctx.pool();
+    let isa = etch_linalg::dispatch().gemm;
+    let col = ctx.scratch::<f32>(rows * in_plane)?;
+    let mut scratch: Option<&mut [f32]> = None;
+    let out_img = g.out_channels() * out_plane;
+    for n in 0..conv.batch {
+        let x_img = &xs[n * g.in_channels() * in_plane..][..g.in_channels() * in_plane];
+        let o_img = &mut os[n * out_img..(n + 1) * out_img];
+        for (oc, p) in o_img.chunks_exact_mut(out_plane).enumerate() {
+            p.fill(bs.map_or(0.0, |b| b[oc]));
+        }
+        for grp in 0..g.groups {
+            // col[(o, tap), p] = sum_i W[grp * gi + i, (o, tap)] x[grp * gi + i, p].
+            let product = Gemm {
+                a: MatRef {
+                    data: Elems::F32(ws),
+                    offset: grp * g.group_in * rows,
+                    rows,
+                    cols: g.group_in,
+                    rs: 1,
+                    cs: rows,
+                },
+                b: MatRef {
+                    data: Elems::F32(x_img),
+                    offset: grp * g.group_in * in_plane,
+                    rows: g.group_in,
+                    cols: in_plane,
+                    rs: in_plane,
+                    cs: 1,
+                },
+                alpha: 1.0,
+                addend: None,
+                clamp: None,
+            };
+            if scratch.is_none() {
+                let need = gemm::scratch_len(isa, &product, pool.threads());
+                scratch = Some(ctx.scratch::<f32>(need)?);
+            }
+            let s = scratch.as_deref_mut().unwrap_or(&mut []);
+            gemm::gemm(pool, isa, &product, col, s)?;
+            let col: &[f32] = col;
+            let one = ConvGeometry {
+                groups: 1,
+                group_out: 1,
+                ..*g
+            };
+            let ok = AtomicBool::new(true);
+            let dst =
+                &mut o_img[grp * g.group_out * out_plane..(grp + 1) * g.group_out * out_plane];
+            pool.for_each_chunk_mut(dst, out_plane, 1, |o, plane| {
+                let c = &col[o * taps * in_plane..(o + 1) * taps * in_plane];
+                if !col2im_add_nchw(&one, c, plane) {
+                    ok.store(false, Ordering::Relaxed);
+                }
+            });
+            if !ok.load(Ordering::Relaxed) {
+                return Err(geometry_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

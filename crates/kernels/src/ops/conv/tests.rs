@@ -1,0 +1,298 @@
+use etch_format::ScalarType;
+use etch_linalg::conv::ConvGeometry;
+use etch_linalg::conv_nchw::{conv_transpose2d_nchw_reference, conv2d_nchw_reference};
+use proptest::prelude::*;
+
+use crate::ops::elementwise::testutil::{Lcg, assert_close, harness, read, tensor};
+use crate::testing::Harness;
+
+/// One random convolution call.
+#[derive(Debug, Clone)]
+struct Case {
+    one_d: bool,
+    transposed: bool,
+    batch: usize,
+    g: ConvGeometry,
+    out_pad: (usize, usize),
+    bias: bool,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        (any::<bool>(), any::<bool>(), 1usize..3, any::<bool>()),
+        (1usize..7, 1usize..7, 1usize..4, 1usize..4),
+        (1usize..3, 1usize..3, 1usize..3, 1usize..3),
+        (0usize..2, 0usize..2, 1usize..4, 1usize..4, 1usize..4),
+        (0usize..2, 0usize..2),
+    )
+        .prop_filter_map(
+            "a valid convolution",
+            |(
+                (one_d, transposed, batch, bias),
+                (ih, iw, kh, kw),
+                (sh, sw, dh, dw),
+                (ph, pw, groups, gi, go),
+                (oph, opw),
+            )| {
+                let (ih, kh, sh, dh, ph, oph) = if one_d {
+                    (1, 1, 1, 1, 0, 0)
+                } else {
+                    (ih, kh, sh, dh, ph, oph)
+                };
+                let (oh, ow) = if transposed {
+                    if oph >= sh.max(dh) || opw >= sw.max(dw) {
+                        return None;
+                    }
+                    let oh = ((ih - 1) * sh + dh * (kh - 1) + oph + 1).checked_sub(2 * ph)?;
+                    let ow = ((iw - 1) * sw + dw * (kw - 1) + opw + 1).checked_sub(2 * pw)?;
+                    (oh, ow)
+                } else {
+                    let oh = (ih + 2 * ph).checked_sub(dh * (kh - 1) + 1)? / sh + 1;
+                    let ow = (iw + 2 * pw).checked_sub(dw * (kw - 1) + 1)? / sw + 1;
+                    (oh, ow)
+                };
+                if oh == 0 || ow == 0 {
+                    return None;
+                }
+                Some(Case {
+                    one_d,
+                    transposed,
+                    batch,
+                    bias,
+                    out_pad: (oph, opw),
+                    g: ConvGeometry {
+                        in_h: ih,
+                        in_w: iw,
+                        out_h: oh,
+                        out_w: ow,
+                        kernel_h: kh,
+                        kernel_w: kw,
+                        stride_h: sh,
+                        stride_w: sw,
+                        dilation_h: dh,
+                        dilation_w: dw,
+                        pad_top: ph,
+                        pad_left: pw,
+                        groups,
+                        group_in: gi,
+                        group_out: go,
+                    },
+                })
+            },
+        )
+}
+
+/// Shape of an NCHW (or NCL) tensor of this case.
+fn shape(c: &Case, n: usize, ch: usize, h: usize, w: usize) -> Vec<usize> {
+    if c.one_d {
+        vec![n, ch, w]
+    } else {
+        vec![n, ch, h, w]
+    }
+}
+
+fn run(c: &Case, seed: u64, threads: usize) {
+    let g = &c.g;
+    let mut rng = Lcg(seed);
+    let (ci, co) = (g.in_channels(), g.out_channels());
+    let x: Vec<f64> = rng
+        .vec(c.batch * ci * g.in_h * g.in_w, 1.0)
+        .into_iter()
+        .map(|v| v as f32 as f64)
+        .collect();
+    let (w_shape, w_len) = if c.transposed {
+        (
+            shape(c, ci, g.group_out, g.kernel_h, g.kernel_w),
+            ci * g.group_out * g.kernel_h * g.kernel_w,
+        )
+    } else {
+        (
+            shape(c, co, g.group_in, g.kernel_h, g.kernel_w),
+            co * g.patch_len(),
+        )
+    };
+    let w: Vec<f64> = rng
+        .vec(w_len, 1.0)
+        .into_iter()
+        .map(|v| v as f32 as f64)
+        .collect();
+    let b: Vec<f64> = rng
+        .vec(co, 1.0)
+        .into_iter()
+        .map(|v| v as f32 as f64)
+        .collect();
+    let mut h = harness(threads);
+    let xt = tensor(
+        &mut h,
+        ScalarType::Float,
+        &shape(c, c.batch, ci, g.in_h, g.in_w),
+        &x,
+    );
+    let wt = tensor(&mut h, ScalarType::Float, &w_shape, &w);
+    let bt = if c.bias {
+        tensor(&mut h, ScalarType::Float, &[co], &b)
+    } else {
+        h.none()
+    };
+    let spatial = |hv: usize, wv: usize| {
+        if c.one_d {
+            vec![wv as i64]
+        } else {
+            vec![hv as i64, wv as i64]
+        }
+    };
+    let stride = h.int_list(&spatial(g.stride_h, g.stride_w));
+    let pad = h.int_list(&spatial(g.pad_top, g.pad_left));
+    let dil = h.int_list(&spatial(g.dilation_h, g.dilation_w));
+    let tr = h.bool(c.transposed);
+    let opad = h.int_list(&spatial(c.out_pad.0, c.out_pad.1));
+    let groups = h.int(g.groups as i64);
+    let out_shape = shape(c, c.batch, co, g.out_h, g.out_w);
+    let out = h.out(ScalarType::Float, &out_shape);
+    h.call(
+        "aten::convolution.out",
+        &[xt, wt, bt, stride, pad, dil, tr, opad, groups, out, out],
+    )
+    .unwrap();
+    assert_eq!(h.tensor_meta(out).sizes(), &out_shape[..]);
+    let got = read(&mut h, out);
+    let xf: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+    let wf: Vec<f32> = w.iter().map(|&v| v as f32).collect();
+    let bf: Vec<f32> = if c.bias {
+        b.iter().map(|&v| v as f32).collect()
+    } else {
+        vec![0.0; co]
+    };
+    let (in_img, out_img) = (ci * g.in_h * g.in_w, co * g.out_h * g.out_w);
+    let mut want = vec![0f32; c.batch * out_img];
+    for n in 0..c.batch {
+        let xi = &xf[n * in_img..(n + 1) * in_img];
+        let oi = &mut want[n * out_img..(n + 1) * out_img];
+        let ok = if c.transposed {
+            conv_transpose2d_nchw_reference(g, xi, &wf, &bf, oi)
+        } else {
+            conv2d_nchw_reference(g, xi, &wf, &bf, oi)
+        };
+        assert!(ok);
+    }
+    let want: Vec<f64> = want.into_iter().map(f64::from).collect();
+    assert_close(&got, &want, 1e-5, 1e-5);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(160))]
+
+    #[test]
+    fn matches_the_direct_reference(c in case(), seed in any::<u64>(), threads in 1usize..=2) {
+        run(&c, seed, threads);
+    }
+}
+
+#[test]
+fn depthwise_with_multiplier_and_large_planes() {
+    // Depthwise (group_in 1) with a depth multiplier of 2, big enough to go parallel.
+    let c = Case {
+        one_d: false,
+        transposed: false,
+        batch: 1,
+        bias: true,
+        out_pad: (0, 0),
+        g: ConvGeometry {
+            in_h: 40,
+            in_w: 37,
+            out_h: 20,
+            out_w: 19,
+            kernel_h: 3,
+            kernel_w: 3,
+            stride_h: 2,
+            stride_w: 2,
+            dilation_h: 1,
+            dilation_w: 1,
+            pad_top: 1,
+            pad_left: 1,
+            groups: 8,
+            group_in: 1,
+            group_out: 2,
+        },
+    };
+    run(&c, 7, 2);
+    // A big pointwise and a big strided 3x3 convolution.
+    let pw = Case {
+        g: ConvGeometry {
+            kernel_h: 1,
+            kernel_w: 1,
+            stride_h: 1,
+            stride_w: 1,
+            pad_top: 0,
+            pad_left: 0,
+            out_h: 40,
+            out_w: 37,
+            groups: 1,
+            group_in: 16,
+            group_out: 24,
+            ..c.g
+        },
+        ..c.clone()
+    };
+    run(&pw, 8, 2);
+    let full = Case {
+        g: ConvGeometry {
+            groups: 1,
+            group_in: 8,
+            group_out: 12,
+            ..c.g
+        },
+        ..c.clone()
+    };
+    run(&full, 9, 2);
+}
+
+#[test]
+fn bad_calls_are_errors() {
+    let mut h = Harness::new();
+    let x = tensor(&mut h, ScalarType::Float, &[1, 2, 4, 4], &[0.0; 32]);
+    let w = tensor(&mut h, ScalarType::Float, &[3, 2, 3, 3], &[0.0; 54]);
+    let w_bad = tensor(&mut h, ScalarType::Float, &[3, 3, 3, 3], &[0.0; 81]);
+    let w_big = tensor(&mut h, ScalarType::Float, &[3, 2, 5, 5], &[0.0; 150]);
+    let b_bad = tensor(&mut h, ScalarType::Float, &[2], &[0.0; 2]);
+    let xi = tensor(&mut h, ScalarType::Int, &[1, 2, 4, 4], &[0.0; 32]);
+    let none = h.none();
+    let one = h.int_list(&[1]);
+    let zero = h.int_list(&[0]);
+    let zero_stride = h.int_list(&[0]);
+    let empty = h.int_list(&[]);
+    let three = h.int_list(&[1, 1, 1]);
+    let f = h.bool(false);
+    let g1 = h.int(1);
+    let g0 = h.int(0);
+    let g4 = h.int(4);
+    let out = h.out(ScalarType::Float, &[1, 3, 4, 4]);
+    let conv = |h: &mut Harness, args: [usize; 10]| {
+        let mut all = args.to_vec();
+        all.push(args[9]);
+        h.call("aten::convolution.out", &all)
+    };
+    assert!(conv(&mut h, [x, w, none, one, one, one, f, zero, g1, out]).is_ok());
+    assert!(conv(&mut h, [x, w_bad, none, one, one, one, f, zero, g1, out]).is_err());
+    assert!(conv(&mut h, [x, w_big, none, one, zero, one, f, zero, g1, out]).is_err());
+    assert!(conv(&mut h, [x, w, b_bad, one, one, one, f, zero, g1, out]).is_err());
+    assert!(conv(&mut h, [xi, w, none, one, one, one, f, zero, g1, out]).is_err());
+    assert!(
+        conv(
+            &mut h,
+            [x, w, none, zero_stride, one, one, f, zero, g1, out]
+        )
+        .is_err()
+    );
+    assert!(conv(&mut h, [x, w, none, empty, one, one, f, zero, g1, out]).is_err());
+    assert!(conv(&mut h, [x, w, none, three, one, one, f, zero, g1, out]).is_err());
+    assert!(conv(&mut h, [x, w, none, one, one, one, f, zero, g0, out]).is_err());
+    assert!(conv(&mut h, [x, w, none, one, one, one, f, zero, g4, out]).is_err());
+    assert!(
+        h.call(
+            "aten::convolution.out",
+            &[x, w, none, one, one, one, f, zero, g1, out]
+        )
+        .is_err()
+    );
+}

@@ -1,0 +1,323 @@
+//! 2-d pooling of `[N, C, H, W]` / `[C, H, W]` f32 tensors, one plane per task:
+//!
+//! * `max_pool2d_with_indices`: the window's largest value (the first of equal ones;
+//!   NaN only when the window starts with it, as ExecuTorch's portable kernel) and its
+//!   flat index `iy * W + ix` in the input plane;
+//! * `avg_pool2d`: the window's sum over in-bounds values divided by
+//!   `divisor_override`, or by the window size clipped to the padded input
+//!   (`count_include_pad`) or to the input;
+//! * `_adaptive_avg_pool2d`: the mean of rows `floor(o * H / OH) .. ceil((o + 1) * H /
+//!   OH)` and likewise for columns.
+//!
+//! Output sizes follow PyTorch (`ceil_mode` included, see [`super::window`]).
+
+use etch_format::ScalarType;
+
+use super::window::{nchw_dims, output_len, spatial_list};
+use crate::{Args, GRAIN_SIZE, KernelContext, KernelError, Registry, Tensor};
+
+/// Registers this family's kernels.
+pub fn register(r: &mut Registry) {
+    r.register("aten::max_pool2d_with_indices.out", max_pool2d_with_indices);
+    r.register("aten::avg_pool2d.out", avg_pool2d);
+    r.register("aten::_adaptive_avg_pool2d.out", adaptive_avg_pool2d);
+}
+
+/// A 2-d pooling window over one plane.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    in_h: usize,
+    in_w: usize,
+    out_h: usize,
+    out_w: usize,
+    k: [usize; 2],
+    s: [usize; 2],
+    p: [usize; 2],
+    d: [usize; 2],
+}
+
+fn f32_only(t: &Tensor, what: &'static str) -> Result<(), KernelError> {
+    if t.dtype() == ScalarType::Float {
+        Ok(())
+    } else {
+        Err(KernelError::UnsupportedDtype {
+            dtype: t.dtype(),
+            what,
+        })
+    }
+}
+
+/// The output shape: the input's with its last two dims replaced.
+fn pooled_shape(x: &Tensor, oh: usize, ow: usize) -> ([usize; 4], usize) {
+    let mut s = [0usize; 4];
+    let r = x.rank();
+    s[..r].copy_from_slice(x.sizes());
+    s[r - 2] = oh;
+    s[r - 1] = ow;
+    (s, r)
+}
+
+/// Reads kernel_size, stride, padding (and dilation at `dilation`) and derives the
+/// window of a pooling call.
+fn window(
+    a: &Args<'_>,
+    x: &Tensor,
+    dilation: Option<usize>,
+    ceil_mode: bool,
+    what: &str,
+) -> Result<Window, KernelError> {
+    let (_, _, ih, iw) = nchw_dims(x, what)?;
+    let k = spatial_list::<2>(a, 1, 2, None, 1, "kernel_size")?;
+    let s = spatial_list::<2>(a, 2, 2, Some([k[0] as i64, k[1] as i64]), 1, "stride")?;
+    let p = spatial_list::<2>(a, 3, 2, Some([0, 0]), 0, "padding")?;
+    let d = match dilation {
+        Some(i) => spatial_list::<2>(a, i, 2, Some([1, 1]), 1, "dilation")?,
+        None => [1, 1],
+    };
+    if p[0] > k[0] / 2 || p[1] > k[1] / 2 {
+        return Err(KernelError::invalid(format!(
+            "{what}: padding {p:?} must be at most half the kernel {k:?}"
+        )));
+    }
+    let oh = output_len(ih, k[0], s[0], p[0], d[0], ceil_mode);
+    let ow = output_len(iw, k[1], s[1], p[1], d[1], ceil_mode);
+    match (oh, ow) {
+        (Some(out_h), Some(out_w)) if out_h > 0 && out_w > 0 => Ok(Window {
+            in_h: ih,
+            in_w: iw,
+            out_h,
+            out_w,
+            k,
+            s,
+            p,
+            d,
+        }),
+        _ => Err(KernelError::invalid(format!(
+            "{what}: kernel {k:?} does not fit input {:?} with padding {p:?}",
+            x.sizes()
+        ))),
+    }
+}
+
+/// Runs `f(plane_index, out_plane)` over the output planes in parallel.
+fn planes<T: Send>(
+    ctx: &KernelContext<'_>,
+    out: &mut [T],
+    plane: usize,
+    work_per_plane: usize,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    if plane == 0 {
+        return;
+    }
+    let min = (GRAIN_SIZE / work_per_plane.max(1)).max(1);
+    ctx.pool().for_each_chunk_mut(out, plane, min, f);
+}
+
+/// `max_pool2d_with_indices.out(self, kernel_size, stride, padding, dilation,
+/// ceil_mode, *, out, indices)` plus the returned list of both.
+fn max_pool2d_with_indices(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(9)?;
+    let x = a.tensor(0)?;
+    f32_only(&x, "max_pool2d (f32 only)")?;
+    let ceil_mode = a.bool(5)?;
+    let w = window(a, &x, Some(4), ceil_mode, "max_pool2d")?;
+    let (shape, rank) = pooled_shape(&x, w.out_h, w.out_w);
+    let out = a.resize_tensor(6, &shape[..rank])?;
+    let idx = a.resize_tensor(7, &shape[..rank])?;
+    f32_only(&out, "max_pool2d out (f32 only)")?;
+    if idx.dtype() != ScalarType::Long {
+        return Err(KernelError::UnsupportedDtype {
+            dtype: idx.dtype(),
+            what: "max_pool2d indices (int64 only)",
+        });
+    }
+    nchw_dims(&out, "max_pool2d out")?;
+    nchw_dims(&idx, "max_pool2d indices")?;
+    let xs = ctx.read::<f32>(&x)?;
+    let os = ctx.write::<f32>(&out)?;
+    let is = ctx.write::<i64>(&idx)?;
+    let (in_plane, out_plane) = (w.in_h * w.in_w, w.out_h * w.out_w);
+    let n_planes = xs.len() / in_plane.max(1);
+    if os.len() != n_planes * out_plane || is.len() != os.len() {
+        return Err(KernelError::invalid(
+            "max_pool2d: unexpected storage length",
+        ));
+    }
+    // Values and indices are written by separate passes over the same windows so that
+    // each pass splits one slice over the pool.
+    planes(ctx, os, out_plane, out_plane * w.k[0] * w.k[1], |pi, o| {
+        max_plane(&w, &xs[pi * in_plane..(pi + 1) * in_plane], o)
+    });
+    planes(ctx, is, out_plane, out_plane * w.k[0] * w.k[1], |pi, ix| {
+        let mut scratch = [0f32; 64];
+        let src = &xs[pi * in_plane..(pi + 1) * in_plane];
+        // Indices row by row (the values are recomputed into a small buffer).
+        for oy in 0..w.out_h {
+            let row = &mut ix[oy * w.out_w..(oy + 1) * w.out_w];
+            for (c0, chunk) in row.chunks_mut(64).enumerate() {
+                let buf = &mut scratch[..chunk.len()];
+                max_row(&w, src, oy, c0 * 64, buf, Some(chunk));
+            }
+        }
+    });
+    Ok(())
+}
+
+/// Max pooling of one plane into `o`.
+fn max_plane(w: &Window, src: &[f32], o: &mut [f32]) {
+    for oy in 0..w.out_h {
+        let row = &mut o[oy * w.out_w..(oy + 1) * w.out_w];
+        max_row(w, src, oy, 0, row, None);
+    }
+}
+
+/// Output row `oy`, columns `x0 .. x0 + out.len()`, of a max pooling.
+fn max_row(
+    w: &Window,
+    src: &[f32],
+    oy: usize,
+    x0: usize,
+    out: &mut [f32],
+    mut idx: Option<&mut [i64]>,
+) {
+    for (j, o) in out.iter_mut().enumerate() {
+        let ox = x0 + j;
+        let mut best = f32::NEG_INFINITY;
+        let mut best_i = -1i64;
+        let mut first = true;
+        for ky in 0..w.k[0] {
+            let Some(iy) = (oy * w.s[0] + ky * w.d[0])
+                .checked_sub(w.p[0])
+                .filter(|&y| y < w.in_h)
+            else {
+                continue;
+            };
+            for kx in 0..w.k[1] {
+                let Some(ix) = (ox * w.s[1] + kx * w.d[1])
+                    .checked_sub(w.p[1])
+                    .filter(|&x| x < w.in_w)
+                else {
+                    continue;
+                };
+                let at = iy * w.in_w + ix;
+                let v = src[at];
+                if first || v > best {
+                    best = v;
+                    best_i = at as i64;
+                    first = false;
+                }
+            }
+        }
+        *o = best;
+        if let Some(idx) = idx.as_deref_mut() {
+            idx[j] = best_i;
+        }
+    }
+}
+
+/// `avg_pool2d.out(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+/// divisor_override?, *, out)` (and the returned out).
+fn avg_pool2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(9)?;
+    let x = a.tensor(0)?;
+    f32_only(&x, "avg_pool2d (f32 only)")?;
+    let ceil_mode = a.bool(4)?;
+    let include_pad = a.bool(5)?;
+    let divisor = a.opt_int(6)?;
+    if divisor == Some(0) {
+        return Err(KernelError::invalid(
+            "avg_pool2d: divisor_override must not be 0",
+        ));
+    }
+    let w = window(a, &x, None, ceil_mode, "avg_pool2d")?;
+    let (shape, rank) = pooled_shape(&x, w.out_h, w.out_w);
+    let out = a.resize_tensor(7, &shape[..rank])?;
+    f32_only(&out, "avg_pool2d out (f32 only)")?;
+    nchw_dims(&out, "avg_pool2d out")?;
+    let xs = ctx.read::<f32>(&x)?;
+    let os = ctx.write::<f32>(&out)?;
+    let (in_plane, out_plane) = (w.in_h * w.in_w, w.out_h * w.out_w);
+    if os.len() != (xs.len() / in_plane.max(1)) * out_plane {
+        return Err(KernelError::invalid(
+            "avg_pool2d: unexpected storage length",
+        ));
+    }
+    planes(ctx, os, out_plane, out_plane * w.k[0] * w.k[1], |pi, o| {
+        let src = &xs[pi * in_plane..(pi + 1) * in_plane];
+        for oy in 0..w.out_h {
+            // Rows of the window: clipped to the padded input for the count, to the
+            // input for the sum.
+            let y0 = (oy * w.s[0]) as i64 - w.p[0] as i64;
+            let y1 = (y0 + w.k[0] as i64).min((w.in_h + w.p[0]) as i64);
+            let (ys, ye) = (y0.max(0) as usize, y1.min(w.in_h as i64).max(0) as usize);
+            for ox in 0..w.out_w {
+                let x0 = (ox * w.s[1]) as i64 - w.p[1] as i64;
+                let x1 = (x0 + w.k[1] as i64).min((w.in_w + w.p[1]) as i64);
+                let (xs0, xe) = (x0.max(0) as usize, x1.min(w.in_w as i64).max(0) as usize);
+                let o = &mut o[oy * w.out_w + ox];
+                if ys >= ye || xs0 >= xe {
+                    *o = 0.0;
+                    continue;
+                }
+                let mut sum = 0f32;
+                for iy in ys..ye {
+                    for &v in &src[iy * w.in_w + xs0..iy * w.in_w + xe] {
+                        sum += v;
+                    }
+                }
+                let count = match divisor {
+                    Some(d) => d as f32,
+                    None if include_pad => ((y1 - y0) * (x1 - x0)) as f32,
+                    None => ((ye - ys) * (xe - xs0)) as f32,
+                };
+                *o = sum / count;
+            }
+        }
+    });
+    Ok(())
+}
+
+/// `_adaptive_avg_pool2d.out(self, output_size, *, out)` (and the returned out).
+fn adaptive_avg_pool2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    a.expect_len(4)?;
+    let x = a.tensor(0)?;
+    f32_only(&x, "adaptive_avg_pool2d (f32 only)")?;
+    let (_, _, ih, iw) = nchw_dims(&x, "adaptive_avg_pool2d")?;
+    let size = spatial_list::<2>(a, 1, 2, None, 1, "adaptive_avg_pool2d output_size")?;
+    let (oh, ow) = (size[0], size[1]);
+    let (shape, rank) = pooled_shape(&x, oh, ow);
+    let out = a.resize_tensor(2, &shape[..rank])?;
+    f32_only(&out, "adaptive_avg_pool2d out (f32 only)")?;
+    nchw_dims(&out, "adaptive_avg_pool2d out")?;
+    let xs = ctx.read::<f32>(&x)?;
+    let os = ctx.write::<f32>(&out)?;
+    let (in_plane, out_plane) = (ih * iw, oh * ow);
+    if in_plane == 0 || os.len() != (xs.len() / in_plane) * out_plane {
+        return Err(KernelError::invalid(
+            "adaptive_avg_pool2d: empty input or unexpected storage length",
+        ));
+    }
+    let start = |o: usize, out: usize, inp: usize| (o * inp) / out;
+    let end = |o: usize, out: usize, inp: usize| ((o + 1) * inp).div_ceil(out);
+    planes(ctx, os, out_plane, in_plane, |pi, o| {
+        let src = &xs[pi * in_plane..(pi + 1) * in_plane];
+        for oy in 0..oh {
+            let (y0, y1) = (start(oy, oh, ih), end(oy, oh, ih));
+            for ox in 0..ow {
+                let (x0, x1) = (start(ox, ow, iw), end(ox, ow, iw));
+                let mut sum = 0f32;
+                for iy in y0..y1 {
+                    for &v in &src[iy * iw + x0..iy * iw + x1] {
+                        sum += v;
+                    }
+                }
+                o[oy * ow + ox] = sum / ((y1 - y0) * (x1 - x0)) as f32;
+            }
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,480 @@
+//! 2-D convolutions over NCHW (channel-planar) images, the layout of ExecuTorch's
+//! portable `convolution` operator, described by the same [`ConvGeometry`] as the NHWC
+//! kernels: im2col rows `[group_in * kh * kw, out_pixels]` (so a group's convolution is
+//! the GEMM `filter[group_out, patch] x col[patch, out_pixels]`, whose row-major result
+//! is already the NCHW output), a direct single-plane kernel for depthwise
+//! convolutions, the col2im scatter of a transposed convolution, and direct scalar
+//! references the others are tested against.
+//!
+//! A 1-d convolution is the 2-d one with `in_h = out_h = kernel_h = 1`.
+
+use std::ops::Range;
+
+use crate::conv::ConvGeometry;
+
+/// First and one-past-last output coordinate whose tap `tap` reads inside `0..size`:
+/// `o * stride + tap * dilation - pad` in range.
+fn valid_outputs(
+    tap: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+    size: usize,
+    out: usize,
+) -> Range<usize> {
+    let off = tap * dilation;
+    // o * stride >= pad - off
+    let lo = pad.saturating_sub(off).div_ceil(stride.max(1));
+    // o * stride + off < size + pad
+    let limit = size + pad;
+    let hi = if limit <= off {
+        0
+    } else {
+        (limit - off).div_ceil(stride.max(1))
+    };
+    lo.min(out)..hi.min(out).max(lo.min(out))
+}
+
+/// Writes im2col rows `rows` of one group: row `r = (ci * kernel_h + ky) * kernel_w + kx`
+/// holds, for every output pixel, the input value that tap reads (0 in the padding).
+/// `input` is the group's `[group_in, in_h, in_w]` planes, `col` the rows `rows` only
+/// (`rows.len() * out_pixels` elements). Returns `false` when a slice is too short.
+pub fn im2col_nchw(g: &ConvGeometry, input: &[f32], rows: Range<usize>, col: &mut [f32]) -> bool {
+    let (ih, iw, oh, ow) = (g.in_h, g.in_w, g.out_h, g.out_w);
+    let taps = g.kernel_h * g.kernel_w;
+    let pixels = oh * ow;
+    if input.len() < g.group_in * ih * iw
+        || rows.end > g.group_in * taps
+        || col.len() < rows.len() * pixels
+    {
+        return false;
+    }
+    if pixels == 0 {
+        return true;
+    }
+    for (row, r) in col.chunks_exact_mut(pixels).zip(rows) {
+        let (ci, tap) = (r / taps, r % taps);
+        let (ky, kx) = (tap / g.kernel_w, tap % g.kernel_w);
+        let plane = &input[ci * ih * iw..(ci + 1) * ih * iw];
+        let ys = valid_outputs(ky, g.stride_h, g.dilation_h, g.pad_top, ih, oh);
+        let xs = valid_outputs(kx, g.stride_w, g.dilation_w, g.pad_left, iw, ow);
+        row[..ys.start * ow].fill(0.0);
+        row[ys.end * ow..].fill(0.0);
+        for oy in ys {
+            let iy = oy * g.stride_h + ky * g.dilation_h - g.pad_top;
+            let dst = &mut row[oy * ow..(oy + 1) * ow];
+            dst[..xs.start].fill(0.0);
+            dst[xs.end..].fill(0.0);
+            let src = &plane[iy * iw..(iy + 1) * iw];
+            if xs.is_empty() {
+                continue;
+            }
+            let ix0 = xs.start * g.stride_w + kx * g.dilation_w - g.pad_left;
+            if g.stride_w == 1 {
+                dst[xs.clone()].copy_from_slice(&src[ix0..ix0 + xs.len()]);
+            } else {
+                for (j, d) in dst[xs.clone()].iter_mut().enumerate() {
+                    *d = src[ix0 + j * g.stride_w];
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Convolves one input plane (`in_h x in_w`) with one `kernel_h x kernel_w` filter
+/// into one output plane (`out_h x out_w`), adding `bias`: the depthwise case, one
+/// output channel reading one input channel. Returns `false` when a slice is too short.
+pub fn conv2d_plane_nchw(
+    g: &ConvGeometry,
+    input: &[f32],
+    filter: &[f32],
+    bias: f32,
+    output: &mut [f32],
+) -> bool {
+    let (ih, iw, oh, ow) = (g.in_h, g.in_w, g.out_h, g.out_w);
+    if input.len() < ih * iw || filter.len() < g.kernel_h * g.kernel_w || output.len() < oh * ow {
+        return false;
+    }
+    let output = &mut output[..oh * ow];
+    output.fill(bias);
+    let xs_of: [Range<usize>; 16] = std::array::from_fn(|kx| {
+        if kx < g.kernel_w {
+            valid_outputs(kx, g.stride_w, g.dilation_w, g.pad_left, iw, ow)
+        } else {
+            0..0
+        }
+    });
+    for ky in 0..g.kernel_h {
+        let ys = valid_outputs(ky, g.stride_h, g.dilation_h, g.pad_top, ih, oh);
+        for oy in ys {
+            let iy = oy * g.stride_h + ky * g.dilation_h - g.pad_top;
+            let src = &input[iy * iw..(iy + 1) * iw];
+            let dst = &mut output[oy * ow..(oy + 1) * ow];
+            for kx in 0..g.kernel_w {
+                let xs = if kx < 16 {
+                    xs_of[kx].clone()
+                } else {
+                    valid_outputs(kx, g.stride_w, g.dilation_w, g.pad_left, iw, ow)
+                };
+                if xs.is_empty() {
+                    continue;
+                }
+                let w = filter[ky * g.kernel_w + kx];
+                let ix0 = xs.start * g.stride_w + kx * g.dilation_w - g.pad_left;
+                let d = &mut dst[xs.clone()];
+                if g.stride_w == 1 {
+                    for (o, &x) in d.iter_mut().zip(&src[ix0..ix0 + xs.len()]) {
+                        *o = x.mul_add(w, *o);
+                    }
+                } else {
+                    for (j, o) in d.iter_mut().enumerate() {
+                        *o = src[ix0 + j * g.stride_w].mul_add(w, *o);
+                    }
+                }
+            }
+        }
+    }
+    true
+}
+
+/// The col2im scatter of a transposed convolution: `col` holds, per row
+/// `r = (o * kernel_h + ky) * kernel_w + kx` of one group, each input pixel's product
+/// with that filter tap; the value of input pixel `(iy, ix)` lands on output
+/// `(iy * stride_h + ky * dilation_h - pad_top, ix * stride_w + kx * dilation_w -
+/// pad_left)` when inside, and is added there. Here `in_*` / `out_*` are the transposed
+/// convolution's own input and output sizes; `output` is the group's `[group_out,
+/// out_h, out_w]` planes. Returns `false` when a slice is too short.
+pub fn col2im_add_nchw(g: &ConvGeometry, col: &[f32], output: &mut [f32]) -> bool {
+    let (ih, iw, oh, ow) = (g.in_h, g.in_w, g.out_h, g.out_w);
+    let taps = g.kernel_h * g.kernel_w;
+    let in_pixels = ih * iw;
+    if col.len() < g.group_out * taps * in_pixels || output.len() < g.group_out * oh * ow {
+        return false;
+    }
+    if in_pixels == 0 {
+        return true;
+    }
+    for (r, row) in col
+        .chunks_exact(in_pixels)
+        .take(g.group_out * taps)
+        .enumerate()
+    {
+        let (o, tap) = (r / taps, r % taps);
+        let (ky, kx) = (tap / g.kernel_w, tap % g.kernel_w);
+        let plane = &mut output[o * oh * ow..(o + 1) * oh * ow];
+        for iy in 0..ih {
+            let Some(oy) = (iy * g.stride_h + ky * g.dilation_h)
+                .checked_sub(g.pad_top)
+                .filter(|&y| y < oh)
+            else {
+                continue;
+            };
+            let src = &row[iy * iw..(iy + 1) * iw];
+            let dst = &mut plane[oy * ow..(oy + 1) * ow];
+            for (ix, &v) in src.iter().enumerate() {
+                if let Some(ox) = (ix * g.stride_w + kx * g.dilation_w)
+                    .checked_sub(g.pad_left)
+                    .filter(|&x| x < ow)
+                {
+                    dst[ox] += v;
+                }
+            }
+        }
+    }
+    true
+}
+
+/// Direct reference convolution of one NCHW image (`[groups * group_in, in_h, in_w]`)
+/// with an OIHW filter (`[groups * group_out, group_in, kh, kw]`), bias per output
+/// channel, into `[groups * group_out, out_h, out_w]`. Returns `false` when a slice is
+/// too short.
+pub fn conv2d_nchw_reference(
+    g: &ConvGeometry,
+    input: &[f32],
+    filter: &[f32],
+    bias: &[f32],
+    output: &mut [f32],
+) -> bool {
+    let (ih, iw, oh, ow) = (g.in_h, g.in_w, g.out_h, g.out_w);
+    let (kh, kw) = (g.kernel_h, g.kernel_w);
+    let co = g.out_channels();
+    if input.len() < g.in_channels() * ih * iw
+        || filter.len() < co * g.patch_len()
+        || bias.len() < co
+        || output.len() < co * oh * ow
+    {
+        return false;
+    }
+    for oc in 0..co {
+        let grp = oc / g.group_out.max(1);
+        for oy in 0..oh {
+            for ox in 0..ow {
+                let mut s = bias[oc];
+                for i in 0..g.group_in {
+                    let ci = grp * g.group_in + i;
+                    for ky in 0..kh {
+                        let y = (oy * g.stride_h + ky * g.dilation_h).checked_sub(g.pad_top);
+                        let Some(iy) = y.filter(|&y| y < ih) else {
+                            continue;
+                        };
+                        for kx in 0..kw {
+                            let x = (ox * g.stride_w + kx * g.dilation_w).checked_sub(g.pad_left);
+                            let Some(ix) = x.filter(|&x| x < iw) else {
+                                continue;
+                            };
+                            s += input[(ci * ih + iy) * iw + ix]
+                                * filter[((oc * g.group_in + i) * kh + ky) * kw + kx];
+                        }
+                    }
+                }
+                output[(oc * oh + oy) * ow + ox] = s;
+            }
+        }
+    }
+    true
+}
+
+/// Direct reference transposed convolution of one NCHW image: input channel
+/// `grp * group_in + i` at `(iy, ix)` times filter `[grp * group_in + i, o, ky, kx]`
+/// (filter `[groups * group_in, group_out, kh, kw]`, PyTorch's transposed layout) is
+/// added to output channel `grp * group_out + o` at `(iy * stride_h + ky * dilation_h -
+/// pad_top, ...)`; `in_*` / `out_*` are the transposed convolution's own sizes.
+/// Returns `false` when a slice is too short.
+pub fn conv_transpose2d_nchw_reference(
+    g: &ConvGeometry,
+    input: &[f32],
+    filter: &[f32],
+    bias: &[f32],
+    output: &mut [f32],
+) -> bool {
+    let (ih, iw, oh, ow) = (g.in_h, g.in_w, g.out_h, g.out_w);
+    let (kh, kw) = (g.kernel_h, g.kernel_w);
+    let co = g.out_channels();
+    if input.len() < g.in_channels() * ih * iw
+        || filter.len() < g.in_channels() * g.group_out * kh * kw
+        || bias.len() < co
+        || output.len() < co * oh * ow
+    {
+        return false;
+    }
+    for oc in 0..co {
+        output[oc * oh * ow..(oc + 1) * oh * ow].fill(bias[oc]);
+    }
+    for ci in 0..g.in_channels() {
+        let grp = ci / g.group_in.max(1);
+        for o in 0..g.group_out {
+            let oc = grp * g.group_out + o;
+            for iy in 0..ih {
+                for ix in 0..iw {
+                    let x = input[(ci * ih + iy) * iw + ix];
+                    for ky in 0..kh {
+                        let y = (iy * g.stride_h + ky * g.dilation_h).checked_sub(g.pad_top);
+                        let Some(oy) = y.filter(|&y| y < oh) else {
+                            continue;
+                        };
+                        for kx in 0..kw {
+                            let xx = (ix * g.stride_w + kx * g.dilation_w).checked_sub(g.pad_left);
+                            let Some(ox) = xx.filter(|&x| x < ow) else {
+                                continue;
+                            };
+                            output[(oc * oh + oy) * ow + ox] +=
+                                x * filter[((ci * g.group_out + o) * kh + ky) * kw + kx];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dense::{Mat, matmul_nt};
+    use proptest::prelude::*;
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 20) % 17) as f32 / 8.0
+                    - 1.0
+            })
+            .collect()
+    }
+
+    fn geometry() -> impl Strategy<Value = ConvGeometry> {
+        (
+            (1usize..8, 1usize..8, 1usize..4, 1usize..4),
+            (1usize..4, 1usize..4, 1usize..3, 1usize..3),
+            (0usize..3, 0usize..3, 1usize..3, 1usize..4, 1usize..4),
+        )
+            .prop_filter_map(
+                "kernel fits",
+                |((ih, iw, kh, kw), (sh, sw, dh, dw), (ph, pw, groups, gi, go))| {
+                    let eff_h = dh * (kh - 1) + 1;
+                    let eff_w = dw * (kw - 1) + 1;
+                    if ih + 2 * ph < eff_h || iw + 2 * pw < eff_w {
+                        return None;
+                    }
+                    Some(ConvGeometry {
+                        in_h: ih,
+                        in_w: iw,
+                        out_h: (ih + 2 * ph - eff_h) / sh + 1,
+                        out_w: (iw + 2 * pw - eff_w) / sw + 1,
+                        kernel_h: kh,
+                        kernel_w: kw,
+                        stride_h: sh,
+                        stride_w: sw,
+                        dilation_h: dh,
+                        dilation_w: dw,
+                        pad_top: ph,
+                        pad_left: pw,
+                        groups,
+                        group_in: gi,
+                        group_out: go,
+                    })
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn im2col_gemm_matches_the_reference(g in geometry(), seed in 0u32..100) {
+            let (ci, co, px) = (g.in_channels(), g.out_channels(), g.out_pixels());
+            let input = values(ci * g.in_h * g.in_w, seed);
+            let filter = values(co * g.patch_len(), seed + 1);
+            let bias = values(co, seed + 2);
+            let mut want = vec![0f32; co * px];
+            prop_assert!(conv2d_nchw_reference(&g, &input, &filter, &bias, &mut want));
+            let plane = g.in_h * g.in_w;
+            let mut got = vec![0f32; want.len()];
+            let patch = g.patch_len();
+            for grp in 0..g.groups {
+                let x = &input[grp * g.group_in * plane..];
+                // im2col in two pieces, as a caller splitting rows over threads does.
+                let mut col = vec![f32::NAN; patch * px];
+                let half = patch / 2;
+                let (a, b) = col.split_at_mut(half * px);
+                prop_assert!(im2col_nchw(&g, x, 0..half, a));
+                prop_assert!(im2col_nchw(&g, x, half..patch, b));
+                // out[o, p] = sum_k W[o, k] col[k, p]: transpose col to use matmul_nt.
+                let mut colt = vec![0f32; col.len()];
+                for k in 0..patch {
+                    for p in 0..px {
+                        colt[p * patch + k] = col[k * px + p];
+                    }
+                }
+                let mut tmp = vec![0f32; px * g.group_out];
+                let zero = vec![0f32; g.group_out];
+                let ok = matmul_nt(
+                    px, g.group_out, patch,
+                    Mat { data: &colt, ld: patch },
+                    Mat { data: &filter[grp * g.group_out * patch..], ld: patch },
+                    Some(&zero), &mut tmp, g.group_out, f32::NEG_INFINITY, f32::INFINITY,
+                );
+                prop_assert!(ok);
+                for o in 0..g.group_out {
+                    for p in 0..px {
+                        let oc = grp * g.group_out + o;
+                        got[oc * px + p] = tmp[p * g.group_out + o] + bias[oc];
+                    }
+                }
+            }
+            for (a, b) in got.iter().zip(&want) {
+                prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+            }
+        }
+
+        #[test]
+        fn plane_kernel_matches_the_reference(g in geometry(), seed in 0u32..100) {
+            let g = ConvGeometry { groups: 1, group_in: 1, group_out: 1, ..g };
+            let input = values(g.in_h * g.in_w, seed);
+            let filter = values(g.kernel_h * g.kernel_w, seed + 3);
+            let bias = [0.25f32];
+            let mut want = vec![0f32; g.out_pixels()];
+            prop_assert!(conv2d_nchw_reference(&g, &input, &filter, &bias, &mut want));
+            let mut got = vec![f32::NAN; want.len()];
+            prop_assert!(conv2d_plane_nchw(&g, &input, &filter, bias[0], &mut got));
+            for (a, b) in got.iter().zip(&want) {
+                prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+            }
+        }
+
+        #[test]
+        fn col2im_matches_the_transposed_reference(g in geometry(), seed in 0u32..100) {
+            // A transposed convolution with this geometry's kernel, stride, dilation and
+            // padding, from an in_h x in_w input to its (unclipped) output size.
+            let oh = (g.in_h - 1) * g.stride_h + g.dilation_h * (g.kernel_h - 1) + 1;
+            let ow = (g.in_w - 1) * g.stride_w + g.dilation_w * (g.kernel_w - 1) + 1;
+            let (Some(oh), Some(ow)) = (oh.checked_sub(2 * g.pad_top), ow.checked_sub(2 * g.pad_left)) else {
+                return Ok(());
+            };
+            let t = ConvGeometry { out_h: oh, out_w: ow, ..g };
+            let taps = t.kernel_h * t.kernel_w;
+            let inp = t.in_h * t.in_w;
+            let input = values(t.in_channels() * inp, seed);
+            let filter = values(t.in_channels() * t.group_out * taps, seed + 4);
+            let bias = values(t.out_channels(), seed + 5);
+            let mut want = vec![0f32; t.out_channels() * oh * ow];
+            prop_assert!(conv_transpose2d_nchw_reference(&t, &input, &filter, &bias, &mut want));
+            let mut got = vec![0f32; want.len()];
+            for oc in 0..t.out_channels() {
+                got[oc * oh * ow..(oc + 1) * oh * ow].fill(bias[oc]);
+            }
+            for grp in 0..t.groups {
+                // col[(o, tap), p] = sum_i W[grp * gi + i, o, tap] * x[grp * gi + i, p].
+                let rows = t.group_out * taps;
+                let mut col = vec![0f32; rows * inp];
+                for r in 0..rows {
+                    for p in 0..inp {
+                        let mut s = 0f32;
+                        for i in 0..t.group_in {
+                            let ci = grp * t.group_in + i;
+                            s += filter[ci * rows + r] * input[ci * inp + p];
+                        }
+                        col[r * inp + p] = s;
+                    }
+                }
+                let out = &mut got[grp * t.group_out * oh * ow..];
+                prop_assert!(col2im_add_nchw(&t, &col, out));
+            }
+            for (a, b) in got.iter().zip(&want) {
+                prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn short_slices_are_refused() {
+        let g = ConvGeometry {
+            in_h: 3,
+            in_w: 3,
+            out_h: 3,
+            out_w: 3,
+            kernel_h: 3,
+            kernel_w: 3,
+            stride_h: 1,
+            stride_w: 1,
+            dilation_h: 1,
+            dilation_w: 1,
+            pad_top: 1,
+            pad_left: 1,
+            groups: 1,
+            group_in: 1,
+            group_out: 1,
+        };
+        let mut col = vec![0f32; 81];
+        assert!(!im2col_nchw(&g, &[0.0; 8], 0..9, &mut col));
+        assert!(!im2col_nchw(&g, &[0.0; 9], 0..10, &mut col));
+        assert!(!conv2d_plane_nchw(
+            &g,
+            &[0.0; 9],
+            &[0.0; 8],
+            0.0,
+            &mut [0.0; 9]
+        ));
+        assert!(!col2im_add_nchw(&g, &[0.0; 80], &mut [0.0; 9]));
+    }
+}
