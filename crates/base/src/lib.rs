@@ -1,2 +1,14 @@
-//! etch's base types, below every other crate: dtypes (`ScalarType`), shape dynamism,
-//! the one element trait, `Bool8`, `MAX_RANK`, and the strided-view / broadcast helper.
+//! etch's base types, below every other crate: dtypes ([`ScalarType`]), shape dynamism
+//! ([`ShapeDynamism`]), the one element trait ([`Element`]) with [`Bool8`], and
+//! [`MAX_RANK`].
+
+mod element;
+mod scalar_type;
+mod shape_dynamism;
+
+pub use element::{Bool8, Element};
+pub use scalar_type::ScalarType;
+pub use shape_dynamism::ShapeDynamism;
+
+/// Most dimensions a tensor may have (ExecuTorch's `kTensorDimensionLimit`).
+pub const MAX_RANK: usize = 16;

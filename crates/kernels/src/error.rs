@@ -1,6 +1,6 @@
 //! Kernel errors.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use etch_memory::{AccessError, AllocError};
 
 /// Why a tensor shape operation failed.

@@ -7,7 +7,6 @@
 
 pub mod backend;
 mod context;
-mod element;
 mod error;
 pub mod ops;
 mod registry;
@@ -17,9 +16,9 @@ mod value;
 
 pub use backend::{Backend, BackendError, BackendInitContext, DelegateHandle, DelegateSummary};
 pub use context::KernelContext;
-pub use element::Element;
 pub use error::{KernelError, ShapeError};
+pub use etch_base::{Bool8, Element, MAX_RANK, ScalarType, ShapeDynamism};
 pub use etch_linalg::{GRAIN_SIZE, ThreadPool, ThreadPoolError, default_threads};
 pub use registry::{KernelFn, Registry};
-pub use tensor::{MAX_RANK, Tensor, normalize_dim};
+pub use tensor::{Tensor, normalize_dim};
 pub use value::{Args, EValue, IntList, Scalar, TensorList};

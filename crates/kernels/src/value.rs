@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use crate::{KernelError, Tensor};
 

@@ -3,7 +3,7 @@
 //! (sequence lengths, start positions, GQA ratios 1-4, odd head dims), masks, causal
 //! flags, dtypes and thread counts, plus the argument checks.
 
-use etch_format::{ScalarType, ShapeDynamism};
+use etch_base::{ScalarType, ShapeDynamism};
 use etch_kernels::testing::Harness;
 use etch_kernels::{EValue, KernelError, Tensor, ThreadPool};
 use half::{bf16, f16};

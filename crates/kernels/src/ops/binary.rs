@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::elementwise::dtype::{Bool8, with_compute};
 use super::elementwise::num::Num;

@@ -103,7 +103,7 @@ fn run<C: Num>(
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::ops::elementwise::testutil::{

@@ -140,7 +140,7 @@ fn dim_order_copy(
 
 #[cfg(test)]
 mod tests {
-    use etch_format::{ScalarType, ShapeDynamism};
+    use etch_base::{ScalarType, ShapeDynamism};
     use proptest::prelude::*;
 
     use crate::ops::elementwise::testutil::{DTYPES, Lcg, read, round_through, tensor};

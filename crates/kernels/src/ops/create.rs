@@ -161,7 +161,7 @@ fn arange(
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
 
     use crate::ops::elementwise::testutil::read;
     use crate::testing::Harness;

@@ -1,6 +1,6 @@
 //! `aten::embedding.out`: rows of a `[V, D]` table picked by an index tensor.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use crate::ops::shape::common::{for_rows, require_contiguous, with_bits_type, worth_parallel};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
@@ -112,7 +112,7 @@ fn embedding(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErro
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::ThreadPool;

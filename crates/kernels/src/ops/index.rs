@@ -7,7 +7,7 @@
 //! front. The result is `[P.., B.., Q..]`, where `P` and `Q` are the non-indexed dims
 //! before and after. Negative indices count from the end.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use half::{bf16, f16};
 
 use crate::ops::embedding::Indices;

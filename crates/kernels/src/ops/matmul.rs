@@ -5,7 +5,7 @@
 //! dot-product path. f64 runs plain loops. As in PyTorch every operand must have the
 //! output's dtype.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use crate::ops::shape::common::{
     MAX_DIMS, broadcast_shapes, broadcast_strides, require_contiguous,

@@ -3,7 +3,7 @@
 //! variance), and returns `mean` and `rstd` shaped like the input with the normalised
 //! dims set to 1. Statistics are two-pass pairwise sums in f32 (f64 for f64).
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::elementwise::BLOCK;
 use super::elementwise::dtype::{In, Out};
@@ -230,7 +230,7 @@ fn run<A: Num>(
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::ops::elementwise::testutil::{Lcg, assert_close, harness, read, tensor};

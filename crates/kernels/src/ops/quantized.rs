@@ -6,7 +6,7 @@
 //! quantization multiplies by the f32 reciprocal of the scale and rounds half to even,
 //! dequantization is `(q - zp) * scale` in f32.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::elementwise::BLOCK;
 use super::elementwise::dtype::{In, Out};

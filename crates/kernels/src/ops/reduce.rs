@@ -10,7 +10,7 @@
 //! of a dynamically quantized activation downstream. Outputs are split across the pool
 //! when there are many of them.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::elementwise::dtype::{Bool8, Elem, In, Out, narrow_slice, narrows, with_compute};
 use super::elementwise::num::Num;

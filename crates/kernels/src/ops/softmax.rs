@@ -2,7 +2,7 @@
 //! is subtracted before `exp`. f16/bf16 compute in f32; `half_to_float` writes an f32
 //! out from a 16-bit input.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::elementwise::BLOCK;
 use super::elementwise::dtype::{In, Out};
@@ -249,7 +249,7 @@ fn row_streamed<A: Num>(
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::ops::elementwise::testutil::{Lcg, assert_close, harness, read, tensor, tol};

@@ -6,7 +6,7 @@
 //! f16/bf16 compute in f32 and round once on store. The out dtype decides the stored
 //! type, within PyTorch's casting rules.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::elementwise::dtype::{Bool8, Elem, with_compute};
 use super::elementwise::num::Num;

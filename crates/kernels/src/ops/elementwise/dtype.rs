@@ -9,17 +9,14 @@
 
 use std::sync::Mutex;
 
-use bytemuck::{Pod, Zeroable};
-use etch_format::ScalarType;
+use bytemuck::Pod;
+use etch_base::ScalarType;
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
 use crate::{KernelContext, KernelError, Scalar, Tensor, ThreadPool};
 
-/// A bool element as stored: one byte, 0 or 1 (any non-zero byte reads as true).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
-#[repr(transparent)]
-pub struct Bool8(pub u8);
+pub use etch_base::Bool8;
 
 /// Which widest value a dtype converts through.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -248,55 +245,55 @@ macro_rules! with_elem {
         #[allow(unused_imports)]
         use $crate::ops::elementwise::dtype::Bool8;
         match $dtype {
-            etch_format::ScalarType::Float => {
+            etch_base::ScalarType::Float => {
                 type $E = f32;
                 $body
             }
-            etch_format::ScalarType::Double => {
+            etch_base::ScalarType::Double => {
                 type $E = f64;
                 $body
             }
-            etch_format::ScalarType::Half => {
+            etch_base::ScalarType::Half => {
                 type $E = f16;
                 $body
             }
-            etch_format::ScalarType::BFloat16 => {
+            etch_base::ScalarType::BFloat16 => {
                 type $E = bf16;
                 $body
             }
-            etch_format::ScalarType::Char => {
+            etch_base::ScalarType::Char => {
                 type $E = i8;
                 $body
             }
-            etch_format::ScalarType::Byte => {
+            etch_base::ScalarType::Byte => {
                 type $E = u8;
                 $body
             }
-            etch_format::ScalarType::Short => {
+            etch_base::ScalarType::Short => {
                 type $E = i16;
                 $body
             }
-            etch_format::ScalarType::Int => {
+            etch_base::ScalarType::Int => {
                 type $E = i32;
                 $body
             }
-            etch_format::ScalarType::Long => {
+            etch_base::ScalarType::Long => {
                 type $E = i64;
                 $body
             }
-            etch_format::ScalarType::UInt16 => {
+            etch_base::ScalarType::UInt16 => {
                 type $E = u16;
                 $body
             }
-            etch_format::ScalarType::UInt32 => {
+            etch_base::ScalarType::UInt32 => {
                 type $E = u32;
                 $body
             }
-            etch_format::ScalarType::UInt64 => {
+            etch_base::ScalarType::UInt64 => {
                 type $E = u64;
                 $body
             }
-            etch_format::ScalarType::Bool => {
+            etch_base::ScalarType::Bool => {
                 type $E = Bool8;
                 $body
             }
@@ -310,8 +307,8 @@ pub(crate) use with_elem;
 /// in: f64 for f64, f32 for the other floats, i64 for integers and bool.
 macro_rules! with_compute {
     ($dtype:expr, $C:ident => $body:expr) => {{
-        let dt: etch_format::ScalarType = $dtype;
-        if dt == etch_format::ScalarType::Double {
+        let dt: etch_base::ScalarType = $dtype;
+        if dt == etch_base::ScalarType::Double {
             type $C = f64;
             $body
         } else if dt.is_floating_point() {

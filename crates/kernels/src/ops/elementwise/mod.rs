@@ -17,7 +17,7 @@ pub mod promote;
 #[cfg(test)]
 pub mod testutil;
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use self::broadcast::Plan;
 use self::dtype::{Elem, In, Out, narrow_slice, narrows};

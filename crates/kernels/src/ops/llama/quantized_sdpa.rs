@@ -6,7 +6,7 @@
 //! (one K and one V tile of [`super::flash::KEY_BLOCK`] rows per task) into scratch,
 //! never as a whole; everything else is the float path of [`super::sdpa`].
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::flash::{self, Isa, Plan, QuantRows, RowLayout, SeqDim};
 use super::sdpa::{attn_shape, problem, read_mask};

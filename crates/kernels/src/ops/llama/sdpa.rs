@@ -9,7 +9,7 @@
 //!   the whole cache is read. A mask together with `is_causal` is an error.
 //! * GQA: query head `h` reads KV head `h / (H_q / H_kv)`.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use half::{bf16, f16};
 
 use super::flash::{self, Float, FloatRows, Isa, Mask, Plan, Problem, RowLayout, SeqDim};

@@ -179,7 +179,7 @@ pub(crate) fn update_cache_with_indices_out(
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use half::bf16;
     use proptest::prelude::*;
 

@@ -1,8 +1,8 @@
 //! Helpers shared by the shape, index, embedding and matmul kernels: dtype dispatch,
 //! dtype casts, a strided gather-copy engine and row-parallel loops.
 
-use bytemuck::{Pod, Zeroable};
-use etch_format::ScalarType;
+use bytemuck::Pod;
+use etch_base::ScalarType;
 use half::{bf16, f16};
 
 use crate::{GRAIN_SIZE, KernelContext, KernelError, MAX_RANK, Tensor, ThreadPool};
@@ -10,10 +10,7 @@ use crate::{GRAIN_SIZE, KernelContext, KernelError, MAX_RANK, Tensor, ThreadPool
 /// Most dimensions the copy engine handles (twice [`MAX_RANK`], for `repeat`).
 pub(crate) const MAX_DIMS: usize = 2 * MAX_RANK;
 
-/// A bool element as stored (one byte, 0 or 1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Pod, Zeroable)]
-#[repr(transparent)]
-pub(crate) struct Bool8(pub u8);
+pub(crate) use etch_base::Bool8;
 
 /// Fails unless the tensor's dim order is the contiguous one.
 pub(crate) fn require_contiguous(t: &Tensor, what: &'static str) -> Result<(), KernelError> {
@@ -74,7 +71,7 @@ pub(crate) use with_bits_type;
 /// [`Bool8`]); other dtypes give `UnsupportedDtype` for `$what`.
 macro_rules! with_cast_type {
     ($dtype:expr, $what:expr, $T:ident => $body:expr) => {{
-        use etch_format::ScalarType as St;
+        use etch_base::ScalarType as St;
         match $dtype {
             St::Float => {
                 type $T = f32;

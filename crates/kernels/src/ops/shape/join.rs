@@ -344,7 +344,7 @@ fn split_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::ThreadPool;

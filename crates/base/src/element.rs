@@ -1,11 +1,17 @@
-//! Rust element types for tensor dtypes.
+//! The Rust types that store one element of a tensor dtype.
 
-use bytemuck::Pod;
-use etch_format::ScalarType;
+use bytemuck::{Pod, Zeroable};
 use half::{bf16, f16};
 
+use crate::ScalarType;
+
+/// A bool element as stored: one byte, 0 or 1 (any non-zero byte reads as true).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Pod, Zeroable)]
+#[repr(transparent)]
+pub struct Bool8(pub u8);
+
 /// A Rust type that stores one element of a tensor dtype.
-pub trait Element: Pod + Send + Sync + std::fmt::Debug + PartialEq {
+pub trait Element: Pod + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static {
     /// The dtype this type stores.
     const DTYPE: ScalarType;
 }
@@ -29,4 +35,5 @@ element!(
     u16 => UInt16,
     u32 => UInt32,
     u64 => UInt64,
+    Bool8 => Bool,
 );
