@@ -63,6 +63,16 @@ pub enum Scalar {
 }
 
 impl Scalar {
+    /// The value converted to the element type `E` with PyTorch's casts.
+    #[inline]
+    pub fn cast<E: crate::Element>(self) -> E {
+        match self {
+            Scalar::Int(v) => E::from_i64(v),
+            Scalar::Double(v) => E::from_f64(v),
+            Scalar::Bool(v) => E::from_bool(v),
+        }
+    }
+
     /// The value as f64.
     pub fn to_f64(self) -> f64 {
         match self {

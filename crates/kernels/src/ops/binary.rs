@@ -241,7 +241,7 @@ fn run_arith<C: Num>(
     op: Op,
     alpha: Option<Scalar>,
 ) -> Result<(), KernelError> {
-    let alpha = alpha.map(C::from_scalar).unwrap_or(C::ONE);
+    let alpha = alpha.map(Scalar::cast::<C>).unwrap_or(C::ONE);
     let zero_div = AtomicBool::new(false);
     let zd = &zero_div;
     macro_rules! go {

@@ -12,7 +12,7 @@
 
 use etch_base::ScalarType;
 
-use super::elementwise::dtype::{Bool8, Elem, In, Out, narrow_slice, narrows, with_compute};
+use super::elementwise::dtype::{Bool8, Element, In, Out, narrow_slice, narrows, with_compute};
 use super::elementwise::num::Num;
 use super::elementwise::{BLOCK, opt_scalar};
 use crate::{
@@ -34,9 +34,9 @@ pub fn register(r: &mut Registry) {
 }
 
 /// Streams the reduced elements of one output.
-pub trait Reducer<A: Elem>: Sync {
+pub trait Reducer<A: Element>: Sync {
     type State;
-    type Out: Elem;
+    type Out: Element;
     fn start(&self) -> Self::State;
     /// `xs` are the reduced elements at flat positions `pos..pos + xs.len()`.
     fn feed(&self, state: &mut Self::State, pos: usize, xs: &[A]);
@@ -182,7 +182,7 @@ impl RPlan {
 
 /// Reduces `input` over `mask` into `out` (already resized): one [`Reducer`] pass per
 /// output element. Inputs are converted to `A`, rounded through `narrow` if given.
-pub fn reduce<A: Elem, R: Reducer<A>>(
+pub fn reduce<A: Element, R: Reducer<A>>(
     ctx: &KernelContext<'_>,
     input: &Tensor,
     mask: &[bool; MAX_RANK],
@@ -242,7 +242,7 @@ pub fn reduce<A: Elem, R: Reducer<A>>(
     Ok(())
 }
 
-struct Job<'a, 'p, A: Elem, R> {
+struct Job<'a, 'p, A: Element, R> {
     plan: &'p RPlan,
     data: In<'a>,
     direct: Option<&'a [A]>,
@@ -250,7 +250,7 @@ struct Job<'a, 'p, A: Elem, R> {
     reducer: &'p R,
 }
 
-impl<A: Elem, R: Reducer<A>> Job<'_, '_, A, R> {
+impl<A: Element, R: Reducer<A>> Job<'_, '_, A, R> {
     /// The reduction of the output element whose kept index starts at `base`.
     fn one(&self, base: usize) -> R::Out {
         let p = self.plan;

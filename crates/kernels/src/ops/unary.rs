@@ -8,7 +8,7 @@
 
 use etch_base::ScalarType;
 
-use super::elementwise::dtype::{Bool8, Elem, with_compute};
+use super::elementwise::dtype::{Bool8, with_compute};
 use super::elementwise::num::Num;
 use super::elementwise::promote::{ResultType, check_can_cast, to_float};
 use super::elementwise::{Operand, Spec, Src, map, opt_scalar, string_arg, zip1, zip3};
@@ -233,8 +233,8 @@ fn clamp_scalars(
         narrow_result: true,
     };
     with_compute!(common, C => {
-        let lo = min.map(C::from_scalar);
-        let hi = max.map(C::from_scalar);
+        let lo = min.map(Scalar::cast::<C>);
+        let hi = max.map(Scalar::cast::<C>);
         map::<1, C, C, _>(ctx, &[Operand::Tensor(x)], &out, spec, |s: &[Src<'_, C>; 1], o: &mut [C]| {
             zip1(s[0], o, |v: C| clamp_one(v, lo, hi))
         })

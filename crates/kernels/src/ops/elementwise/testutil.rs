@@ -4,7 +4,7 @@
 use etch_base::ScalarType;
 use proptest::prelude::*;
 
-use super::dtype::{Elem, with_elem};
+use super::dtype::{Element, with_elem};
 use crate::ThreadPool;
 use crate::testing::Harness;
 

@@ -70,8 +70,6 @@ pub trait Float: Element + Copy {
     fn as_f32(s: &[Self]) -> Option<&[f32]>;
     /// Converts `src` into `dst` (over the shorter length).
     fn to_f32_row(src: &[Self], dst: &mut [f32]);
-    /// Rounds an f32 to this type.
-    fn from_f32(x: f32) -> Self;
 }
 
 impl Float for f32 {
@@ -82,10 +80,6 @@ impl Float for f32 {
     fn to_f32_row(src: &[Self], dst: &mut [f32]) {
         let n = src.len().min(dst.len());
         dst[..n].copy_from_slice(&src[..n]);
-    }
-    #[inline(always)]
-    fn from_f32(x: f32) -> Self {
-        x
     }
 }
 
@@ -99,10 +93,6 @@ macro_rules! half_float {
             fn to_f32_row(src: &[Self], dst: &mut [f32]) {
                 let n = src.len().min(dst.len());
                 src[..n].convert_to_f32_slice(&mut dst[..n]);
-            }
-            #[inline(always)]
-            fn from_f32(x: f32) -> Self {
-                <$t>::from_f32(x)
             }
         }
     };
