@@ -8,7 +8,7 @@
 
 use etch_base::ScalarType;
 
-use super::flash::{self, Isa, Plan, QuantRows, RowLayout, SeqDim};
+use super::flash::{self, Plan, QuantRows, RowLayout, SeqDim};
 use super::sdpa::{attn_shape, problem, read_mask};
 use crate::{Args, KernelContext, KernelError, Tensor};
 
@@ -133,6 +133,6 @@ pub(crate) fn custom_quantized_sdpa_out(
         mask,
         o,
         scratch,
-        Isa::detect(),
+        etch_linalg::dispatch().attention,
     )
 }

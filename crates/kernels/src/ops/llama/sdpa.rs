@@ -12,7 +12,7 @@
 use etch_base::ScalarType;
 use half::{bf16, f16};
 
-use super::flash::{self, Float, FloatRows, Isa, Mask, Plan, Problem, RowLayout, SeqDim};
+use super::flash::{self, Float, FloatRows, Mask, Plan, Problem, RowLayout, SeqDim};
 use super::update_cache;
 use crate::{Args, KernelContext, KernelError, Tensor};
 
@@ -208,7 +208,7 @@ fn attend_float<E: Float>(
         mask,
         o,
         scratch,
-        Isa::detect(),
+        etch_linalg::dispatch().attention,
     )
 }
 
