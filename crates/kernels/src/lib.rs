@@ -3,13 +3,16 @@
 //!
 //! A kernel is a plain function ([`KernelFn`]) taking a [`KernelContext`] (tensor
 //! bytes, scratch, pool) and the instruction's [`Args`]. Arguments follow ExecuTorch's
-//! calling convention: every schema argument in order, then the return value(s).
+//! calling convention: every schema argument in order, then the return value(s). Each
+//! op declares its argument schema once (`op_args!`, see [`schema`]) and unpacks the slots
+//! into a typed struct; the positional accessors of [`Args`] are the legacy path.
 
 pub mod backend;
 mod context;
 mod error;
 pub mod ops;
 mod registry;
+pub mod schema;
 mod tensor;
 pub mod testing;
 mod value;

@@ -103,6 +103,11 @@ impl Scalar {
 
 /// A kernel's arguments: the method's value table and this instruction's indices.
 /// For `.out` ops the out tensor appears twice at the end (kwarg and return value).
+///
+/// Kernels read their arguments through a declared schema ([`crate::schema`]: named,
+/// typed fields, errors naming the op and the argument). The positional accessors
+/// below (`expect_len`, `tensor(i)`, `int(i)`, ...) are the legacy path, kept for
+/// kernels not converted yet; the schema is built on them.
 pub struct Args<'a> {
     values: &'a mut [EValue],
     indices: &'a [usize],

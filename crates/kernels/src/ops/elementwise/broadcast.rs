@@ -171,22 +171,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn broadcast_rules() {
+    fn broadcast_errors_name_the_shapes() {
+        // The rules themselves are etch_base's (tested there).
         let mut buf = [0; MAX_RANK];
-        assert_eq!(
-            broadcast_shapes(&[&[1, 5, 64], &[64]], &mut buf).unwrap(),
-            &[1, 5, 64]
-        );
-        assert_eq!(
-            broadcast_shapes(&[&[3, 1], &[1, 4]], &mut buf).unwrap(),
-            &[3, 4]
-        );
-        assert_eq!(broadcast_shapes(&[&[], &[2]], &mut buf).unwrap(), &[2]);
-        assert_eq!(
-            broadcast_shapes(&[&[0, 1], &[3]], &mut buf).unwrap(),
-            &[0, 3]
-        );
-        assert!(broadcast_shapes(&[&[2, 3], &[3, 2]], &mut buf).is_err());
+        let e = broadcast_shapes(&[&[2, 3], &[3, 2]], &mut buf).unwrap_err();
+        assert!(e.to_string().contains("[2, 3]"), "{e}");
     }
 
     #[test]
