@@ -10,12 +10,12 @@ use std::path::Path;
 
 use etch_memory::SharedBytes;
 
+use crate::ScalarType;
 use crate::error::{FormatError, Result};
 use crate::flatbuf::{Buffer, FieldPath};
 use crate::limits::{MAX_LIST_ITEMS, MAX_NAMED_DATA, MAX_SEGMENTS};
 use crate::program::header::check_identifier;
 use crate::program::model::ByteRange;
-use crate::scalar_type::ScalarType;
 
 /// The FlatTensor file identifier.
 pub const DATA_FILE_IDENTIFIER: &str = "FT01";

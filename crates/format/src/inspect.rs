@@ -13,6 +13,7 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
+use crate::ShapeDynamism;
 use crate::program::ProgramFile;
 use crate::program::model::*;
 

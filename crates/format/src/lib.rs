@@ -45,10 +45,9 @@ pub mod flatbuf;
 pub mod inspect;
 pub mod limits;
 pub mod program;
-mod scalar_type;
 
 pub use data_file::{DataEntry, DataFile, FlatTensorHeader, TensorLayout};
 pub use error::{FormatError, Result};
+pub use etch_base::{ScalarType, ShapeDynamism};
 pub use program::ProgramFile;
 pub use program::model::*;
-pub use scalar_type::ScalarType;

@@ -36,7 +36,7 @@ pub const MAX_NAMED_DATA: usize = 1 << 20;
 /// Inline delegate payloads.
 pub const MAX_INLINE_DELEGATE_DATA: usize = 1 << 16;
 /// Tensor rank (`kTensorDimensionLimit` in ExecuTorch).
-pub const MAX_RANK: usize = 16;
+pub const MAX_RANK: usize = etch_base::MAX_RANK;
 /// Bytes of one tensor at its stored (upper-bound) sizes.
 pub const MAX_TENSOR_BYTES: u64 = 1 << 48;
 /// Nesting depth of tables below the root. The schema nests at most 6 deep; the

@@ -8,7 +8,7 @@
 use std::hint::black_box;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use etch_kernels::testing::Harness;
 use etch_kernels::{ThreadPool, default_threads};
 use etch_memory::allocator::ArenaAllocator;

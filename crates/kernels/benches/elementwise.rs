@@ -2,7 +2,7 @@
 //! broadcasts, serial and on a pool. Throughput counts bytes read plus bytes written.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use etch_kernels::ThreadPool;
 use etch_kernels::testing::Harness;
 

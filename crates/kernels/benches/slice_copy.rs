@@ -2,7 +2,7 @@
 //! `cargo bench -p etch-kernels --bench slice_copy -- --warm-up-time 1 --measurement-time 3`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use etch_kernels::ThreadPool;
 use etch_kernels::testing::Harness;
 

@@ -1,6 +1,6 @@
 //! Kernel errors.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use etch_memory::{AccessError, AllocError};
 
 /// Why a tensor shape operation failed.
@@ -37,6 +37,19 @@ pub enum KernelError {
         expected: &'static str,
         found: &'static str,
     },
+    #[error("{op}: expected {expected} arguments, got {got}")]
+    OpArgCount {
+        op: &'static str,
+        expected: usize,
+        got: usize,
+    },
+    #[error("{op}: argument `{name}` (slot {index}): {source}")]
+    Argument {
+        op: &'static str,
+        name: &'static str,
+        index: usize,
+        source: Box<KernelError>,
+    },
     #[error("argument {index}: value index {value} is out of range")]
     BadValueIndex { index: usize, value: usize },
     #[error("unsupported dtype {dtype} for {what}")]
@@ -64,6 +77,15 @@ pub enum KernelError {
 }
 
 impl KernelError {
+    /// The error below any [`KernelError::Argument`] naming (what went wrong with the
+    /// value itself).
+    pub fn root(&self) -> &KernelError {
+        match self {
+            KernelError::Argument { source, .. } => source.root(),
+            other => other,
+        }
+    }
+
     /// Shorthand for [`KernelError::InvalidArgument`].
     pub fn invalid(msg: impl Into<String>) -> Self {
         KernelError::InvalidArgument(msg.into())

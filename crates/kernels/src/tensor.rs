@@ -1,18 +1,17 @@
 //! Tensor metadata: dtype, shape, strides, dim order, dynamism, and where its bytes live.
 
-use etch_format::{ScalarType, ShapeDynamism};
+use etch_base::{ScalarType, ShapeDynamism};
 use etch_memory::Span;
 
 use crate::ShapeError;
 
-/// Most dimensions a tensor may have (ExecuTorch's `kTensorDimensionLimit`).
-pub const MAX_RANK: usize = 16;
+use crate::MAX_RANK;
 
 /// Tensor metadata. `Copy` and fixed-size, so kernels copy it freely and resizing
 /// never allocates. The bytes are reached through the kernel context.
 ///
 /// ```
-/// use etch_format::ScalarType;
+/// use etch_base::ScalarType;
 /// use etch_kernels::Tensor;
 /// let t = Tensor::new(ScalarType::Float, &[2, 3], None).unwrap();
 /// assert_eq!(t.sizes(), &[2, 3]);

@@ -2,7 +2,7 @@
 //!
 //! ```
 //! use etch_kernels::testing::Harness;
-//! use etch_format::ScalarType;
+//! use etch_base::ScalarType;
 //! let mut h = Harness::new();
 //! let x = h.tensor(&[2], &[1.0f32, 2.0]);
 //! let d = h.int(0);
@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use etch_format::{ScalarType, ShapeDynamism};
+use etch_base::{ScalarType, ShapeDynamism};
 use etch_memory::{AlignedBuffer, MemoryAllocator, Span, Storage, TempScope};
 
 use crate::{Args, EValue, Element, KernelContext, KernelError, Registry, Tensor, ThreadPool};

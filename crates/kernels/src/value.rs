@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use crate::{KernelError, Tensor};
 
@@ -63,6 +63,16 @@ pub enum Scalar {
 }
 
 impl Scalar {
+    /// The value converted to the element type `E` with PyTorch's casts.
+    #[inline]
+    pub fn cast<E: crate::Element>(self) -> E {
+        match self {
+            Scalar::Int(v) => E::from_i64(v),
+            Scalar::Double(v) => E::from_f64(v),
+            Scalar::Bool(v) => E::from_bool(v),
+        }
+    }
+
     /// The value as f64.
     pub fn to_f64(self) -> f64 {
         match self {
@@ -93,6 +103,11 @@ impl Scalar {
 
 /// A kernel's arguments: the method's value table and this instruction's indices.
 /// For `.out` ops the out tensor appears twice at the end (kwarg and return value).
+///
+/// Kernels read their arguments through a declared schema ([`crate::schema`]: named,
+/// typed fields, errors naming the op and the argument). The positional accessors
+/// below (`expect_len`, `tensor(i)`, `int(i)`, ...) are the legacy path, kept for
+/// kernels not converted yet; the schema is built on them.
 pub struct Args<'a> {
     values: &'a mut [EValue],
     indices: &'a [usize],

@@ -3,7 +3,7 @@
 //! (sequence lengths, start positions, GQA ratios 1-4, odd head dims), masks, causal
 //! flags, dtypes and thread counts, plus the argument checks.
 
-use etch_format::{ScalarType, ShapeDynamism};
+use etch_base::{ScalarType, ShapeDynamism};
 use etch_kernels::testing::Harness;
 use etch_kernels::{EValue, KernelError, Tensor, ThreadPool};
 use half::{bf16, f16};
@@ -567,21 +567,21 @@ fn custom_sdpa_bad_calls() {
     // argument kinds and count
     assert!(matches!(
         Call::new(&c).set(6, EValue::Int(1)).call(),
-        Err(KernelError::ArgType { .. })
+        Err(KernelError::Argument { .. })
     ));
     assert!(matches!(
         Call::new(&c).set(3, EValue::Double(1.0)).call(),
-        Err(KernelError::ArgType { .. })
+        Err(KernelError::Argument { .. })
     ));
     assert!(matches!(
         Call::new(&c).set(7, EValue::Bool(true)).call(),
-        Err(KernelError::ArgType { .. })
+        Err(KernelError::Argument { .. })
     ));
     let mut call = Call::new(&c);
     let args = call.args;
     assert!(matches!(
         call.h.call("llama::custom_sdpa.out", &args[..9]),
-        Err(KernelError::ArgCount { .. })
+        Err(KernelError::OpArgCount { .. })
     ));
     // a non-contiguous key
     let mut call = Call::new(&c);
@@ -730,7 +730,7 @@ fn sdpa_with_kv_cache_rejects_before_writing() {
     // arg count
     assert!(matches!(
         h.call("llama::sdpa_with_kv_cache.out", &[q, k, v]),
-        Err(KernelError::ArgCount { .. })
+        Err(KernelError::OpArgCount { .. })
     ));
 }
 
@@ -907,6 +907,6 @@ fn quantized_bad_calls() {
     // arg count
     assert!(matches!(
         h.call("llama::custom_quantized_sdpa.out", &base[..16]),
-        Err(KernelError::ArgCount { .. })
+        Err(KernelError::OpArgCount { .. })
     ));
 }

@@ -2,7 +2,7 @@
 //! their scratch comes from it (a caching allocator or an arena here), and nothing on
 //! the success path allocates.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use etch_kernels::testing::Harness;
 use etch_kernels::{Args, EValue, KernelContext, ThreadPool};
 use etch_memory::allocator::{ArenaAllocator, CachingAllocator};

@@ -6,6 +6,8 @@
 //!   outside the matmul ops.
 //! * [`Isa`], [`CpuSupport`], [`dispatch`]: which instruction set each kernel family
 //!   uses, decided once at start-up (AVX-512, AVX2+FMA, NEON, or the scalar twin).
+//! * [`attention`]: the inner loops of attention (query-key dot products, exp with
+//!   sum, value multiply-adds), dispatched on the table's attention slot.
 //! * [`ThreadPool`]: the one thread pool of etch, which the kernels split work over.
 //! * NHWC image kernels (used by the XNNPACK delegate, and next by the portable
 //!   convolution ops): [`conv`] (im2col, depthwise, transposed, a direct reference),
@@ -56,6 +58,7 @@
 //! ```
 
 pub mod approx;
+pub mod attention;
 pub mod conv;
 pub mod conv_nchw;
 pub mod dense;

@@ -4,7 +4,7 @@
 //! tensor bytes are never copied: they are described by [`ByteRange`]s into the
 //! file's bytes, each checked against the file length at load.
 
-use crate::ScalarType;
+use crate::{ScalarType, ShapeDynamism};
 
 /// A byte range inside the program file (absolute offsets), checked at load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -238,18 +238,6 @@ impl Value {
             Value::OptionalTensorList(_) => "OptionalTensorList",
         }
     }
-}
-
-/// How a tensor's shape may change at run time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ShapeDynamism {
-    #[default]
-    /// Sizes never change.
-    Static,
-    /// Sizes in the file are upper bounds (by element count).
-    DynamicBound,
-    /// Any size; the stock runtime rejects it when loading a method.
-    DynamicUnbound,
 }
 
 /// Where a constant's bytes live.

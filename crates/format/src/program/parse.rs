@@ -9,7 +9,7 @@ use crate::error::{FormatError, Result};
 use crate::flatbuf::{Buffer, FieldPath, Table, Tables};
 use crate::limits::*;
 use crate::program::model::*;
-use crate::scalar_type::ScalarType;
+use crate::{ScalarType, ShapeDynamism};
 
 /// Field ids of schema/program.fbs (brief §1.3).
 mod id {

@@ -8,13 +8,14 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::elementwise::dtype::{Bool8, with_compute};
 use super::elementwise::num::Num;
 use super::elementwise::promote::{ResultType, check_can_cast, to_float};
-use super::elementwise::{Operand, Spec, Src, broadcast_operands, map, opt_string_arg, zip2, zip3};
-use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar};
+use super::elementwise::{Operand, Spec, Src, broadcast_operands, map, zip2, zip3};
+use crate::schema::{OpArgs, OutArg, op_args};
+use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
@@ -91,6 +92,46 @@ pub enum Op {
     BitXor,
 }
 
+op_args! {
+    /// `op.out(Tensor self, Tensor other, *, Tensor(a!) out)` (`mul`, `div`, `pow`,
+    /// `maximum`, `minimum`, `bitwise_*`).
+    struct TensorTensorArgs = "aten::<binary>.out" {
+        input: Tensor,
+        other: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
+op_args! {
+    /// `op.out(Tensor self, Tensor other, *, Scalar alpha=1, Tensor(a!) out)` (`add`, `sub`).
+    struct TensorTensorAlphaArgs = "aten::<add|sub>.out" {
+        input: Tensor,
+        other: Tensor,
+        alpha: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
+op_args! {
+    /// `op.Scalar_out(Tensor self, Scalar other, *, Tensor(a!) out)`.
+    struct TensorScalarArgs = "aten::<binary>.Scalar_out" {
+        input: Tensor,
+        other: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
+op_args! {
+    /// `op.Scalar_out(Tensor self, Scalar other, Scalar alpha=1, *, Tensor(a!) out)`
+    /// (`add`, `sub`, `rsub`).
+    struct TensorScalarAlphaArgs = "aten::<add|sub|rsub>.Scalar_out" {
+        input: Tensor,
+        other: Scalar,
+        alpha: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
 /// `op(self: Tensor, other: Tensor[, alpha], out)`.
 fn tensor_op(
     ctx: &KernelContext<'_>,
@@ -98,12 +139,27 @@ fn tensor_op(
     op: Op,
     has_alpha: bool,
 ) -> Result<(), KernelError> {
-    a.expect_len(if has_alpha { 5 } else { 4 })?;
-    let x = Operand::Tensor(a.tensor(0)?);
-    let y = Operand::Tensor(a.tensor(1)?);
-    let alpha = if has_alpha { Some(a.scalar(2)?) } else { None };
-    let out = a.len() - 2;
-    arith(ctx, a, x, y, op, alpha, out)
+    let (x, y, alpha, out) = if has_alpha {
+        let TensorTensorAlphaArgs {
+            input,
+            other,
+            alpha,
+            out,
+        } = TensorTensorAlphaArgs::unpack(a)?;
+        (input, other, Some(alpha), out)
+    } else {
+        let TensorTensorArgs { input, other, out } = TensorTensorArgs::unpack(a)?;
+        (input, other, None, out)
+    };
+    arith(
+        ctx,
+        a,
+        Operand::Tensor(x),
+        Operand::Tensor(y),
+        op,
+        alpha,
+        out,
+    )
 }
 
 /// `op(self: Tensor, other: Scalar[, alpha], out)`.
@@ -113,20 +169,46 @@ fn scalar_op(
     op: Op,
     has_alpha: bool,
 ) -> Result<(), KernelError> {
-    a.expect_len(if has_alpha { 5 } else { 4 })?;
-    let x = Operand::Tensor(a.tensor(0)?);
-    let y = Operand::Scalar(a.scalar(1)?);
-    let alpha = if has_alpha { Some(a.scalar(2)?) } else { None };
-    let out = a.len() - 2;
-    arith(ctx, a, x, y, op, alpha, out)
+    let (x, y, alpha, out) = if has_alpha {
+        let TensorScalarAlphaArgs {
+            input,
+            other,
+            alpha,
+            out,
+        } = TensorScalarAlphaArgs::unpack(a)?;
+        (input, other, Some(alpha), out)
+    } else {
+        let TensorScalarArgs { input, other, out } = TensorScalarArgs::unpack(a)?;
+        (input, other, None, out)
+    };
+    arith(
+        ctx,
+        a,
+        Operand::Tensor(x),
+        Operand::Scalar(y),
+        op,
+        alpha,
+        out,
+    )
 }
 
-/// `pow.Scalar_out(Scalar self, Tensor exponent, out)`.
+op_args! {
+    /// `pow.Scalar_out(Scalar self, Tensor exponent, *, Tensor(a!) out)`.
+    struct PowScalarArgs = "aten::pow.Scalar_out" {
+        input: Scalar,
+        exponent: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
 fn pow_scalar_base(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let x = Operand::Scalar(a.scalar(0)?);
-    let y = Operand::Tensor(a.tensor(1)?);
-    arith(ctx, a, x, y, Op::Pow, None, 2)
+    let PowScalarArgs {
+        input,
+        exponent,
+        out,
+    } = PowScalarArgs::unpack(a)?;
+    let (x, y) = (Operand::Scalar(input), Operand::Tensor(exponent));
+    arith(ctx, a, x, y, Op::Pow, None, out)
 }
 
 fn rounding_op(mode: Option<&str>) -> Result<Op, KernelError> {
@@ -140,22 +222,49 @@ fn rounding_op(mode: Option<&str>) -> Result<Op, KernelError> {
     }
 }
 
-/// `div.out_mode(self, other, *, rounding_mode, out)`.
-fn div_mode_tensor(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let x = Operand::Tensor(a.tensor(0)?);
-    let y = Operand::Tensor(a.tensor(1)?);
-    let op = rounding_op(opt_string_arg(a, 2)?)?;
-    arith(ctx, a, x, y, op, None, 3)
+op_args! {
+    /// `div.out_mode(Tensor self, Tensor other, *, str? rounding_mode, Tensor(a!) out)`.
+    struct DivModeArgs<'a> = "aten::div.out_mode" {
+        input: Tensor,
+        other: Tensor,
+        rounding_mode: Option<&'a str>,
+        out: OutArg,
+    } returns 1
 }
 
-/// `div.Scalar_mode_out(self, Scalar other, *, rounding_mode, out)`.
+fn div_mode_tensor(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let DivModeArgs {
+        input,
+        other,
+        rounding_mode,
+        out,
+    } = DivModeArgs::unpack(a)?;
+    let op = rounding_op(rounding_mode)?;
+    let (x, y) = (Operand::Tensor(input), Operand::Tensor(other));
+    arith(ctx, a, x, y, op, None, out)
+}
+
+op_args! {
+    /// `div.Scalar_mode_out(Tensor self, Scalar other, *, str? rounding_mode,
+    /// Tensor(a!) out)`.
+    struct DivScalarModeArgs<'a> = "aten::div.Scalar_mode_out" {
+        input: Tensor,
+        other: Scalar,
+        rounding_mode: Option<&'a str>,
+        out: OutArg,
+    } returns 1
+}
+
 fn div_mode_scalar(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let x = Operand::Tensor(a.tensor(0)?);
-    let y = Operand::Scalar(a.scalar(1)?);
-    let op = rounding_op(opt_string_arg(a, 2)?)?;
-    arith(ctx, a, x, y, op, None, 3)
+    let DivScalarModeArgs {
+        input,
+        other,
+        rounding_mode,
+        out,
+    } = DivScalarModeArgs::unpack(a)?;
+    let op = rounding_op(rounding_mode)?;
+    let (x, y) = (Operand::Tensor(input), Operand::Scalar(other));
+    arith(ctx, a, x, y, op, None, out)
 }
 
 fn check_alpha(common: ScalarType, alpha: Scalar) -> Result<(), KernelError> {
@@ -216,7 +325,7 @@ fn arith(
     y: Operand,
     op: Op,
     alpha: Option<Scalar>,
-    out_index: usize,
+    out: OutArg,
 ) -> Result<(), KernelError> {
     let common = arith_dtype(&x, &y, op)?;
     if let Some(al) = alpha {
@@ -224,7 +333,7 @@ fn arith(
     }
     let mut buf = [0usize; MAX_RANK];
     let sizes = broadcast_operands(&[x, y], &mut buf)?;
-    let out = a.resize_tensor(out_index, sizes)?;
+    let out = out.resize(a, sizes)?;
     check_can_cast(common, out.dtype())?;
     let spec = Spec {
         common,
@@ -241,7 +350,7 @@ fn run_arith<C: Num>(
     op: Op,
     alpha: Option<Scalar>,
 ) -> Result<(), KernelError> {
-    let alpha = alpha.map(C::from_scalar).unwrap_or(C::ONE);
+    let alpha = alpha.map(Scalar::cast::<C>).unwrap_or(C::ONE);
     let zero_div = AtomicBool::new(false);
     let zd = &zero_div;
     macro_rules! go {
@@ -292,10 +401,11 @@ enum Logic {
     Xor,
 }
 
-/// `logical_{and,or,xor}.out(self, other, out)`: non-zero tests, any out dtype.
+/// `logical_{and,or,xor}.out(Tensor self, Tensor other, *, Tensor(a!) out)`: non-zero
+/// tests, any out dtype.
 fn logical(ctx: &KernelContext<'_>, a: &mut Args<'_>, op: Logic) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let ins = [Operand::Tensor(a.tensor(0)?), Operand::Tensor(a.tensor(1)?)];
+    let TensorTensorArgs { input, other, out } = TensorTensorArgs::unpack(a)?;
+    let ins = [Operand::Tensor(input), Operand::Tensor(other)];
     for o in &ins {
         if !super::elementwise::dtype::is_supported(o.dtype()) {
             return Err(super::elementwise::dtype::unsupported(
@@ -306,7 +416,7 @@ fn logical(ctx: &KernelContext<'_>, a: &mut Args<'_>, op: Logic) -> Result<(), K
     }
     let mut buf = [0usize; MAX_RANK];
     let sizes = broadcast_operands(&ins, &mut buf)?;
-    let out = a.resize_tensor(2, sizes)?;
+    let out = out.resize(a, sizes)?;
     let spec = Spec {
         common: ScalarType::Double,
         narrow_result: false,
@@ -321,23 +431,36 @@ fn logical(ctx: &KernelContext<'_>, a: &mut Args<'_>, op: Logic) -> Result<(), K
     map::<2, f64, Bool8, _>(ctx, &ins, &out, spec, f)
 }
 
-/// `where.self_out(condition, self, other, out)`.
+op_args! {
+    /// `where.self_out(Tensor condition, Tensor self, Tensor other, *, Tensor(a!) out)`.
+    struct WhereArgs = "aten::where.self_out" {
+        condition: Tensor,
+        input: Tensor,
+        other: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
 fn where_self(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let cond = a.tensor(0)?;
+    let WhereArgs {
+        condition: cond,
+        input,
+        other,
+        out,
+    } = WhereArgs::unpack(a)?;
     if !matches!(cond.dtype(), ScalarType::Bool | ScalarType::Byte) {
         return Err(KernelError::UnsupportedDtype {
             dtype: cond.dtype(),
             what: "where condition (bool or uint8)",
         });
     }
-    let x = Operand::Tensor(a.tensor(1)?);
-    let y = Operand::Tensor(a.tensor(2)?);
+    let x = Operand::Tensor(input);
+    let y = Operand::Tensor(other);
     let common = ResultType::new().operand(&x)?.operand(&y)?.finish()?;
     let ins = [Operand::Tensor(cond), x, y];
     let mut buf = [0usize; MAX_RANK];
     let sizes = broadcast_operands(&ins, &mut buf)?;
-    let out = a.resize_tensor(3, sizes)?;
+    let out = out.resize(a, sizes)?;
     check_can_cast(common, out.dtype())?;
     let spec = Spec {
         common,

@@ -6,7 +6,8 @@ use super::elementwise::dtype::{Bool8, with_compute};
 use super::elementwise::num::Num;
 use super::elementwise::promote::ResultType;
 use super::elementwise::{Operand, Spec, Src, broadcast_operands, map, zip2};
-use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry};
+use crate::schema::{OpArgs, OutArg, op_args};
+use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
@@ -39,25 +40,43 @@ pub enum Cmp {
     Ge,
 }
 
-/// `op.Tensor_out(self, other, out)` / `op.Scalar_out(self, Scalar other, out)`.
+op_args! {
+    /// `op.Tensor_out(Tensor self, Tensor other, *, Tensor(a!) out)`.
+    struct CompareTensorArgs = "aten::<eq|ne|lt|le|gt|ge>.Tensor_out" {
+        input: Tensor,
+        other: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
+op_args! {
+    /// `op.Scalar_out(Tensor self, Scalar other, *, Tensor(a!) out)`.
+    struct CompareScalarArgs = "aten::<eq|ne|lt|le|gt|ge>.Scalar_out" {
+        input: Tensor,
+        other: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
+/// `op.Tensor_out` / `op.Scalar_out`.
 fn compare(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
     op: Cmp,
     scalar: bool,
 ) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let x = Operand::Tensor(a.tensor(0)?);
-    let y = if scalar {
-        Operand::Scalar(a.scalar(1)?)
+    let (x, y, out) = if scalar {
+        let CompareScalarArgs { input, other, out } = CompareScalarArgs::unpack(a)?;
+        (Operand::Tensor(input), Operand::Scalar(other), out)
     } else {
-        Operand::Tensor(a.tensor(1)?)
+        let CompareTensorArgs { input, other, out } = CompareTensorArgs::unpack(a)?;
+        (Operand::Tensor(input), Operand::Tensor(other), out)
     };
     let common = ResultType::new().operand(&x)?.operand(&y)?.finish()?;
     let ins = [x, y];
     let mut buf = [0usize; MAX_RANK];
     let sizes = broadcast_operands(&ins, &mut buf)?;
-    let out = a.resize_tensor(2, sizes)?;
+    let out = out.resize(a, sizes)?;
     if !super::elementwise::dtype::is_supported(out.dtype()) {
         return Err(super::elementwise::dtype::unsupported(
             out.dtype(),
@@ -103,7 +122,7 @@ fn run<C: Num>(
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::ops::elementwise::testutil::{

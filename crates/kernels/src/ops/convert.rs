@@ -8,7 +8,8 @@
 
 use super::elementwise::dtype::{is_supported, unsupported, with_elem};
 use super::elementwise::{Operand, Spec, Src, map, zip1};
-use crate::{Args, EValue, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
+use crate::schema::{MemoryFormat, OpArgs, OutArg, op_args};
+use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
@@ -20,17 +21,6 @@ pub fn register(r: &mut Registry) {
     r.register("dim_order_ops::_clone_dim_order.out", |c, a| {
         dim_order_copy(c, a, true)
     });
-}
-
-fn memory_format_arg(a: &Args<'_>, i: usize) -> Result<(), KernelError> {
-    match a.value(i)? {
-        EValue::None | EValue::Int(_) => Ok(()),
-        other => Err(KernelError::ArgType {
-            index: i,
-            expected: "MemoryFormat or None",
-            found: other.kind(),
-        }),
-    }
 }
 
 /// Copies `x` into `out` (resized to `x`'s shape), casting to `out`'s dtype.
@@ -67,48 +57,74 @@ pub fn copy_cast(ctx: &KernelContext<'_>, x: &Tensor, out: &Tensor) -> Result<()
         Err(unsupported(x.dtype(), "copy")))
 }
 
-/// `_to_copy.out(self, *, bool non_blocking=False, MemoryFormat? memory_format=None,
-/// out)`: a cast to out's dtype.
-fn to_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let x = a.tensor(0)?;
-    a.bool(1)?;
-    memory_format_arg(a, 2)?;
-    let out = a.resize_tensor(3, x.sizes())?;
-    copy_cast(ctx, &x, &out)
+op_args! {
+    /// `_to_copy.out(Tensor self, *, bool non_blocking=False, MemoryFormat? memory_format=None,
+    /// Tensor(a!) out)`: a cast to out's dtype.
+    struct ToCopyArgs = "aten::_to_copy.out" {
+        input: Tensor,
+        non_blocking: bool,
+        memory_format: MemoryFormat,
+        out: OutArg,
+    } returns 1
 }
 
-/// `clone.out(self, *, MemoryFormat? memory_format=None, out)`.
+fn to_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let ToCopyArgs { input, out, .. } = ToCopyArgs::unpack(a)?;
+    let out = out.resize(a, input.sizes())?;
+    copy_cast(ctx, &input, &out)
+}
+
+op_args! {
+    /// `clone.out(Tensor self, *, MemoryFormat? memory_format=None, Tensor(a!) out)`.
+    struct CloneArgs = "aten::clone.out" {
+        input: Tensor,
+        memory_format: MemoryFormat,
+        out: OutArg,
+    } returns 1
+}
+
 fn clone(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let x = a.tensor(0)?;
-    memory_format_arg(a, 1)?;
-    let out = a.resize_tensor(2, x.sizes())?;
-    if out.dtype() != x.dtype() {
+    let CloneArgs { input, out, .. } = CloneArgs::unpack(a)?;
+    let out = out.resize(a, input.sizes())?;
+    if out.dtype() != input.dtype() {
         return Err(KernelError::DtypeMismatch {
-            expected: x.dtype(),
+            expected: input.dtype(),
             found: out.dtype(),
         });
     }
-    copy_cast(ctx, &x, &out)
+    copy_cast(ctx, &input, &out)
 }
 
-/// `_to_dim_order_copy.out(self, *, bool non_blocking=False, int[]? dim_order=None, out)`
-/// and `_clone_dim_order.out` (same dtype): the out tensor's dim order must be the
-/// requested one (contiguous when absent).
+op_args! {
+    /// `_to_dim_order_copy.out(Tensor self, *, bool non_blocking=False,
+    /// int[]? dim_order=None, Tensor(a!) out)`; `_clone_dim_order.out` has the same
+    /// arguments.
+    struct DimOrderCopyArgs<'a> = "dim_order_ops::_to_dim_order_copy.out" {
+        input: Tensor,
+        non_blocking: bool,
+        dim_order: Option<IntList<'a>>,
+        out: OutArg,
+    } returns 1
+}
+
+/// `_to_dim_order_copy.out` and `_clone_dim_order.out` (same dtype): the out tensor's
+/// dim order must be the requested one (contiguous when absent).
 fn dim_order_copy(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
     same_dtype: bool,
 ) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let x = a.tensor(0)?;
-    a.bool(1)?;
-    let out = a.resize_tensor(3, x.sizes())?;
-    match a.opt_int_list(2)? {
-        Some(list) => {
-            let mut buf = [0i64; MAX_RANK];
-            let order = list.read_into(&mut buf)?;
+    let DimOrderCopyArgs {
+        input: x,
+        dim_order,
+        out,
+        ..
+    } = DimOrderCopyArgs::unpack(a)?;
+    let mut buf = [0i64; MAX_RANK];
+    let order = dim_order.map(|l| l.read_into(&mut buf)).transpose()?;
+    let out = out.resize(a, x.sizes())?;
+    match order {
+        Some(order) => {
             let matches = order.len() == out.rank()
                 && order
                     .iter()
@@ -140,7 +156,7 @@ fn dim_order_copy(
 
 #[cfg(test)]
 mod tests {
-    use etch_format::{ScalarType, ShapeDynamism};
+    use etch_base::{ScalarType, ShapeDynamism};
     use proptest::prelude::*;
 
     use crate::ops::elementwise::testutil::{DTYPES, Lcg, read, round_through, tensor};

@@ -2,7 +2,8 @@
 //! Fill values are cast to the out dtype with PyTorch's conversions.
 
 use super::elementwise::dtype::{Out, is_supported, unsupported};
-use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
+use crate::schema::{MemoryFormat, OpArgs, OutArg, op_args};
+use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
@@ -27,13 +28,12 @@ fn fill(ctx: &KernelContext<'_>, out: &Tensor, v: Scalar) -> Result<(), KernelEr
 }
 
 /// Sizes from an int-list argument.
-fn sizes_arg<'b>(
-    a: &Args<'_>,
-    i: usize,
+fn sizes_of<'b>(
+    list: IntList<'_>,
     buf: &'b mut [usize; MAX_RANK],
 ) -> Result<&'b [usize], KernelError> {
     let mut ints = [0i64; MAX_RANK];
-    let list = a.int_list(i)?.read_into(&mut ints)?;
+    let list = list.read_into(&mut ints)?;
     for (b, &v) in buf.iter_mut().zip(list) {
         *b = usize::try_from(v)
             .map_err(|_| KernelError::invalid(format!("negative size {v} in {list:?}")))?;
@@ -41,64 +41,110 @@ fn sizes_arg<'b>(
     Ok(&buf[..list.len()])
 }
 
-/// `full.out(SymInt[] size, Scalar fill_value, *, out)`.
+op_args! {
+    /// `full.out(SymInt[] size, Scalar fill_value, *, Tensor(a!) out)`.
+    struct FullArgs<'a> = "aten::full.out" {
+        size: IntList<'a>,
+        fill_value: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
 fn full(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
+    let FullArgs {
+        size,
+        fill_value,
+        out,
+    } = FullArgs::unpack(a)?;
     let mut buf = [0usize; MAX_RANK];
-    let sizes = sizes_arg(a, 0, &mut buf)?;
-    let v = a.scalar(1)?;
-    let out = a.resize_tensor(2, sizes)?;
-    fill(ctx, &out, v)
+    let sizes = sizes_of(size, &mut buf)?;
+    let out = out.resize(a, sizes)?;
+    fill(ctx, &out, fill_value)
 }
 
-/// `zeros.out(SymInt[] size, *, out)` and `ones.out`.
+op_args! {
+    /// `zeros.out(SymInt[] size, *, Tensor(a!) out)` and `ones.out`.
+    struct SizedArgs<'a> = "aten::<zeros|ones>.out" {
+        size: IntList<'a>,
+        out: OutArg,
+    } returns 1
+}
+
 fn fill_sized(ctx: &KernelContext<'_>, a: &mut Args<'_>, v: Scalar) -> Result<(), KernelError> {
-    a.expect_len(3)?;
+    let SizedArgs { size, out } = SizedArgs::unpack(a)?;
     let mut buf = [0usize; MAX_RANK];
-    let sizes = sizes_arg(a, 0, &mut buf)?;
-    let out = a.resize_tensor(1, sizes)?;
+    let sizes = sizes_of(size, &mut buf)?;
+    let out = out.resize(a, sizes)?;
     fill(ctx, &out, v)
 }
 
-/// `full_like.out(self, Scalar fill_value, *, MemoryFormat? memory_format, out)`.
+op_args! {
+    /// `full_like.out(Tensor self, Scalar fill_value, *, MemoryFormat? memory_format=None,
+    /// Tensor(a!) out)`.
+    struct FullLikeArgs = "aten::full_like.out" {
+        input: Tensor,
+        fill_value: Scalar,
+        memory_format: MemoryFormat,
+        out: OutArg,
+    } returns 1
+}
+
 fn full_like(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let x = a.tensor(0)?;
-    let v = a.scalar(1)?;
-    match a.value(2)? {
-        crate::EValue::None | crate::EValue::Int(_) => {}
-        other => {
-            return Err(KernelError::ArgType {
-                index: 2,
-                expected: "MemoryFormat or None",
-                found: other.kind(),
-            });
-        }
-    }
-    let out = a.resize_tensor(3, x.sizes())?;
-    fill(ctx, &out, v)
+    let FullLikeArgs {
+        input,
+        fill_value,
+        out,
+        ..
+    } = FullLikeArgs::unpack(a)?;
+    let out = out.resize(a, input.sizes())?;
+    fill(ctx, &out, fill_value)
 }
 
-/// `scalar_tensor.out(Scalar s, *, out)`: a 0-d tensor.
+op_args! {
+    /// `scalar_tensor.out(Scalar s, *, Tensor(a!) out)`: a 0-d tensor.
+    struct ScalarTensorArgs = "aten::scalar_tensor.out" {
+        s: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
 fn scalar_tensor(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(3)?;
-    let v = a.scalar(0)?;
-    let out = a.resize_tensor(1, &[])?;
-    fill(ctx, &out, v)
+    let ScalarTensorArgs { s, out } = ScalarTensorArgs::unpack(a)?;
+    let out = out.resize(a, &[])?;
+    fill(ctx, &out, s)
 }
 
-/// `arange.out(Scalar end, *, out)`.
+op_args! {
+    /// `arange.out(Scalar end, *, Tensor(a!) out)`.
+    struct ArangeArgs = "aten::arange.out" {
+        end: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
 fn arange_end(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(3)?;
-    let end = a.scalar(0)?;
-    arange(ctx, a, Scalar::Int(0), end, Scalar::Int(1), 1)
+    let ArangeArgs { end, out } = ArangeArgs::unpack(a)?;
+    arange(ctx, a, Scalar::Int(0), end, Scalar::Int(1), out)
 }
 
-/// `arange.start_out(Scalar start, Scalar end, Scalar step=1, *, out)`.
+op_args! {
+    /// `arange.start_out(Scalar start, Scalar end, Scalar step=1, *, Tensor(a!) out)`.
+    struct ArangeStartArgs = "aten::arange.start_out" {
+        start: Scalar,
+        end: Scalar,
+        step: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
 fn arange_start(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let (start, end, step) = (a.scalar(0)?, a.scalar(1)?, a.scalar(2)?);
-    arange(ctx, a, start, end, step, 3)
+    let ArangeStartArgs {
+        start,
+        end,
+        step,
+        out,
+    } = ArangeStartArgs::unpack(a)?;
+    arange(ctx, a, start, end, step, out)
 }
 
 fn arange(
@@ -107,7 +153,7 @@ fn arange(
     start: Scalar,
     end: Scalar,
     step: Scalar,
-    out_i: usize,
+    out: OutArg,
 ) -> Result<(), KernelError> {
     let (s, e, st) = (start.to_f64(), end.to_f64(), step.to_f64());
     if st == 0.0 || st.is_nan() {
@@ -130,7 +176,7 @@ fn arange(
         )));
     }
     let n = size_f as usize;
-    let out = a.resize_tensor(out_i, &[n])?;
+    let out = out.resize(a, &[n])?;
     if out.rank() != 1 {
         return Err(KernelError::invalid("arange: out must be 1-D"));
     }
@@ -161,7 +207,7 @@ fn arange(
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
 
     use crate::ops::elementwise::testutil::read;
     use crate::testing::Harness;

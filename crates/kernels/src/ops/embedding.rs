@@ -1,8 +1,9 @@
 //! `aten::embedding.out`: rows of a `[V, D]` table picked by an index tensor.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use crate::ops::shape::common::{for_rows, require_contiguous, with_bits_type, worth_parallel};
+use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
 /// Registers this family's kernels.
@@ -48,16 +49,27 @@ impl<'a> Indices<'a> {
     }
 }
 
-/// `embedding.out(Tensor weight, Tensor indices, SymInt padding_idx=-1,
-/// bool scale_grad_by_freq=False, bool sparse=False, *, Tensor(a!) out)`.
-/// The flags only matter for training and are checked for kind only.
+op_args! {
+    /// `embedding.out(Tensor weight, Tensor indices, SymInt padding_idx=-1,
+    /// bool scale_grad_by_freq=False, bool sparse=False, *, Tensor(a!) out)`.
+    /// The flags only matter for training and are checked for kind only.
+    struct EmbeddingArgs = "aten::embedding.out" {
+        weight: Tensor,
+        indices: Tensor,
+        padding_idx: i64,
+        scale_grad_by_freq: bool,
+        sparse: bool,
+        out: OutArg,
+    } returns 1
+}
+
 fn embedding(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(7)?;
-    let weight = a.tensor(0)?;
-    let indices = a.tensor(1)?;
-    a.int(2)?;
-    a.bool(3)?;
-    a.bool(4)?;
+    let EmbeddingArgs {
+        weight,
+        indices,
+        out: out_arg,
+        ..
+    } = EmbeddingArgs::unpack(a)?;
     if weight.rank() != 2 {
         return Err(KernelError::invalid(format!(
             "embedding weight must be 2-d, got {:?}",
@@ -72,7 +84,7 @@ fn embedding(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErro
     let mut sizes = [0usize; MAX_RANK];
     sizes[..rank].copy_from_slice(indices.sizes());
     sizes[rank] = dim;
-    let out = a.tensor(5)?;
+    let out = out_arg.tensor();
     if out.dtype() != weight.dtype() {
         return Err(KernelError::DtypeMismatch {
             expected: weight.dtype(),
@@ -82,7 +94,7 @@ fn embedding(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErro
     require_contiguous(&weight, "weight")?;
     require_contiguous(&indices, "indices")?;
     require_contiguous(&out, "out")?;
-    let out = a.resize_tensor(5, &sizes[..=rank])?;
+    let out = out_arg.resize(a, &sizes[..=rank])?;
     let idx = Indices::read(ctx, &indices)?;
     let n = idx.len();
     for i in 0..n {
@@ -112,7 +124,7 @@ fn embedding(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErro
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::ThreadPool;

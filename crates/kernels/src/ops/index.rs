@@ -7,13 +7,14 @@
 //! front. The result is `[P.., B.., Q..]`, where `P` and `Q` are the non-indexed dims
 //! before and after. Negative indices count from the end.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use half::{bf16, f16};
 
+use crate::ops::elementwise::broadcast::broadcast_shapes;
 use crate::ops::embedding::Indices;
 use crate::ops::shape::common::{
-    Bool8, MAX_DIMS, Strided, broadcast_shapes, broadcast_strides, checked_numel, copy_tensor_cast,
-    for_rows, gather_copy, require_contiguous, with_bits_type, with_cast_type, worth_parallel,
+    Bool8, MAX_DIMS, Strided, broadcast_strides, checked_numel, copy_tensor_cast, for_rows,
+    gather_copy, require_contiguous, with_bits_type, with_cast_type, worth_parallel,
 };
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor, TensorList};
 
@@ -216,7 +217,7 @@ impl<'a> Plan<'a> {
         let mut b_rank = 0;
         for s in &plan.sources[..plan.n] {
             let mut next = [0usize; MAX_RANK];
-            let r = broadcast_shapes(&b[..b_rank], &s.sizes[..s.rank], &mut next)?.len();
+            let r = broadcast_shapes(&[&b[..b_rank], &s.sizes[..s.rank]], &mut next)?.len();
             b = next;
             b_rank = r;
         }

@@ -5,11 +5,10 @@
 //! dot-product path. f64 runs plain loops. As in PyTorch every operand must have the
 //! output's dtype.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
-use crate::ops::shape::common::{
-    MAX_DIMS, broadcast_shapes, broadcast_strides, require_contiguous,
-};
+use crate::ops::elementwise::broadcast::broadcast_shapes;
+use crate::ops::shape::common::{MAX_DIMS, broadcast_strides, require_contiguous};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
 use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
 
@@ -392,7 +391,7 @@ fn matmul(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
     let xb = &x.sizes()[..xr.saturating_sub(2)];
     let yb = &y.sizes()[..yr.saturating_sub(2)];
     let mut bbuf = [0usize; MAX_RANK];
-    let batch = broadcast_shapes(xb, yb, &mut bbuf)?;
+    let batch = broadcast_shapes(&[xb, yb], &mut bbuf)?;
     let mut xs = [0usize; MAX_DIMS];
     let xbs = broadcast_strides(xb, &x.strides()[..xb.len()], batch, &mut xs)?;
     let mut ys = [0usize; MAX_DIMS];

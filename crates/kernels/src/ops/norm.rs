@@ -3,29 +3,49 @@
 //! variance), and returns `mean` and `rstd` shaped like the input with the normalised
 //! dims set to 1. Statistics are two-pass pairwise sums in f32 (f64 for f64).
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::elementwise::BLOCK;
 use super::elementwise::dtype::{In, Out};
 use super::elementwise::num::Num;
 use super::reduce::{Pairwise, block_sum};
-use crate::{Args, GRAIN_SIZE, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
+use crate::schema::{OpArgs, OutArg, op_args};
+use crate::{Args, GRAIN_SIZE, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
     r.register("aten::native_layer_norm.out", layer_norm);
 }
 
-/// `native_layer_norm.out(input, SymInt[] normalized_shape, Tensor? weight, Tensor? bias,
-/// float eps, *, out0, out1, out2)` plus the trailing TensorList of the three outs.
+op_args! {
+    /// `native_layer_norm.out(Tensor input, SymInt[] normalized_shape, Tensor? weight,
+    /// Tensor? bias, float eps, *, Tensor(a!) out0, Tensor(b!) out1, Tensor(c!) out2)`,
+    /// returning the three outs (one TensorList slot).
+    struct LayerNormArgs<'a> = "aten::native_layer_norm.out" {
+        input: Tensor,
+        normalized_shape: IntList<'a>,
+        weight: Option<Tensor>,
+        bias: Option<Tensor>,
+        eps: f64,
+        out0: OutArg,
+        out1: OutArg,
+        out2: OutArg,
+    } returns 1
+}
+
 fn layer_norm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(9)?;
-    let x = a.tensor(0)?;
+    let LayerNormArgs {
+        input: x,
+        normalized_shape,
+        weight,
+        bias,
+        eps,
+        out0,
+        out1,
+        out2,
+    } = LayerNormArgs::unpack(a)?;
     let mut nbuf = [0i64; MAX_RANK];
-    let norm = a.int_list(1)?.read_into(&mut nbuf)?;
-    let weight = a.opt_tensor(2)?;
-    let bias = a.opt_tensor(3)?;
-    let eps = a.double(4)?;
+    let norm = normalized_shape.read_into(&mut nbuf)?;
     let k = norm.len();
     let rank = x.rank();
     if k == 0 || k > rank {
@@ -68,11 +88,11 @@ fn layer_norm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
             });
         }
     }
-    let out = a.resize_tensor(5, x.sizes())?;
+    let out = out0.resize(a, x.sizes())?;
     let mut sbuf = [1usize; MAX_RANK];
     sbuf[..axis].copy_from_slice(&x.sizes()[..axis]);
-    let mean = a.resize_tensor(6, &sbuf[..rank])?;
-    let rstd = a.resize_tensor(7, &sbuf[..rank])?;
+    let mean = out1.resize(a, &sbuf[..rank])?;
+    let rstd = out2.resize(a, &sbuf[..rank])?;
     for t in [&out, &mean, &rstd] {
         if !t.dtype().is_floating_point() {
             return Err(KernelError::UnsupportedDtype {
@@ -230,7 +250,7 @@ fn run<A: Num>(
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::ops::elementwise::testutil::{Lcg, assert_close, harness, read, tensor};

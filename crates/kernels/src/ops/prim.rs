@@ -1,7 +1,7 @@
 //! Primitive ops on symbolic ints and views: `sym_size`, `_local_scalar_dense`, the
 //! `executorch_prim` scalar arithmetic, and the aliasing `et_view`.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use half::{bf16, f16};
 
 use crate::{Args, EValue, KernelContext, KernelError, MAX_RANK, Registry, Scalar};
@@ -267,7 +267,7 @@ fn rounding(a: &mut Args<'_>, f: fn(f64) -> f64) -> Result<(), KernelError> {
 mod tests {
     use crate::EValue;
     use crate::testing::Harness;
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
 
     #[test]
     fn scalar_arithmetic() {

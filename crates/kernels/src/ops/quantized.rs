@@ -6,10 +6,11 @@
 //! quantization multiplies by the f32 reciprocal of the scale and rounds half to even,
 //! dequantization is `(q - zp) * scale` in f32.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::elementwise::BLOCK;
 use super::elementwise::dtype::{In, Out};
+use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, GRAIN_SIZE, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
 /// Registers this family's kernels.
@@ -75,23 +76,88 @@ fn dtype_err(dtype: ScalarType, what: &'static str) -> KernelError {
 // Quantized embeddings
 // ---------------------------------------------------------------------------------
 
-/// `embedding_{byte,4bit,2bit}.out(weight, weight_scales, weight_zero_points?,
-/// weight_quant_min, weight_quant_max, indices, out)`; `.dtype_out` adds
-/// `ScalarType? dtype` before out.
+op_args! {
+    /// `embedding_{byte,4bit,2bit}.out(Tensor weight, Tensor weight_scales,
+    /// Tensor? weight_zero_points, int weight_quant_min, int weight_quant_max,
+    /// Tensor indices, *, Tensor(a!) out)`.
+    struct EmbeddingArgs = "quantized_decomposed::embedding_<byte|4bit|2bit>.out" {
+        weight: Tensor,
+        weight_scales: Tensor,
+        weight_zero_points: Option<Tensor>,
+        weight_quant_min: i64,
+        weight_quant_max: i64,
+        indices: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
+op_args! {
+    /// `embedding_{byte,4bit,2bit}.dtype_out(Tensor weight, Tensor weight_scales,
+    /// Tensor? weight_zero_points, int weight_quant_min, int weight_quant_max,
+    /// Tensor indices, *, ScalarType? dtype=None, Tensor(a!) out)`.
+    struct EmbeddingDtypeArgs = "quantized_decomposed::embedding_<byte|4bit|2bit>.dtype_out" {
+        weight: Tensor,
+        weight_scales: Tensor,
+        weight_zero_points: Option<Tensor>,
+        weight_quant_min: i64,
+        weight_quant_max: i64,
+        indices: Tensor,
+        dtype: Option<ScalarType>,
+        out: OutArg,
+    } returns 1
+}
+
+/// The quantized embedding lookups; `.dtype_out` names the out dtype.
 fn embedding(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
     bits: usize,
     with_dtype: bool,
 ) -> Result<(), KernelError> {
-    a.expect_len(if with_dtype { 9 } else { 8 })?;
-    let weight = a.tensor(0)?;
-    let scales = a.tensor(1)?;
-    let zps = a.opt_tensor(2)?;
-    let (qmin, qmax) = (a.int(3)?, a.int(4)?);
-    let indices = a.tensor(5)?;
-    let dtype = if with_dtype { a.opt_dtype(6)? } else { None };
-    let out_i = if with_dtype { 7 } else { 6 };
+    let (weight, scales, zps, qmin, qmax, indices, dtype, out_arg) = if with_dtype {
+        let EmbeddingDtypeArgs {
+            weight,
+            weight_scales,
+            weight_zero_points,
+            weight_quant_min,
+            weight_quant_max,
+            indices,
+            dtype,
+            out,
+        } = EmbeddingDtypeArgs::unpack(a)?;
+        let (w, s, z) = (weight, weight_scales, weight_zero_points);
+        (
+            w,
+            s,
+            z,
+            weight_quant_min,
+            weight_quant_max,
+            indices,
+            dtype,
+            out,
+        )
+    } else {
+        let EmbeddingArgs {
+            weight,
+            weight_scales,
+            weight_zero_points,
+            weight_quant_min,
+            weight_quant_max,
+            indices,
+            out,
+        } = EmbeddingArgs::unpack(a)?;
+        let (w, s, z) = (weight, weight_scales, weight_zero_points);
+        (
+            w,
+            s,
+            z,
+            weight_quant_min,
+            weight_quant_max,
+            indices,
+            None,
+            out,
+        )
+    };
     if qmin > qmax {
         return Err(KernelError::invalid(format!(
             "weight quant min {qmin} is greater than quant max {qmax}"
@@ -163,7 +229,7 @@ fn embedding(
     let mut sizes = [0usize; MAX_RANK];
     sizes[..indices.rank()].copy_from_slice(indices.sizes());
     sizes[indices.rank()] = dim;
-    let out = a.resize_tensor(out_i, &sizes[..indices.rank() + 1])?;
+    let out = out_arg.resize(a, &sizes[..indices.rank() + 1])?;
     if let Some(d) = dtype {
         if d != out.dtype() {
             return Err(KernelError::DtypeMismatch {
@@ -355,15 +421,28 @@ fn tokens(t: &Tensor) -> Result<(usize, usize), KernelError> {
     Ok((lead.iter().product(), last))
 }
 
-/// `choose_qparams_per_token_asymmetric.out(input, ScalarType dtype, *, scale_out,
-/// zero_point_out)` plus the TensorList of both outs: range [-128, 127].
+op_args! {
+    /// `choose_qparams_per_token_asymmetric.out(Tensor input, ScalarType dtype, *,
+    /// Tensor(a!) scale_out, Tensor(b!) zero_point_out)`, returning both outs (one
+    /// TensorList slot): range [-128, 127].
+    struct ChooseQparamsArgs = "quantized_decomposed::choose_qparams_per_token_asymmetric.out" {
+        input: Tensor,
+        dtype: ScalarType,
+        scale_out: OutArg,
+        zero_point_out: OutArg,
+    } returns 1
+}
+
 fn choose_qparams_per_token_asymmetric(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
 ) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let x = a.tensor(0)?;
-    a.dtype(1)?;
+    let ChooseQparamsArgs {
+        input: x,
+        scale_out,
+        zero_point_out,
+        ..
+    } = ChooseQparamsArgs::unpack(a)?;
     if !is_float(x.dtype()) {
         return Err(dtype_err(x.dtype(), "choose_qparams input (float)"));
     }
@@ -376,8 +455,8 @@ fn choose_qparams_per_token_asymmetric(
     let mut sizes = [0usize; MAX_RANK];
     sizes[..x.rank()].copy_from_slice(x.sizes());
     sizes[x.rank() - 1] = 1;
-    let scale_t = a.resize_tensor(2, &sizes[..x.rank()])?;
-    let zp_t = a.resize_tensor(3, &sizes[..x.rank()])?;
+    let scale_t = scale_out.resize(a, &sizes[..x.rank()])?;
+    let zp_t = zero_point_out.resize(a, &sizes[..x.rank()])?;
     if scale_t.dtype() != ScalarType::Double {
         return Err(KernelError::DtypeMismatch {
             expected: ScalarType::Double,
@@ -556,16 +635,31 @@ fn check_params(t: &Tensor, n: usize, what: &'static str, float: bool) -> Result
     Ok(())
 }
 
-/// `quantize_per_token.out(input, scales, zero_points, quant_min, quant_max,
-/// ScalarType dtype, *, out)`.
+op_args! {
+    /// `quantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points,
+    /// int quant_min, int quant_max, ScalarType dtype, *, Tensor(a!) out)`.
+    struct QuantizePerTokenArgs = "quantized_decomposed::quantize_per_token.out" {
+        input: Tensor,
+        scales: Tensor,
+        zero_points: Tensor,
+        quant_min: i64,
+        quant_max: i64,
+        dtype: ScalarType,
+        out: OutArg,
+    } returns 1
+}
+
 fn quantize_per_token(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(8)?;
-    let x = a.tensor(0)?;
-    let scales = a.tensor(1)?;
-    let zps = a.tensor(2)?;
-    let (qmin, qmax) = (a.int(3)?, a.int(4)?);
-    let dtype = a.dtype(5)?;
-    let out = a.resize_tensor(6, x.sizes())?;
+    let QuantizePerTokenArgs {
+        input: x,
+        scales,
+        zero_points: zps,
+        quant_min: qmin,
+        quant_max: qmax,
+        dtype,
+        out,
+    } = QuantizePerTokenArgs::unpack(a)?;
+    let out = out.resize(a, x.sizes())?;
     check_quant_args(&x, qmin, qmax, dtype, &out)?;
     let (rows, len) = tokens(&x)?;
     check_params(&scales, rows, "per-token scales", true)?;
@@ -579,41 +673,92 @@ fn quantize_per_token(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), K
     quantize_rows(ctx, &x, &out, rows, len, &qp, qmin, qmax)
 }
 
-/// A scalar qparam from a one-element tensor or a number argument.
-fn scalar_param(
-    ctx: &KernelContext<'_>,
-    a: &Args<'_>,
-    i: usize,
-    tensor: bool,
-    float: bool,
-) -> Result<(f64, i64), KernelError> {
-    if !tensor {
-        return Ok(if float {
-            (a.double(i)?, 0)
-        } else {
-            (0.0, a.int(i)?)
-        });
-    }
-    let t = a.tensor(i)?;
-    check_params(&t, 1, if float { "scale" } else { "zero_point" }, float)?;
-    let v = In::read(ctx, &t)?;
-    Ok((v.get::<f64>(0), v.get::<i64>(0)))
+/// A per-tensor scale and zero point: numbers (`.out`) or one-element tensors
+/// (`.tensor_out`).
+// Tensor metadata is fixed-size and Copy; the value lives on the stack for one call.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Copy)]
+enum TensorQParams {
+    Numbers(f64, i64),
+    Tensors(Tensor, Tensor),
 }
 
-/// `quantize_per_tensor.out(input, float scale, int zero_point, quant_min, quant_max,
-/// ScalarType dtype, *, out)`; `.tensor_out` takes scale and zero point as tensors.
+impl TensorQParams {
+    /// The scale and zero point as numbers.
+    fn read(self, ctx: &KernelContext<'_>) -> Result<(f64, i64), KernelError> {
+        match self {
+            TensorQParams::Numbers(scale, zp) => Ok((scale, zp)),
+            TensorQParams::Tensors(scale, zp) => {
+                check_params(&scale, 1, "scale", true)?;
+                check_params(&zp, 1, "zero_point", false)?;
+                let s = In::read(ctx, &scale)?.get::<f64>(0);
+                let z = In::read(ctx, &zp)?.get::<i64>(0);
+                Ok((s, z))
+            }
+        }
+    }
+}
+
+op_args! {
+    /// `quantize_per_tensor.out(Tensor input, float scale, int zero_point, int quant_min,
+    /// int quant_max, ScalarType dtype, *, Tensor(a!) out)`.
+    struct QuantizePerTensorArgs = "quantized_decomposed::quantize_per_tensor.out" {
+        input: Tensor,
+        scale: f64,
+        zero_point: i64,
+        quant_min: i64,
+        quant_max: i64,
+        dtype: ScalarType,
+        out: OutArg,
+    } returns 1
+}
+
+op_args! {
+    /// `quantize_per_tensor.tensor_out(Tensor input, Tensor scale, Tensor zero_point,
+    /// int quant_min, int quant_max, ScalarType dtype, *, Tensor(a!) out)`.
+    struct QuantizePerTensorTensorArgs = "quantized_decomposed::quantize_per_tensor.tensor_out" {
+        input: Tensor,
+        scale: Tensor,
+        zero_point: Tensor,
+        quant_min: i64,
+        quant_max: i64,
+        dtype: ScalarType,
+        out: OutArg,
+    } returns 1
+}
+
 fn quantize_per_tensor(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
     tensor_params: bool,
 ) -> Result<(), KernelError> {
-    a.expect_len(8)?;
-    let x = a.tensor(0)?;
-    let (scale, _) = scalar_param(ctx, a, 1, tensor_params, true)?;
-    let (_, zp) = scalar_param(ctx, a, 2, tensor_params, false)?;
-    let (qmin, qmax) = (a.int(3)?, a.int(4)?);
-    let dtype = a.dtype(5)?;
-    let out = a.resize_tensor(6, x.sizes())?;
+    let (x, params, qmin, qmax, dtype, out) = if tensor_params {
+        let QuantizePerTensorTensorArgs {
+            input,
+            scale,
+            zero_point,
+            quant_min,
+            quant_max,
+            dtype,
+            out,
+        } = QuantizePerTensorTensorArgs::unpack(a)?;
+        let params = TensorQParams::Tensors(scale, zero_point);
+        (input, params, quant_min, quant_max, dtype, out)
+    } else {
+        let QuantizePerTensorArgs {
+            input,
+            scale,
+            zero_point,
+            quant_min,
+            quant_max,
+            dtype,
+            out,
+        } = QuantizePerTensorArgs::unpack(a)?;
+        let params = TensorQParams::Numbers(scale, zero_point);
+        (input, params, quant_min, quant_max, dtype, out)
+    };
+    let (scale, zp) = params.read(ctx)?;
+    let out = out.resize(a, x.sizes())?;
     check_quant_args(&x, qmin, qmax, dtype, &out)?;
     let qp = QParams {
         scales: In::I64(&[]),
@@ -709,17 +854,34 @@ fn dequantize_rows(
     Ok(())
 }
 
-/// `dequantize_per_token.out(input, scales, zero_points, quant_min, quant_max,
-/// ScalarType dtype, ScalarType output_dtype, *, out)`.
+op_args! {
+    /// `dequantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points,
+    /// int quant_min, int quant_max, ScalarType dtype, ScalarType output_dtype, *,
+    /// Tensor(a!) out)`.
+    struct DequantizePerTokenArgs = "quantized_decomposed::dequantize_per_token.out" {
+        input: Tensor,
+        scales: Tensor,
+        zero_points: Tensor,
+        quant_min: i64,
+        quant_max: i64,
+        dtype: ScalarType,
+        output_dtype: ScalarType,
+        out: OutArg,
+    } returns 1
+}
+
 fn dequantize_per_token(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(9)?;
-    let x = a.tensor(0)?;
-    let scales = a.tensor(1)?;
-    let zps = a.tensor(2)?;
-    let (qmin, qmax) = (a.int(3)?, a.int(4)?);
-    let dtype = a.dtype(5)?;
-    let out_dtype = a.dtype(6)?;
-    let out = a.resize_tensor(7, x.sizes())?;
+    let DequantizePerTokenArgs {
+        input: x,
+        scales,
+        zero_points: zps,
+        quant_min: qmin,
+        quant_max: qmax,
+        dtype,
+        output_dtype: out_dtype,
+        out,
+    } = DequantizePerTokenArgs::unpack(a)?;
+    let out = out.resize(a, x.sizes())?;
     check_dequant_args(&x, qmin, qmax, dtype, Some(out_dtype), &out)?;
     let (rows, len) = tokens(&x)?;
     check_params(&scales, rows, "per-token scales", true)?;
@@ -733,22 +895,72 @@ fn dequantize_per_token(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(),
     dequantize_rows(ctx, &x, &out, rows, len, &qp)
 }
 
-/// `dequantize_per_tensor.out(input, float scale, int zero_point, quant_min,
-/// quant_max, ScalarType dtype, *, ScalarType? out_dtype, out)`; `.tensor_out` takes
-/// scale and zero point as tensors.
+op_args! {
+    /// `dequantize_per_tensor.out(Tensor input, float scale, int zero_point,
+    /// int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None,
+    /// Tensor(a!) out)`.
+    struct DequantizePerTensorArgs = "quantized_decomposed::dequantize_per_tensor.out" {
+        input: Tensor,
+        scale: f64,
+        zero_point: i64,
+        quant_min: i64,
+        quant_max: i64,
+        dtype: ScalarType,
+        out_dtype: Option<ScalarType>,
+        out: OutArg,
+    } returns 1
+}
+
+op_args! {
+    /// `dequantize_per_tensor.tensor_out(Tensor input, Tensor scale, Tensor zero_point,
+    /// int quant_min, int quant_max, ScalarType dtype, *, ScalarType? out_dtype=None,
+    /// Tensor(a!) out)`.
+    struct DequantizePerTensorTensorArgs = "quantized_decomposed::dequantize_per_tensor.tensor_out" {
+        input: Tensor,
+        scale: Tensor,
+        zero_point: Tensor,
+        quant_min: i64,
+        quant_max: i64,
+        dtype: ScalarType,
+        out_dtype: Option<ScalarType>,
+        out: OutArg,
+    } returns 1
+}
+
 fn dequantize_per_tensor(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
     tensor_params: bool,
 ) -> Result<(), KernelError> {
-    a.expect_len(9)?;
-    let x = a.tensor(0)?;
-    let (scale, _) = scalar_param(ctx, a, 1, tensor_params, true)?;
-    let (_, zp) = scalar_param(ctx, a, 2, tensor_params, false)?;
-    let (qmin, qmax) = (a.int(3)?, a.int(4)?);
-    let dtype = a.dtype(5)?;
-    let out_dtype = a.opt_dtype(6)?;
-    let out = a.resize_tensor(7, x.sizes())?;
+    let (x, params, qmin, qmax, dtype, out_dtype, out) = if tensor_params {
+        let DequantizePerTensorTensorArgs {
+            input,
+            scale,
+            zero_point,
+            quant_min,
+            quant_max,
+            dtype,
+            out_dtype,
+            out,
+        } = DequantizePerTensorTensorArgs::unpack(a)?;
+        let params = TensorQParams::Tensors(scale, zero_point);
+        (input, params, quant_min, quant_max, dtype, out_dtype, out)
+    } else {
+        let DequantizePerTensorArgs {
+            input,
+            scale,
+            zero_point,
+            quant_min,
+            quant_max,
+            dtype,
+            out_dtype,
+            out,
+        } = DequantizePerTensorArgs::unpack(a)?;
+        let params = TensorQParams::Numbers(scale, zero_point);
+        (input, params, quant_min, quant_max, dtype, out_dtype, out)
+    };
+    let (scale, zp) = params.read(ctx)?;
+    let out = out.resize(a, x.sizes())?;
     check_dequant_args(&x, qmin, qmax, dtype, out_dtype, &out)?;
     let qp = QParams {
         scales: In::I64(&[]),

@@ -10,13 +10,15 @@
 //! of a dynamically quantized activation downstream. Outputs are split across the pool
 //! when there are many of them.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
-use super::elementwise::dtype::{Bool8, Elem, In, Out, narrow_slice, narrows, with_compute};
+use super::elementwise::BLOCK;
+use super::elementwise::dtype::{Bool8, Element, In, Out, narrow_slice, narrows, with_compute};
 use super::elementwise::num::Num;
-use super::elementwise::{BLOCK, opt_scalar};
+use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{
-    Args, GRAIN_SIZE, KernelContext, KernelError, MAX_RANK, Registry, Tensor, normalize_dim,
+    Args, GRAIN_SIZE, IntList, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor,
+    normalize_dim,
 };
 
 /// Registers this family's kernels.
@@ -34,9 +36,9 @@ pub fn register(r: &mut Registry) {
 }
 
 /// Streams the reduced elements of one output.
-pub trait Reducer<A: Elem>: Sync {
+pub trait Reducer<A: Element>: Sync {
     type State;
-    type Out: Elem;
+    type Out: Element;
     fn start(&self) -> Self::State;
     /// `xs` are the reduced elements at flat positions `pos..pos + xs.len()`.
     fn feed(&self, state: &mut Self::State, pos: usize, xs: &[A]);
@@ -182,7 +184,7 @@ impl RPlan {
 
 /// Reduces `input` over `mask` into `out` (already resized): one [`Reducer`] pass per
 /// output element. Inputs are converted to `A`, rounded through `narrow` if given.
-pub fn reduce<A: Elem, R: Reducer<A>>(
+pub fn reduce<A: Element, R: Reducer<A>>(
     ctx: &KernelContext<'_>,
     input: &Tensor,
     mask: &[bool; MAX_RANK],
@@ -242,7 +244,7 @@ pub fn reduce<A: Elem, R: Reducer<A>>(
     Ok(())
 }
 
-struct Job<'a, 'p, A: Elem, R> {
+struct Job<'a, 'p, A: Element, R> {
     plan: &'p RPlan,
     data: In<'a>,
     direct: Option<&'a [A]>,
@@ -250,7 +252,7 @@ struct Job<'a, 'p, A: Elem, R> {
     reducer: &'p R,
 }
 
-impl<A: Elem, R: Reducer<A>> Job<'_, '_, A, R> {
+impl<A: Element, R: Reducer<A>> Job<'_, '_, A, R> {
     /// The reduction of the output element whose kept index starts at `base`.
     fn one(&self, base: usize) -> R::Out {
         let p = self.plan;
@@ -511,33 +513,50 @@ impl Reducer<f64> for Var {
     }
 }
 
-fn int_list_arg(
-    a: &Args<'_>,
-    i: usize,
-    buf: &mut [i64; MAX_RANK],
-) -> Result<Option<usize>, KernelError> {
-    match a.opt_int_list(i)? {
-        None => Ok(None),
-        Some(list) => Ok(Some(list.read_into(buf)?.len())),
-    }
+/// The dims of an `int[]?` argument, read into `buf`.
+fn read_dims<'b>(
+    dim: Option<IntList<'_>>,
+    buf: &'b mut [i64; MAX_RANK],
+) -> Result<Option<&'b [i64]>, KernelError> {
+    dim.map(|l| l.read_into(buf)).transpose()
 }
 
-/// Parses `(self, int[]? dim, keepdim)` at 0, 1, 2 and resizes the out at `out_i`.
+/// The reduction mask of `dims` over `x` and the out tensor resized to the result.
 fn setup(
     a: &mut Args<'_>,
-    dims_at: usize,
-    keepdim_at: usize,
-    out_i: usize,
-) -> Result<(Tensor, [bool; MAX_RANK], bool, Tensor), KernelError> {
-    let x = a.tensor(0)?;
-    let mut buf = [0i64; MAX_RANK];
-    let n = int_list_arg(a, dims_at, &mut buf)?;
-    let mask = dim_mask(x.rank(), n.map(|n| &buf[..n]))?;
-    let keepdim = a.bool(keepdim_at)?;
+    x: Tensor,
+    dims: Option<&[i64]>,
+    keepdim: bool,
+    out: OutArg,
+) -> Result<([bool; MAX_RANK], Tensor), KernelError> {
+    let mask = dim_mask(x.rank(), dims)?;
     let mut sb = [0usize; MAX_RANK];
     let sizes = reduced_sizes(x.sizes(), &mask, keepdim, &mut sb);
-    let out = a.resize_tensor(out_i, sizes)?;
-    Ok((x, mask, keepdim, out))
+    let out = out.resize(a, sizes)?;
+    Ok((mask, out))
+}
+
+op_args! {
+    /// `op.out(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None,
+    /// Tensor(a!) out)` (`sum.IntList_out`, `mean.out`).
+    struct SumArgs<'a> = "aten::<sum.IntList_out|mean.out>" {
+        input: Tensor,
+        dim: Option<IntList<'a>>,
+        keepdim: bool,
+        dtype: Option<ScalarType>,
+        out: OutArg,
+    } returns 1
+}
+
+op_args! {
+    /// `op.out(Tensor self, int[]? dim, bool keepdim=False, *, Tensor(a!) out)`
+    /// (`amax.out`, `amin.out`, `any.dims_out`).
+    struct DimsArgs<'a> = "aten::<amax|amin|any>.<out|dims_out>" {
+        input: Tensor,
+        dim: Option<IntList<'a>>,
+        keepdim: bool,
+        out: OutArg,
+    } returns 1
 }
 
 fn supported(t: ScalarType, what: &'static str) -> Result<(), KernelError> {
@@ -548,11 +567,18 @@ fn supported(t: ScalarType, what: &'static str) -> Result<(), KernelError> {
     }
 }
 
-/// `sum.IntList_out(self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype, out)`.
+/// `sum.IntList_out`.
 fn sum_out(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(6)?;
-    let dtype = a.opt_dtype(3)?;
-    let (x, mask, keepdim, out) = setup(a, 1, 2, 4)?;
+    let SumArgs {
+        input: x,
+        dim,
+        keepdim,
+        dtype,
+        out,
+    } = SumArgs::unpack(a)?;
+    let mut buf = [0i64; MAX_RANK];
+    let dims = read_dims(dim, &mut buf)?;
+    let (mask, out) = setup(a, x, dims, keepdim, out)?;
     supported(x.dtype(), "sum")?;
     supported(out.dtype(), "sum")?;
     if let Some(d) = dtype {
@@ -567,11 +593,18 @@ fn sum_out(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError>
     with_compute!(out.dtype(), A => reduce::<A, _>(ctx, &x, &mask, keepdim, &out, None, &r))
 }
 
-/// `mean.out(self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype, out)`.
+/// `mean.out`.
 fn mean_out(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(6)?;
-    let dtype = a.opt_dtype(3)?;
-    let (x, mask, keepdim, out) = setup(a, 1, 2, 4)?;
+    let SumArgs {
+        input: x,
+        dim,
+        keepdim,
+        dtype,
+        out,
+    } = SumArgs::unpack(a)?;
+    let mut buf = [0i64; MAX_RANK];
+    let dims = read_dims(dim, &mut buf)?;
+    let (mask, out) = setup(a, x, dims, keepdim, out)?;
     supported(x.dtype(), "mean")?;
     if let Some(d) = dtype {
         if d != out.dtype() {
@@ -610,10 +643,18 @@ fn check_nonempty(x: &Tensor, mask: &[bool; MAX_RANK], out: &Tensor) -> Result<(
     Ok(())
 }
 
-/// `amax.out(self, int[1] dim=[], bool keepdim=False, out)` (and `amin`).
+/// `amax.out(Tensor self, int[1] dim=[], bool keepdim=False, *, Tensor(a!) out)` (and
+/// `amin`).
 fn extremum(ctx: &KernelContext<'_>, a: &mut Args<'_>, max: bool) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let (x, mask, keepdim, out) = setup(a, 1, 2, 3)?;
+    let DimsArgs {
+        input: x,
+        dim,
+        keepdim,
+        out,
+    } = DimsArgs::unpack(a)?;
+    let mut buf = [0i64; MAX_RANK];
+    let dims = read_dims(dim, &mut buf)?;
+    let (mask, out) = setup(a, x, dims, keepdim, out)?;
     supported(x.dtype(), "amax/amin")?;
     if out.dtype() != x.dtype() {
         return Err(KernelError::DtypeMismatch {
@@ -640,45 +681,81 @@ fn check_any_out(x: &Tensor, out: &Tensor) -> Result<(), KernelError> {
     }
 }
 
-/// `any.out(self, int dim, bool keepdim=False, out)`.
+op_args! {
+    /// `any.out(Tensor self, int dim, bool keepdim=False, *, Tensor(a!) out)`.
+    struct AnyDimArgs = "aten::any.out" {
+        input: Tensor,
+        dim: i64,
+        keepdim: bool,
+        out: OutArg,
+    } returns 1
+}
+
 fn any_dim(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let x = a.tensor(0)?;
-    let dim = a.int(1)?;
+    let AnyDimArgs {
+        input: x,
+        dim,
+        keepdim,
+        out,
+    } = AnyDimArgs::unpack(a)?;
     let mask = dim_mask(x.rank(), Some(std::slice::from_ref(&dim)))?;
-    let keepdim = a.bool(2)?;
     let mut sb = [0usize; MAX_RANK];
     let sizes = reduced_sizes(x.sizes(), &mask, keepdim, &mut sb);
-    let out = a.resize_tensor(3, sizes)?;
+    let out = out.resize(a, sizes)?;
     check_any_out(&x, &out)?;
     reduce::<Bool8, _>(ctx, &x, &mask, keepdim, &out, None, &Any)
 }
 
-/// `any.dims_out(self, int[]? dim=None, bool keepdim=False, out)`.
+/// `any.dims_out(Tensor self, int[]? dim=None, bool keepdim=False, *, Tensor(a!) out)`.
 fn any_dims(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let (x, mask, keepdim, out) = setup(a, 1, 2, 3)?;
+    let DimsArgs {
+        input: x,
+        dim,
+        keepdim,
+        out,
+    } = DimsArgs::unpack(a)?;
+    let mut buf = [0i64; MAX_RANK];
+    let dims = read_dims(dim, &mut buf)?;
+    let (mask, out) = setup(a, x, dims, keepdim, out)?;
     check_any_out(&x, &out)?;
     reduce::<Bool8, _>(ctx, &x, &mask, keepdim, &out, None, &Any)
 }
 
-/// `any.all_out(self, out)`: a 0-d result.
+op_args! {
+    /// `any.all_out(Tensor self, *, Tensor(a!) out)`: a 0-d result.
+    struct AnyAllArgs = "aten::any.all_out" {
+        input: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
 fn any_all(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(3)?;
-    let x = a.tensor(0)?;
+    let AnyAllArgs { input: x, out } = AnyAllArgs::unpack(a)?;
     let mask = dim_mask(x.rank(), None)?;
-    let out = a.resize_tensor(1, &[])?;
+    let out = out.resize(a, &[])?;
     check_any_out(&x, &out)?;
     reduce::<Bool8, _>(ctx, &x, &mask, false, &out, None, &Any)
 }
 
-/// `argmax.out(self, int? dim=None, bool keepdim=False, out)` (and `argmin`).
+op_args! {
+    /// `argmax.out(Tensor self, int? dim=None, bool keepdim=False, *, Tensor(a!) out)`
+    /// (and `argmin`).
+    struct ArgExtremumArgs = "aten::<argmax|argmin>.out" {
+        input: Tensor,
+        dim: Option<i64>,
+        keepdim: bool,
+        out: OutArg,
+    } returns 1
+}
+
 fn arg_extremum(ctx: &KernelContext<'_>, a: &mut Args<'_>, max: bool) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let x = a.tensor(0)?;
+    let ArgExtremumArgs {
+        input: x,
+        dim,
+        keepdim,
+        out: out_arg,
+    } = ArgExtremumArgs::unpack(a)?;
     supported(x.dtype(), "argmax/argmin")?;
-    let dim = a.opt_int(1)?;
-    let keepdim = a.bool(2)?;
     let mask = match dim {
         Some(d) => dim_mask(x.rank(), Some(std::slice::from_ref(&d)))?,
         None => dim_mask(x.rank(), None)?,
@@ -689,7 +766,7 @@ fn arg_extremum(ctx: &KernelContext<'_>, a: &mut Args<'_>, max: bool) -> Result<
     } else {
         reduced_sizes(x.sizes(), &mask, keepdim, &mut sb)
     };
-    let out = a.resize_tensor(3, sizes)?;
+    let out = out_arg.resize(a, sizes)?;
     if out.dtype() != ScalarType::Long {
         return Err(KernelError::DtypeMismatch {
             expected: ScalarType::Long,
@@ -705,12 +782,30 @@ fn arg_extremum(ctx: &KernelContext<'_>, a: &mut Args<'_>, max: bool) -> Result<
     with_compute!(x.dtype(), A => reduce::<A, _>(ctx, &x, &mask, keepdim, &out, None, &r))
 }
 
-/// `var.correction_out(self, int[1]? dim=None, *, Scalar? correction=None,
-/// bool keepdim=False, out)`.
+op_args! {
+    /// `var.correction_out(Tensor self, int[1]? dim=None, *, Scalar? correction=None,
+    /// bool keepdim=False, Tensor(a!) out)`.
+    struct VarArgs<'a> = "aten::var.correction_out" {
+        input: Tensor,
+        dim: Option<IntList<'a>>,
+        correction: Option<Scalar>,
+        keepdim: bool,
+        out: OutArg,
+    } returns 1
+}
+
 fn var_correction(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(6)?;
-    let correction = opt_scalar(a, 2)?.map(|s| s.to_f64()).unwrap_or(1.0);
-    let (x, mask, keepdim, out) = setup(a, 1, 3, 4)?;
+    let VarArgs {
+        input: x,
+        dim,
+        correction,
+        keepdim,
+        out,
+    } = VarArgs::unpack(a)?;
+    let correction = correction.map(|s| s.to_f64()).unwrap_or(1.0);
+    let mut buf = [0i64; MAX_RANK];
+    let dims = read_dims(dim, &mut buf)?;
+    let (mask, out) = setup(a, x, dims, keepdim, out)?;
     supported(x.dtype(), "var")?;
     if !x.dtype().is_floating_point() || !out.dtype().is_floating_point() {
         return Err(KernelError::UnsupportedDtype {

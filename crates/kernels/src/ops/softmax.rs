@@ -2,11 +2,12 @@
 //! is subtracted before `exp`. f16/bf16 compute in f32; `half_to_float` writes an f32
 //! out from a 16-bit input.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::elementwise::BLOCK;
 use super::elementwise::dtype::{In, Out};
 use super::elementwise::num::Num;
+use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, GRAIN_SIZE, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
 /// Registers this family's kernels.
@@ -15,12 +16,25 @@ pub fn register(r: &mut Registry) {
     r.register("aten::_log_softmax.out", |c, a| softmax(c, a, true));
 }
 
-/// `_softmax.out(self, int dim, bool half_to_float, out)` (and `_log_softmax`).
+op_args! {
+    /// `_softmax.out(Tensor self, int dim, bool half_to_float, *, Tensor(a!) out)` (and
+    /// `_log_softmax.out`).
+    struct SoftmaxArgs = "aten::<_softmax|_log_softmax>.out" {
+        input: Tensor,
+        dim: i64,
+        half_to_float: bool,
+        out: OutArg,
+    } returns 1
+}
+
 fn softmax(ctx: &KernelContext<'_>, a: &mut Args<'_>, log: bool) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let x = a.tensor(0)?;
-    let dim = x.normalize_dim(a.int(1)?)?;
-    let half_to_float = a.bool(2)?;
+    let SoftmaxArgs {
+        input: x,
+        dim,
+        half_to_float,
+        out,
+    } = SoftmaxArgs::unpack(a)?;
+    let dim = x.normalize_dim(dim)?;
     if !x.dtype().is_floating_point() {
         return Err(KernelError::UnsupportedDtype {
             dtype: x.dtype(),
@@ -37,7 +51,7 @@ fn softmax(ctx: &KernelContext<'_>, a: &mut Args<'_>, log: bool) -> Result<(), K
     } else {
         x.dtype()
     };
-    let out = a.resize_tensor(3, x.sizes())?;
+    let out = out.resize(a, x.sizes())?;
     if out.dtype() != expected {
         return Err(KernelError::DtypeMismatch {
             expected,
@@ -249,7 +263,7 @@ fn row_streamed<A: Num>(
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::ops::elementwise::testutil::{Lcg, assert_close, harness, read, tensor, tol};

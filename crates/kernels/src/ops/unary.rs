@@ -6,12 +6,13 @@
 //! f16/bf16 compute in f32 and round once on store. The out dtype decides the stored
 //! type, within PyTorch's casting rules.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
-use super::elementwise::dtype::{Bool8, Elem, with_compute};
+use super::elementwise::dtype::{Bool8, with_compute};
 use super::elementwise::num::Num;
 use super::elementwise::promote::{ResultType, check_can_cast, to_float};
-use super::elementwise::{Operand, Spec, Src, map, opt_scalar, string_arg, zip1, zip3};
+use super::elementwise::{Operand, Spec, Src, map, zip1, zip3};
+use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, Registry, Scalar, Tensor};
 
 /// Registers this family's kernels.
@@ -72,18 +73,26 @@ impl U {
     }
 }
 
+op_args! {
+    /// `op.out(Tensor self, *, Tensor(a!) out)`.
+    struct UnaryArgs = "aten::<unary>.out" {
+        input: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
 fn unary(ctx: &KernelContext<'_>, a: &mut Args<'_>, op: U) -> Result<(), KernelError> {
-    a.expect_len(3)?;
-    run_unary(ctx, a, op, 1)
+    let UnaryArgs { input, out } = UnaryArgs::unpack(a)?;
+    run_unary(ctx, a, input, op, out)
 }
 
 fn run_unary(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
+    x: Tensor,
     op: U,
-    out_index: usize,
+    out: OutArg,
 ) -> Result<(), KernelError> {
-    let x = a.tensor(0)?;
     if !super::elementwise::dtype::is_supported(x.dtype()) {
         return Err(super::elementwise::dtype::unsupported(
             x.dtype(),
@@ -91,7 +100,7 @@ fn run_unary(
         ));
     }
     let common = op.result(x.dtype())?;
-    let out = a.resize_tensor(out_index, x.sizes())?;
+    let out = out.resize(a, x.sizes())?;
     check_can_cast(common, out.dtype())?;
     let spec = Spec {
         common,
@@ -158,10 +167,22 @@ fn apply<C: Num>(
     }
 }
 
-/// `gelu.out(self, *, approximate="none", out)`.
+op_args! {
+    /// `gelu.out(Tensor self, *, str approximate="none", Tensor(a!) out)`.
+    struct GeluArgs<'a> = "aten::gelu.out" {
+        input: Tensor,
+        approximate: &'a str,
+        out: OutArg,
+    } returns 1
+}
+
 fn gelu(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let op = match string_arg(a, 1)? {
+    let GeluArgs {
+        input,
+        approximate,
+        out,
+    } = GeluArgs::unpack(a)?;
+    let op = match approximate {
         "none" => U::GeluErf,
         "tanh" => U::GeluTanh,
         other => {
@@ -170,20 +191,19 @@ fn gelu(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
             )));
         }
     };
-    if !a.tensor(0)?.dtype().is_floating_point() {
+    if !input.dtype().is_floating_point() {
         return Err(KernelError::UnsupportedDtype {
-            dtype: a.tensor(0)?.dtype(),
+            dtype: input.dtype(),
             what: "gelu (floating point only)",
         });
     }
-    run_unary(ctx, a, op, 2)
+    run_unary(ctx, a, input, op, out)
 }
 
-/// `logical_not.out(self, out)`: `x == 0`, into any out dtype.
+/// `logical_not.out(Tensor self, *, Tensor(a!) out)`: `x == 0`, into any out dtype.
 fn logical_not(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(3)?;
-    let x = a.tensor(0)?;
-    let out = a.resize_tensor(1, x.sizes())?;
+    let UnaryArgs { input: x, out } = UnaryArgs::unpack(a)?;
+    let out = out.resize(a, x.sizes())?;
     let spec = Spec {
         common: ScalarType::Double,
         narrow_result: false,
@@ -198,11 +218,11 @@ fn logical_not(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
 fn clamp_scalars(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
-    min: Option<Scalar>,
-    max: Option<Scalar>,
+    x: Tensor,
+    (min, max): (Option<Scalar>, Option<Scalar>),
     keep_dtype: bool,
+    out: OutArg,
 ) -> Result<(), KernelError> {
-    let x = a.tensor(0)?;
     if min.is_none() && max.is_none() {
         return Err(KernelError::invalid(
             "clamp: at least one of 'min' or 'max' must not be None",
@@ -226,15 +246,15 @@ fn clamp_scalars(
     if !super::elementwise::dtype::is_supported(common) {
         return Err(super::elementwise::dtype::unsupported(common, "clamp"));
     }
-    let out = a.resize_tensor(3, x.sizes())?;
+    let out = out.resize(a, x.sizes())?;
     check_can_cast(common, out.dtype())?;
     let spec = Spec {
         common,
         narrow_result: true,
     };
     with_compute!(common, C => {
-        let lo = min.map(C::from_scalar);
-        let hi = max.map(C::from_scalar);
+        let lo = min.map(Scalar::cast::<C>);
+        let hi = max.map(Scalar::cast::<C>);
         map::<1, C, C, _>(ctx, &[Operand::Tensor(x)], &out, spec, |s: &[Src<'_, C>; 1], o: &mut [C]| {
             zip1(s[0], o, |v: C| clamp_one(v, lo, hi))
         })
@@ -263,28 +283,66 @@ fn clamp_one<C: Num>(v: C, lo: Option<C>, hi: Option<C>) -> C {
     r
 }
 
-/// `clamp.out(self, Scalar? min, Scalar? max, out)`.
+op_args! {
+    /// `clamp.out(Tensor self, Scalar? min=None, Scalar? max=None, *, Tensor(a!) out)`.
+    struct ClampArgs = "aten::clamp.out" {
+        input: Tensor,
+        min: Option<Scalar>,
+        max: Option<Scalar>,
+        out: OutArg,
+    } returns 1
+}
+
 fn clamp(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let min = opt_scalar(a, 1)?;
-    let max = opt_scalar(a, 2)?;
-    clamp_scalars(ctx, a, min, max, false)
+    let ClampArgs {
+        input,
+        min,
+        max,
+        out,
+    } = ClampArgs::unpack(a)?;
+    clamp_scalars(ctx, a, input, (min, max), false, out)
 }
 
-/// `hardtanh.out(self, Scalar min_val=-1, Scalar max_val=1, out)`.
+op_args! {
+    /// `hardtanh.out(Tensor self, Scalar min_val=-1, Scalar max_val=1, *,
+    /// Tensor(a!) out)`.
+    struct HardtanhArgs = "aten::hardtanh.out" {
+        input: Tensor,
+        min_val: Scalar,
+        max_val: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
 fn hardtanh(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let min = a.scalar(1)?;
-    let max = a.scalar(2)?;
-    clamp_scalars(ctx, a, Some(min), Some(max), true)
+    let HardtanhArgs {
+        input,
+        min_val,
+        max_val,
+        out,
+    } = HardtanhArgs::unpack(a)?;
+    let bounds = (Some(min_val), Some(max_val));
+    clamp_scalars(ctx, a, input, bounds, true, out)
 }
 
-/// `clamp.Tensor_out(self, Tensor? min, Tensor? max, out)`: bounds broadcast.
+op_args! {
+    /// `clamp.Tensor_out(Tensor self, Tensor? min=None, Tensor? max=None, *,
+    /// Tensor(a!) out)`: bounds broadcast.
+    struct ClampTensorArgs = "aten::clamp.Tensor_out" {
+        input: Tensor,
+        min: Option<Tensor>,
+        max: Option<Tensor>,
+        out: OutArg,
+    } returns 1
+}
+
 fn clamp_tensor(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let x = a.tensor(0)?;
-    let min = a.opt_tensor(1)?;
-    let max = a.opt_tensor(2)?;
+    let ClampTensorArgs {
+        input: x,
+        min,
+        max,
+        out,
+    } = ClampTensorArgs::unpack(a)?;
     if min.is_none() && max.is_none() {
         return Err(KernelError::invalid(
             "clamp: at least one of 'min' or 'max' must not be None",
@@ -310,7 +368,7 @@ fn clamp_tensor(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelE
     let (has_lo, has_hi) = (min.is_some(), max.is_some());
     let mut buf = [0usize; crate::MAX_RANK];
     let sizes = super::elementwise::broadcast_operands(&ins, &mut buf)?;
-    let out = a.resize_tensor(3, sizes)?;
+    let out = out.resize(a, sizes)?;
     check_can_cast(common, out.dtype())?;
     let spec = Spec {
         common,

@@ -1,4 +1,4 @@
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use proptest::prelude::*;
 
 use super::Op;
@@ -451,12 +451,14 @@ fn bad_calls_are_errors() {
     // Wrong argument count and kinds.
     assert!(matches!(
         h.call("aten::add.out", &[x, x, out, out]),
-        Err(KernelError::ArgCount { .. })
+        Err(KernelError::OpArgCount { .. })
     ));
-    assert!(matches!(
-        h.call("aten::mul.out", &[x, one, out, out]),
-        Err(KernelError::ArgType { .. })
-    ));
+    let err = h.call("aten::mul.out", &[x, one, out, out]).unwrap_err();
+    assert!(matches!(err.root(), KernelError::ArgType { .. }));
+    assert!(
+        matches!(err, KernelError::Argument { name: "other", .. }),
+        "{err}"
+    );
     // Out too small to resize into, or static with the wrong shape.
     let small = h.out(ScalarType::Float, &[2]);
     assert!(h.call("aten::mul.out", &[x, x, small, small]).is_err());

@@ -1,244 +1,14 @@
-//! Element conversions with PyTorch's cast semantics, and tensor bytes viewed as a
-//! slice of whichever dtype they hold.
-//!
-//! Every cast goes through the widest value of the source's kind (f32 for f32, f16 and
-//! bf16, f64, i64 for integers, bool), so each (source, destination) pair rounds once:
-//! float to int truncates toward zero (saturating at the i64 range, then wrapping to
-//! the narrower width, as C++ does on common hardware), anything to bool tests `!= 0`,
-//! bool to a number is 0 or 1, and f64 to f16/bf16 goes through f32 like c10's `Half`.
+//! Tensor bytes viewed as a slice of whichever dtype they hold, dtype dispatch macros,
+//! and narrowing through a dtype. The element conversions are `etch_base`'s
+//! ([`Element`], [`cast`], [`cast_slice`]).
 
 use std::sync::Mutex;
 
-use bytemuck::{Pod, Zeroable};
-use etch_format::ScalarType;
-use half::slice::HalfFloatSliceExt;
+use etch_base::ScalarType;
+pub use etch_base::{Bool8, Element, cast, cast_slice};
 use half::{bf16, f16};
 
 use crate::{KernelContext, KernelError, Scalar, Tensor, ThreadPool};
-
-/// A bool element as stored: one byte, 0 or 1 (any non-zero byte reads as true).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
-#[repr(transparent)]
-pub struct Bool8(pub u8);
-
-/// Which widest value a dtype converts through.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Kind {
-    Bool,
-    Int,
-    /// f32 and the 16-bit floats (exact in f32).
-    F32,
-    F64,
-}
-
-/// A tensor element type with PyTorch's conversions.
-pub trait Elem: Pod + Default + PartialEq + Send + Sync + std::fmt::Debug + 'static {
-    const DTYPE: ScalarType;
-    const KIND: Kind;
-    fn to_f32(self) -> f32;
-    fn to_f64(self) -> f64;
-    fn to_i64(self) -> i64;
-    fn to_bool(self) -> bool;
-    fn from_f32(v: f32) -> Self;
-    fn from_f64(v: f64) -> Self;
-    fn from_i64(v: i64) -> Self;
-    fn from_bool(v: bool) -> Self;
-
-    /// A `Scalar` argument converted to this type.
-    #[inline]
-    fn from_scalar(s: Scalar) -> Self {
-        match s {
-            Scalar::Int(v) => Self::from_i64(v),
-            Scalar::Double(v) => Self::from_f64(v),
-            Scalar::Bool(v) => Self::from_bool(v),
-        }
-    }
-}
-
-/// Converts one element, rounding once.
-#[inline(always)]
-pub fn cast<I: Elem, O: Elem>(x: I) -> O {
-    match I::KIND {
-        Kind::Bool => O::from_bool(x.to_bool()),
-        Kind::Int => O::from_i64(x.to_i64()),
-        Kind::F32 => O::from_f32(x.to_f32()),
-        Kind::F64 => O::from_f64(x.to_f64()),
-    }
-}
-
-macro_rules! int_elem {
-    ($($t:ty => $d:ident),* $(,)?) => {$(
-        impl Elem for $t {
-            const DTYPE: ScalarType = ScalarType::$d;
-            const KIND: Kind = Kind::Int;
-            #[inline(always)]
-            fn to_f32(self) -> f32 { self as f32 }
-            #[inline(always)]
-            fn to_f64(self) -> f64 { self as f64 }
-            #[inline(always)]
-            fn to_i64(self) -> i64 { self as i64 }
-            #[inline(always)]
-            fn to_bool(self) -> bool { self != 0 }
-            #[inline(always)]
-            fn from_f32(v: f32) -> Self { v as i64 as $t }
-            #[inline(always)]
-            fn from_f64(v: f64) -> Self { v as i64 as $t }
-            #[inline(always)]
-            fn from_i64(v: i64) -> Self { v as $t }
-            #[inline(always)]
-            fn from_bool(v: bool) -> Self { v as $t }
-        }
-    )*};
-}
-
-int_elem!(
-    i8 => Char,
-    u8 => Byte,
-    i16 => Short,
-    i32 => Int,
-    i64 => Long,
-    u16 => UInt16,
-    u32 => UInt32,
-    u64 => UInt64,
-);
-
-impl Elem for f32 {
-    const DTYPE: ScalarType = ScalarType::Float;
-    const KIND: Kind = Kind::F32;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    #[inline(always)]
-    fn to_i64(self) -> i64 {
-        self as i64
-    }
-    #[inline(always)]
-    fn to_bool(self) -> bool {
-        self != 0.0
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        v
-    }
-    #[inline(always)]
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-    #[inline(always)]
-    fn from_i64(v: i64) -> Self {
-        v as f32
-    }
-    #[inline(always)]
-    fn from_bool(v: bool) -> Self {
-        v as u8 as f32
-    }
-}
-
-impl Elem for f64 {
-    const DTYPE: ScalarType = ScalarType::Double;
-    const KIND: Kind = Kind::F64;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        self as f32
-    }
-    #[inline(always)]
-    fn to_f64(self) -> f64 {
-        self
-    }
-    #[inline(always)]
-    fn to_i64(self) -> i64 {
-        self as i64
-    }
-    #[inline(always)]
-    fn to_bool(self) -> bool {
-        self != 0.0
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        v as f64
-    }
-    #[inline(always)]
-    fn from_f64(v: f64) -> Self {
-        v
-    }
-    #[inline(always)]
-    fn from_i64(v: i64) -> Self {
-        v as f64
-    }
-    #[inline(always)]
-    fn from_bool(v: bool) -> Self {
-        v as u8 as f64
-    }
-}
-
-macro_rules! half_elem {
-    ($($t:ty => $d:ident),*) => {$(
-        impl Elem for $t {
-            const DTYPE: ScalarType = ScalarType::$d;
-            const KIND: Kind = Kind::F32;
-            #[inline(always)]
-            fn to_f32(self) -> f32 { <$t>::to_f32(self) }
-            #[inline(always)]
-            fn to_f64(self) -> f64 { <$t>::to_f32(self) as f64 }
-            #[inline(always)]
-            fn to_i64(self) -> i64 { <$t>::to_f32(self) as i64 }
-            #[inline(always)]
-            fn to_bool(self) -> bool { <$t>::to_f32(self) != 0.0 }
-            #[inline(always)]
-            fn from_f32(v: f32) -> Self { <$t>::from_f32(v) }
-            #[inline(always)]
-            fn from_f64(v: f64) -> Self { <$t>::from_f32(v as f32) }
-            #[inline(always)]
-            fn from_i64(v: i64) -> Self { <$t>::from_f32(v as f32) }
-            #[inline(always)]
-            fn from_bool(v: bool) -> Self { <$t>::from_f32(v as u8 as f32) }
-        }
-    )*};
-}
-
-half_elem!(f16 => Half, bf16 => BFloat16);
-
-impl Elem for Bool8 {
-    const DTYPE: ScalarType = ScalarType::Bool;
-    const KIND: Kind = Kind::Bool;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        (self.0 != 0) as u8 as f32
-    }
-    #[inline(always)]
-    fn to_f64(self) -> f64 {
-        (self.0 != 0) as u8 as f64
-    }
-    #[inline(always)]
-    fn to_i64(self) -> i64 {
-        (self.0 != 0) as i64
-    }
-    #[inline(always)]
-    fn to_bool(self) -> bool {
-        self.0 != 0
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        Bool8((v != 0.0) as u8)
-    }
-    #[inline(always)]
-    fn from_f64(v: f64) -> Self {
-        Bool8((v != 0.0) as u8)
-    }
-    #[inline(always)]
-    fn from_i64(v: i64) -> Self {
-        Bool8((v != 0) as u8)
-    }
-    #[inline(always)]
-    fn from_bool(v: bool) -> Self {
-        Bool8(v as u8)
-    }
-}
 
 /// Calls `$body` with `$E` bound to the Rust type of `$dtype`, for the thirteen dtypes
 /// kernels compute with; other dtypes evaluate `$other`.
@@ -248,55 +18,55 @@ macro_rules! with_elem {
         #[allow(unused_imports)]
         use $crate::ops::elementwise::dtype::Bool8;
         match $dtype {
-            etch_format::ScalarType::Float => {
+            $crate::ScalarType::Float => {
                 type $E = f32;
                 $body
             }
-            etch_format::ScalarType::Double => {
+            $crate::ScalarType::Double => {
                 type $E = f64;
                 $body
             }
-            etch_format::ScalarType::Half => {
+            $crate::ScalarType::Half => {
                 type $E = f16;
                 $body
             }
-            etch_format::ScalarType::BFloat16 => {
+            $crate::ScalarType::BFloat16 => {
                 type $E = bf16;
                 $body
             }
-            etch_format::ScalarType::Char => {
+            $crate::ScalarType::Char => {
                 type $E = i8;
                 $body
             }
-            etch_format::ScalarType::Byte => {
+            $crate::ScalarType::Byte => {
                 type $E = u8;
                 $body
             }
-            etch_format::ScalarType::Short => {
+            $crate::ScalarType::Short => {
                 type $E = i16;
                 $body
             }
-            etch_format::ScalarType::Int => {
+            $crate::ScalarType::Int => {
                 type $E = i32;
                 $body
             }
-            etch_format::ScalarType::Long => {
+            $crate::ScalarType::Long => {
                 type $E = i64;
                 $body
             }
-            etch_format::ScalarType::UInt16 => {
+            $crate::ScalarType::UInt16 => {
                 type $E = u16;
                 $body
             }
-            etch_format::ScalarType::UInt32 => {
+            $crate::ScalarType::UInt32 => {
                 type $E = u32;
                 $body
             }
-            etch_format::ScalarType::UInt64 => {
+            $crate::ScalarType::UInt64 => {
                 type $E = u64;
                 $body
             }
-            etch_format::ScalarType::Bool => {
+            $crate::ScalarType::Bool => {
                 type $E = Bool8;
                 $body
             }
@@ -310,8 +80,8 @@ pub(crate) use with_elem;
 /// in: f64 for f64, f32 for the other floats, i64 for integers and bool.
 macro_rules! with_compute {
     ($dtype:expr, $C:ident => $body:expr) => {{
-        let dt: etch_format::ScalarType = $dtype;
-        if dt == etch_format::ScalarType::Double {
+        let dt: $crate::ScalarType = $dtype;
+        if dt == $crate::ScalarType::Double {
             type $C = f64;
             $body
         } else if dt.is_floating_point() {
@@ -338,7 +108,7 @@ pub fn is_supported(dtype: ScalarType) -> bool {
 /// Rounds every value of `s` through `dtype` (a narrower type than `T`, or `T`
 /// itself): the step that makes arithmetic in a wide type give the narrow type's
 /// result.
-pub fn narrow_slice<T: Elem>(dtype: ScalarType, s: &mut [T]) {
+pub fn narrow_slice<T: Element>(dtype: ScalarType, s: &mut [T]) {
     if dtype == T::DTYPE {
         return;
     }
@@ -358,7 +128,7 @@ pub fn narrow_slice<T: Elem>(dtype: ScalarType, s: &mut [T]) {
 }
 
 /// True when rounding a `T` through `dtype` can change it.
-pub fn narrows<T: Elem>(dtype: ScalarType) -> bool {
+pub fn narrows<T: Element>(dtype: ScalarType) -> bool {
     dtype != T::DTYPE
         && !matches!(
             dtype,
@@ -366,7 +136,7 @@ pub fn narrows<T: Elem>(dtype: ScalarType) -> bool {
         )
 }
 
-fn roundtrip<T: Elem, X: Elem>(s: &mut [T]) {
+fn roundtrip<T: Element, X: Element>(s: &mut [T]) {
     for v in s {
         *v = cast::<X, T>(cast::<T, X>(*v));
     }
@@ -406,7 +176,7 @@ macro_rules! typed_slices {
             }
 
             /// The elements as `C`, when `C` is their type.
-            pub fn as_slice<C: Elem>(&self) -> Option<&'a [C]> {
+            pub fn as_slice<C: Element>(&self) -> Option<&'a [C]> {
                 if C::DTYPE != self.dtype() {
                     return None;
                 }
@@ -415,14 +185,14 @@ macro_rules! typed_slices {
 
             /// Element `i` converted to `C` (`i` must be in bounds).
             #[inline]
-            pub fn get<C: Elem>(&self, i: usize) -> C {
+            pub fn get<C: Element>(&self, i: usize) -> C {
                 match self { $(In::$var(s) => cast(s[i])),* }
             }
 
             /// `dst.len()` elements from `off` with stride `stride`, converted to `C`.
             /// The caller has checked that the last one is in bounds.
             #[inline]
-            pub fn load<C: Elem>(&self, off: usize, stride: usize, dst: &mut [C]) {
+            pub fn load<C: Element>(&self, off: usize, stride: usize, dst: &mut [C]) {
                 match self { $(In::$var(s) => load_from(s, off, stride, dst)),* }
             }
         }
@@ -447,7 +217,7 @@ macro_rules! typed_slices {
             }
 
             /// The elements as `R`, when `R` is their type.
-            pub fn as_mut_slice<R: Elem>(&mut self) -> Option<&mut [R]> {
+            pub fn as_mut_slice<R: Element>(&mut self) -> Option<&mut [R]> {
                 match self {
                     $(Out::$var(s) => {
                         if R::DTYPE == ScalarType::$d { bytemuck::try_cast_slice_mut(&mut **s).ok() } else { None }
@@ -457,19 +227,19 @@ macro_rules! typed_slices {
 
             /// Stores `src` from `off` with stride `stride`, converting from `R`.
             #[inline]
-            pub fn store<R: Elem>(&mut self, off: usize, stride: usize, src: &[R]) {
+            pub fn store<R: Element>(&mut self, off: usize, stride: usize, src: &[R]) {
                 match self { $(Out::$var(s) => store_to(s, off, stride, src)),* }
             }
 
             /// Sets element `i` (in bounds) from `v`.
             #[inline]
-            pub fn set<R: Elem>(&mut self, i: usize, v: R) {
+            pub fn set<R: Element>(&mut self, i: usize, v: R) {
                 match self { $(Out::$var(s) => s[i] = cast(v)),* }
             }
 
             /// Sets every element to the scalar `v` converted to the dtype.
             pub fn fill_scalar(&mut self, v: Scalar) {
-                match self { $(Out::$var(s) => s.fill(<$t>::from_scalar(v))),* }
+                match self { $(Out::$var(s) => s.fill(v.cast::<$t>())),* }
             }
 
             /// Splits off the first `mid` elements.
@@ -545,19 +315,13 @@ typed_slices!(
 );
 
 #[inline]
-fn load_from<E: Elem, C: Elem>(s: &[E], off: usize, stride: usize, dst: &mut [C]) {
+fn load_from<E: Element, C: Element>(s: &[E], off: usize, stride: usize, dst: &mut [C]) {
     let n = dst.len();
     if n == 0 {
         return;
     }
     if stride == 1 {
-        let src = &s[off..off + n];
-        if half_fast_load(src, dst).is_some() {
-            return;
-        }
-        for (d, &x) in dst.iter_mut().zip(src) {
-            *d = cast(x);
-        }
+        cast_slice(&s[off..off + n], dst);
     } else if stride == 0 {
         let v = cast(s[off]);
         dst.fill(v);
@@ -568,42 +332,14 @@ fn load_from<E: Elem, C: Elem>(s: &[E], off: usize, stride: usize, dst: &mut [C]
     }
 }
 
-/// f16/bf16 to f32 through `half`'s vectorised slice conversion.
 #[inline]
-fn half_fast_load<E: Elem, C: Elem>(src: &[E], dst: &mut [C]) -> Option<()> {
-    if C::DTYPE != ScalarType::Float {
-        return None;
-    }
-    let d: &mut [f32] = bytemuck::try_cast_slice_mut(dst).ok()?;
-    match E::DTYPE {
-        ScalarType::Half => {
-            let s: &[f16] = bytemuck::try_cast_slice(src).ok()?;
-            s.convert_to_f32_slice(d);
-            Some(())
-        }
-        ScalarType::BFloat16 => {
-            let s: &[bf16] = bytemuck::try_cast_slice(src).ok()?;
-            s.convert_to_f32_slice(d);
-            Some(())
-        }
-        _ => None,
-    }
-}
-
-#[inline]
-fn store_to<E: Elem, R: Elem>(s: &mut [E], off: usize, stride: usize, src: &[R]) {
+fn store_to<E: Element, R: Element>(s: &mut [E], off: usize, stride: usize, src: &[R]) {
     let n = src.len();
     if n == 0 {
         return;
     }
     if stride == 1 {
-        let dst = &mut s[off..off + n];
-        if half_fast_store(src, dst).is_some() {
-            return;
-        }
-        for (d, &x) in dst.iter_mut().zip(src) {
-            *d = cast(x);
-        }
+        cast_slice(src, &mut s[off..off + n]);
     } else {
         for (i, &x) in src.iter().enumerate() {
             s[off + i * stride] = cast(x);
@@ -611,47 +347,9 @@ fn store_to<E: Elem, R: Elem>(s: &mut [E], off: usize, stride: usize, src: &[R])
     }
 }
 
-/// f32 to f16/bf16 through `half`'s vectorised slice conversion.
-#[inline]
-fn half_fast_store<E: Elem, R: Elem>(src: &[R], dst: &mut [E]) -> Option<()> {
-    if R::DTYPE != ScalarType::Float {
-        return None;
-    }
-    let s: &[f32] = bytemuck::try_cast_slice(src).ok()?;
-    match E::DTYPE {
-        ScalarType::Half => {
-            let d: &mut [f16] = bytemuck::try_cast_slice_mut(dst).ok()?;
-            d.convert_from_f32_slice(s);
-            Some(())
-        }
-        ScalarType::BFloat16 => {
-            let d: &mut [bf16] = bytemuck::try_cast_slice_mut(dst).ok()?;
-            d.convert_from_f32_slice(s);
-            Some(())
-        }
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn casts_follow_pytorch() {
-        assert_eq!(cast::<f32, i32>(-2.7), -2);
-        assert_eq!(cast::<f32, u8>(-1.0), 255);
-        assert_eq!(cast::<f64, i8>(300.0), 44);
-        assert_eq!(cast::<f32, Bool8>(0.5), Bool8(1));
-        assert_eq!(cast::<f32, Bool8>(f32::NAN), Bool8(1));
-        assert_eq!(cast::<Bool8, f32>(Bool8(1)), 1.0);
-        assert_eq!(cast::<Bool8, i64>(Bool8(2)), 1);
-        assert_eq!(cast::<i64, i8>(129), -127);
-        assert_eq!(cast::<f32, f16>(1.0009766), f16::from_f32(1.0009766));
-        assert_eq!(cast::<i64, f32>(16_777_217), 16_777_216.0);
-        assert_eq!(cast::<f16, f64>(f16::from_f32(0.5)), 0.5);
-        assert_eq!(cast::<f32, i64>(f32::NAN), 0);
-    }
 
     #[test]
     fn narrowing_rounds_through_the_narrow_type() {

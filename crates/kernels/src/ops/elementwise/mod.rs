@@ -17,10 +17,10 @@ pub mod promote;
 #[cfg(test)]
 pub mod testutil;
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use self::broadcast::Plan;
-use self::dtype::{Elem, In, Out, narrow_slice, narrows};
+use self::dtype::{Element, In, Out, narrow_slice, narrows};
 use crate::{GRAIN_SIZE, KernelContext, KernelError, MAX_RANK, Scalar, Tensor};
 
 /// Elements per block of the engine's stack buffers.
@@ -169,8 +169,8 @@ pub fn map<const N: usize, C, R, F>(
     f: F,
 ) -> Result<(), KernelError>
 where
-    C: Elem,
-    R: Elem,
+    C: Element,
+    R: Element,
     F: Fn(&[Src<'_, C>; N], &mut [R]) + Sync,
 {
     let mut shapes: [Option<(&[usize], &[usize])>; N] = [None; N];
@@ -188,7 +188,7 @@ where
     for (k, (slot, operand)) in ins.iter_mut().zip(inputs).enumerate() {
         *slot = match operand {
             Operand::Scalar(s) => {
-                let mut v = [C::from_scalar(*s)];
+                let mut v = [s.cast::<C>()];
                 if !spec.common.is_floating_point() {
                     narrow_slice(spec.common, &mut v);
                 }
@@ -252,8 +252,8 @@ fn run_range<const N: usize, C, R, F>(
     narrow_result: Option<ScalarType>,
     f: &F,
 ) where
-    C: Elem,
-    R: Elem,
+    C: Element,
+    R: Element,
     F: Fn(&[Src<'_, C>; N], &mut [R]),
 {
     let inner = plan.inner();

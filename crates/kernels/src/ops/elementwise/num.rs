@@ -1,10 +1,10 @@
 //! Arithmetic on the three compute types (f32, f64, i64) with PyTorch's semantics:
 //! integers wrap, floats follow IEEE, `maximum`/`minimum` propagate NaN.
 
-use super::dtype::Elem;
+use super::dtype::Element;
 
 /// A compute type.
-pub trait Num: Elem + PartialOrd + Copy {
+pub trait Num: Element + PartialOrd + Copy {
     const FLOAT: bool;
     const ZERO: Self;
     const ONE: Self;

@@ -1,7 +1,7 @@
 //! PyTorch's type promotion: `promote_types`, `result_type` with its three priority
 //! groups (dimensioned tensors, zero-dim tensors, wrapped numbers) and `can_cast`.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::dtype::{is_supported, unsupported};
 use crate::{KernelError, Scalar, Tensor};

@@ -1,10 +1,10 @@
 //! Test helpers for the elementwise, reduction and conversion kernels: tensors of any
 //! dtype from f64 values, reading them back, broadcast indexing and shape strategies.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use proptest::prelude::*;
 
-use super::dtype::{Elem, with_elem};
+use super::dtype::{Element, with_elem};
 use crate::ThreadPool;
 use crate::testing::Harness;
 

@@ -21,16 +21,17 @@
 //!   carved up before the parallel section; K/V conversion buffers (f16, bf16, int8
 //!   dequantisation) exist only when the source needs them, one tile per task. Every
 //!   accumulator is initialised per block: recycled scratch is dirty.
-//! * **SIMD**: the inner loops are compiled twice, portable and AVX2+FMA ([`Isa`]).
+//! * **SIMD**: the inner loops (dot products, exp, value multiply-adds) are
+//!   `etch_linalg::attention`'s, for the [`Isa`] of the dispatch table's attention slot.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
-use super::math::{self, Arith, Plain};
+use etch_linalg::{Isa, attention};
+
 use crate::{Element, KernelError, ThreadPool};
 
 /// Keys per streamed K/V tile.
@@ -64,51 +65,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A float element the engine reads and writes (accumulating in f32).
-pub trait Float: Element + Copy {
+/// A float element the engine reads and writes (accumulating in f32): f32, f16, bf16.
+pub trait Float: Element {
     /// The slice itself when the element is f32 (tiles are then borrowed, not copied).
-    fn as_f32(s: &[Self]) -> Option<&[f32]>;
-    /// Converts `src` into `dst` (over the shorter length).
-    fn to_f32_row(src: &[Self], dst: &mut [f32]);
-    /// Rounds an f32 to this type.
-    fn from_f32(x: f32) -> Self;
-}
-
-impl Float for f32 {
+    #[inline]
     fn as_f32(s: &[Self]) -> Option<&[f32]> {
-        Some(s)
-    }
-    #[inline(always)]
-    fn to_f32_row(src: &[Self], dst: &mut [f32]) {
-        let n = src.len().min(dst.len());
-        dst[..n].copy_from_slice(&src[..n]);
-    }
-    #[inline(always)]
-    fn from_f32(x: f32) -> Self {
-        x
+        if Self::DTYPE == etch_base::ScalarType::Float {
+            bytemuck::try_cast_slice(s).ok()
+        } else {
+            None
+        }
     }
 }
 
-macro_rules! half_float {
-    ($t:ty) => {
-        impl Float for $t {
-            fn as_f32(_: &[Self]) -> Option<&[f32]> {
-                None
-            }
-            #[inline(always)]
-            fn to_f32_row(src: &[Self], dst: &mut [f32]) {
-                let n = src.len().min(dst.len());
-                src[..n].convert_to_f32_slice(&mut dst[..n]);
-            }
-            #[inline(always)]
-            fn from_f32(x: f32) -> Self {
-                <$t>::from_f32(x)
-            }
-        }
-    };
-}
-half_float!(f16);
-half_float!(bf16);
+impl Float for f32 {}
+impl Float for f16 {}
+impl Float for bf16 {}
 
 /// Where the sequence dimension is: `[B, S, H, D]` (`One`, what the llama export uses)
 /// or `[B, H, S, D]` (`Two`, `is_seq_at_dim_2` of the quantized op).
@@ -218,8 +190,8 @@ impl<E: Float> Rows for FloatRows<'_, E> {
     fn load_row(&self, b: usize, s: usize, h: usize, scale: f32, dst: &mut [f32]) {
         let off = self.lay.offset(b, s, h);
         let src = self.data.get(off..off + self.lay.width).unwrap_or(&[]);
-        E::to_f32_row(src, dst);
-        math::scale(dst, scale);
+        etch_base::cast_slice(src, dst);
+        attention::scale(dst, scale);
     }
 
     #[inline(always)]
@@ -239,7 +211,7 @@ impl<E: Float> Rows for FloatRows<'_, E> {
         }
         for (r, dst) in buf.chunks_exact_mut(w).take(n).enumerate() {
             let o = self.lay.offset(b, s0 + r, h);
-            E::to_f32_row(self.data.get(o..o + w).unwrap_or(&[]), dst);
+            etch_base::cast_slice(self.data.get(o..o + w).unwrap_or(&[]), dst);
         }
         (buf.get(..n * w).unwrap_or(&[]), w)
     }
@@ -304,7 +276,7 @@ impl Rows for QuantRows<'_> {
     fn load_row(&self, b: usize, s: usize, h: usize, scale: f32, dst: &mut [f32]) {
         // Dequantize exactly, then scale (as the reference does).
         self.dequantize(b, s, h, 1.0, dst);
-        math::scale(dst, scale);
+        attention::scale(dst, scale);
     }
 
     #[inline(always)]
@@ -509,40 +481,6 @@ impl<'a, O> Iterator for OutItems<'a, O> {
         let (chunk, rest) = rest.split_at_mut_checked(item.rows() * self.width)?;
         self.rest = rest;
         Some((item, chunk))
-    }
-}
-
-/// Instruction set of the inner loops.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Isa {
-    /// Portable code (separate multiply and add): the scalar twin.
-    Portable,
-    /// AVX2 + FMA; only constructible through [`Isa::detect`].
-    #[cfg(target_arch = "x86_64")]
-    Avx2Fma(CpuSupport),
-    /// aarch64: NEON with fused multiply-adds (base ISA; vectorised by the compiler).
-    #[cfg(target_arch = "aarch64")]
-    Neon,
-}
-
-/// Proof that the running CPU supports an [`Isa`] (private constructor).
-#[cfg(target_arch = "x86_64")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CpuSupport(());
-
-impl Isa {
-    /// The best instruction set this CPU supports.
-    pub fn detect() -> Isa {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            return Isa::Avx2Fma(CpuSupport(()));
-        }
-        #[cfg(target_arch = "aarch64")]
-        if std::arch::is_aarch64_feature_detected!("neon") {
-            return Isa::Neon;
-        }
-        Isa::Portable
     }
 }
 
@@ -813,35 +751,8 @@ impl<Q: Rows, K: Rows, V: Rows> Job<'_, Q, K, V> {
         keys: Range<usize>,
         sink: Sink<'_, O>,
     ) {
-        match self.isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2Fma(_) => {
-                // SAFETY: an `Isa::Avx2Fma` only exists after `Isa::detect` confirmed
-                // AVX2 and FMA support on this CPU (its token cannot be built elsewhere).
-                unsafe { item_avx2(self, ws, item, keys, sink) }
-            }
-            #[cfg(target_arch = "aarch64")]
-            Isa::Neon => item_generic::<math::Fused, Q, K, V, O>(self, ws, item, keys, sink),
-            Isa::Portable => item_generic::<Plain, Q, K, V, O>(self, ws, item, keys, sink),
-        }
+        item_rows(self, ws, item, keys, sink)
     }
-}
-
-/// [`item_generic`] compiled with AVX2 and FMA.
-///
-/// # Safety
-///
-/// The CPU must support AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn item_avx2<Q: Rows, K: Rows, V: Rows, O: Float>(
-    job: &Job<'_, Q, K, V>,
-    ws: &mut Workspace<'_>,
-    item: Item,
-    keys: Range<usize>,
-    sink: Sink<'_, O>,
-) {
-    item_generic::<math::Avx2Fma, Q, K, V, O>(job, ws, item, keys, sink)
 }
 
 /// Keys an item reads: `[0, end)`.
@@ -854,8 +765,7 @@ fn item_key_end(p: &Problem, item: &Item) -> usize {
 }
 
 /// Attends every row of `item` over `keys` and hands the results to `sink`.
-#[inline(always)]
-fn item_generic<A: Arith, Q: Rows, K: Rows, V: Rows, O: Float>(
+fn item_rows<Q: Rows, K: Rows, V: Rows, O: Float>(
     job: &Job<'_, Q, K, V>,
     ws: &mut Workspace<'_>,
     item: Item,
@@ -885,7 +795,7 @@ fn item_generic<A: Arith, Q: Rows, K: Rows, V: Rows, O: Float>(
                 m0,
                 mr,
             };
-            block::<A, Q, K, V>(job, ws, &rows, keys.clone());
+            block(job, ws, &rows, keys.clone());
             for mm in 0..mr {
                 let (i, h) = rows.at(mm);
                 sink.put(item.row_index(p.seq_dim, i, h), mm, ws, d);
@@ -897,8 +807,7 @@ fn item_generic<A: Arith, Q: Rows, K: Rows, V: Rows, O: Float>(
 
 /// Online-softmax attention of one row set over `keys`, leaving `(max, sum, acc)` per
 /// row in the workspace.
-#[inline(always)]
-fn block<A: Arith, Q: Rows, K: Rows, V: Rows>(
+fn block<Q: Rows, K: Rows, V: Rows>(
     job: &Job<'_, Q, K, V>,
     ws: &mut Workspace<'_>,
     rows: &RowSet,
@@ -934,21 +843,21 @@ fn block<A: Arith, Q: Rows, K: Rows, V: Rows>(
                 continue;
             }
             let sv = &mut s[mm * kb..mm * kb + valid];
-            math::scores::<A>(&q[mm * d..(mm + 1) * d], kt, ks, sv);
+            attention::scores(job.isa, &q[mm * d..(mm + 1) * d], kt, ks, sv);
             job.mask.add_row(i * p.mask_stride + n0, sv);
             let old = m[mm];
-            let bmax = math::max(sv);
+            let bmax = attention::max(sv);
             let new = if bmax > old { bmax } else { old };
             if new == f32::NEG_INFINITY {
                 // Everything so far is masked: this block contributes nothing.
                 sv.fill(0.0);
                 continue;
             }
-            let sum = math::exp_shift_sum::<A>(sv, new);
-            let alpha = math::exp_nonpositive::<A>(old - new);
+            let sum = attention::exp_shift_sum(job.isa, sv, new);
+            let alpha = attention::exp_nonpositive(job.isa, old - new);
             l[mm] = l[mm] * alpha + sum;
             if alpha != 1.0 {
-                math::scale(&mut acc[mm * d..(mm + 1) * d], alpha);
+                attention::scale(&mut acc[mm * d..(mm + 1) * d], alpha);
             }
             m[mm] = new;
         }
@@ -959,7 +868,8 @@ fn block<A: Arith, Q: Rows, K: Rows, V: Rows>(
             if valid == 0 || m[mm] == f32::NEG_INFINITY {
                 continue;
             }
-            A::accumulate(
+            attention::accumulate(
+                job.isa,
                 &s[mm * kb..mm * kb + valid],
                 vt,
                 vs,
@@ -1222,9 +1132,9 @@ mod tests {
         for (q_len, start, threads) in [(1, 700, 1), (1, 700, 3), (37, 5, 2), (3, 300, 4)] {
             let kv_len = start + q_len + 3;
             let d = data(problem(q_len, start, kv_len), kv_len);
-            let clean = run_with(&d, kv_len, threads, Isa::Portable, 0.0);
+            let clean = run_with(&d, kv_len, threads, Isa::Scalar, 0.0);
             for garbage in [f32::NAN, f32::INFINITY, -1e30, 12345.0] {
-                let dirty = run_with(&d, kv_len, threads, Isa::Portable, garbage);
+                let dirty = run_with(&d, kv_len, threads, Isa::Scalar, garbage);
                 assert_eq!(clean, dirty, "scratch filled with {garbage}");
             }
         }
@@ -1235,8 +1145,8 @@ mod tests {
         for (q_len, start, threads) in [(1, 900, 1), (1, 900, 2), (50, 0, 1), (50, 77, 3)] {
             let kv_len = start + q_len;
             let d = data(problem(q_len, start, kv_len), kv_len);
-            let portable = run_with(&d, kv_len, threads, Isa::Portable, 0.0);
-            let best = run_with(&d, kv_len, threads, Isa::detect(), 0.0);
+            let portable = run_with(&d, kv_len, threads, Isa::Scalar, 0.0);
+            let best = run_with(&d, kv_len, threads, etch_linalg::dispatch().attention, 0.0);
             for (a, b) in portable.iter().zip(&best) {
                 assert!((a - b).abs() < 2e-6, "{a} vs {b}");
             }
@@ -1303,7 +1213,7 @@ mod tests {
                 Mask::None,
                 &mut out,
                 &mut scratch,
-                Isa::Portable
+                Isa::Scalar
             )
             .is_err()
         );
@@ -1320,7 +1230,7 @@ mod tests {
                 Mask::None,
                 &mut short,
                 &mut scratch,
-                Isa::Portable
+                Isa::Scalar
             )
             .is_err()
         );
@@ -1335,7 +1245,7 @@ mod tests {
                 Mask::None,
                 &mut out,
                 &mut short,
-                Isa::Portable
+                Isa::Scalar
             )
             .is_err()
         );
@@ -1355,7 +1265,7 @@ mod tests {
                 Mask::F32(&m),
                 &mut out,
                 &mut scratch,
-                Isa::Portable
+                Isa::Scalar
             )
             .is_err()
         );

@@ -7,10 +7,9 @@
 //! * `quantized_sdpa`: `custom_quantized_sdpa.out` (int8 q/k/v with per-token,
 //!   per-head scales and zero points; f32 out).
 //! * `flash`: the shared blocked attention engine (online softmax, query/key
-//!   blocks, split-K for decode), with its inner loops in `math`.
+//!   blocks, split-K for decode), with its inner loops in `etch_linalg::attention`.
 
 mod flash;
-mod math;
 mod quantized_sdpa;
 mod sdpa;
 mod update_cache;

@@ -6,10 +6,11 @@
 //! (one K and one V tile of [`super::flash::KEY_BLOCK`] rows per task) into scratch,
 //! never as a whole; everything else is the float path of [`super::sdpa`].
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
-use super::flash::{self, Isa, Plan, QuantRows, RowLayout, SeqDim};
+use super::flash::{self, Plan, QuantRows, RowLayout, SeqDim};
 use super::sdpa::{attn_shape, problem, read_mask};
+use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, Tensor};
 
 /// Checks one qparam tensor: `dtype`, 4-D, contiguous, sizes `[d0, d1, d2, 1]` of `data`.
@@ -60,25 +61,55 @@ fn quant_rows<'a>(
     )
 }
 
-/// `custom_quantized_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos,
-/// Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None,
-/// Tensor? q_zero_points=None, Tensor? q_scales=None, Tensor? k_zero_points=None,
-/// Tensor? k_scales=None, Tensor? v_zero_points=None, Tensor? v_scales=None,
-/// bool is_seq_at_dim_2=False, *, Tensor(a!) out)`.
+op_args! {
+    /// `custom_quantized_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos,
+    /// Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None,
+    /// Tensor? q_zero_points=None, Tensor? q_scales=None, Tensor? k_zero_points=None,
+    /// Tensor? k_scales=None, Tensor? v_zero_points=None, Tensor? v_scales=None,
+    /// bool is_seq_at_dim_2=False, *, Tensor(a!) out)`.
+    struct QuantizedSdpaArgs = "llama::custom_quantized_sdpa.out" {
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        start_pos: i64,
+        attn_mask: Option<Tensor>,
+        dropout_p: f64,
+        is_causal: bool,
+        scale: Option<f64>,
+        q_zero_points: Option<Tensor>,
+        q_scales: Option<Tensor>,
+        k_zero_points: Option<Tensor>,
+        k_scales: Option<Tensor>,
+        v_zero_points: Option<Tensor>,
+        v_scales: Option<Tensor>,
+        is_seq_at_dim_2: bool,
+        out: OutArg,
+    } returns 1
+}
+
 pub(crate) fn custom_quantized_sdpa_out(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
 ) -> Result<(), KernelError> {
-    a.expect_len(17)?;
-    let q = a.tensor(0)?;
-    let k = a.tensor(1)?;
-    let v = a.tensor(2)?;
-    let start_pos = a.int(3)?;
-    let mask = a.opt_tensor(4)?;
-    a.double(5)?;
-    let causal = a.bool(6)?;
-    let scale = a.opt_double(7)?;
-    let dim = if a.bool(14)? {
+    let QuantizedSdpaArgs {
+        query: q,
+        key: k,
+        value: v,
+        start_pos,
+        attn_mask: mask,
+        is_causal: causal,
+        scale,
+        q_zero_points,
+        q_scales,
+        k_zero_points,
+        k_scales,
+        v_zero_points,
+        v_scales,
+        is_seq_at_dim_2,
+        out: out_arg,
+        ..
+    } = QuantizedSdpaArgs::unpack(a)?;
+    let dim = if is_seq_at_dim_2 {
         SeqDim::Two
     } else {
         SeqDim::One
@@ -92,14 +123,14 @@ pub(crate) fn custom_quantized_sdpa_out(
         }
     }
     let s = attn_shape(&q, &k, &v, dim)?;
-    let qz = check_qparam(a.opt_tensor(8)?, &q, ScalarType::Char, "q_zero_points")?;
-    let qs = check_qparam(a.opt_tensor(9)?, &q, ScalarType::Float, "q_scales")?;
-    let kz = check_qparam(a.opt_tensor(10)?, &k, ScalarType::Char, "k_zero_points")?;
-    let ks = check_qparam(a.opt_tensor(11)?, &k, ScalarType::Float, "k_scales")?;
-    let vz = check_qparam(a.opt_tensor(12)?, &v, ScalarType::Char, "v_zero_points")?;
-    let vs = check_qparam(a.opt_tensor(13)?, &v, ScalarType::Float, "v_scales")?;
+    let qz = check_qparam(q_zero_points, &q, ScalarType::Char, "q_zero_points")?;
+    let qs = check_qparam(q_scales, &q, ScalarType::Float, "q_scales")?;
+    let kz = check_qparam(k_zero_points, &k, ScalarType::Char, "k_zero_points")?;
+    let ks = check_qparam(k_scales, &k, ScalarType::Float, "k_scales")?;
+    let vz = check_qparam(v_zero_points, &v, ScalarType::Char, "v_zero_points")?;
+    let vs = check_qparam(v_scales, &v, ScalarType::Float, "v_scales")?;
     let p = problem(&s, start_pos, mask.as_ref(), causal, scale, dim)?;
-    let out = a.tensor(15)?;
+    let out = out_arg.tensor();
     if out.dtype() != ScalarType::Float {
         return Err(KernelError::DtypeMismatch {
             expected: ScalarType::Float,
@@ -111,7 +142,7 @@ pub(crate) fn custom_quantized_sdpa_out(
             "custom_quantized_sdpa: out must be in contiguous dim order",
         ));
     }
-    let out = a.resize_tensor(15, q.sizes())?;
+    let out = out_arg.resize(a, q.sizes())?;
     if p.is_empty() {
         return Ok(());
     }
@@ -133,6 +164,6 @@ pub(crate) fn custom_quantized_sdpa_out(
         mask,
         o,
         scratch,
-        Isa::detect(),
+        etch_linalg::dispatch().attention,
     )
 }

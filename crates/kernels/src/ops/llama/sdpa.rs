@@ -9,11 +9,12 @@
 //!   the whole cache is read. A mask together with `is_causal` is an error.
 //! * GQA: query head `h` reads KV head `h / (H_q / H_kv)`.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use half::{bf16, f16};
 
-use super::flash::{self, Float, FloatRows, Isa, Mask, Plan, Problem, RowLayout, SeqDim};
+use super::flash::{self, Float, FloatRows, Mask, Plan, Problem, RowLayout, SeqDim};
 use super::update_cache;
+use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, Tensor};
 
 /// The sizes of an attention call.
@@ -208,7 +209,7 @@ fn attend_float<E: Float>(
         mask,
         o,
         scratch,
-        Isa::detect(),
+        etch_linalg::dispatch().attention,
     )
 }
 
@@ -237,11 +238,11 @@ fn check_float_dtypes(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<ScalarType, 
 /// Resizes `out` (argument `i`) to q's sizes and checks its dtype.
 fn resize_out(
     a: &mut Args<'_>,
-    i: usize,
+    out_arg: OutArg,
     q: &Tensor,
     dtype: ScalarType,
 ) -> Result<Tensor, KernelError> {
-    let out = a.tensor(i)?;
+    let out = out_arg.tensor();
     if out.dtype() != dtype {
         return Err(KernelError::DtypeMismatch {
             expected: dtype,
@@ -253,7 +254,7 @@ fn resize_out(
             "sdpa: out must be in contiguous dim order",
         ));
     }
-    a.resize_tensor(i, q.sizes())
+    out_arg.resize(a, q.sizes())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -278,26 +279,42 @@ fn dispatch(
     }
 }
 
-/// `custom_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos,
-/// Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None,
-/// *, Tensor(a!) out)`.
+op_args! {
+    /// `custom_sdpa.out(Tensor query, Tensor key, Tensor value, SymInt start_pos,
+    /// Tensor? attn_mask=None, float drpout_p=0., bool is_causal=False, float? scale=None,
+    /// *, Tensor(a!) out)`.
+    struct CustomSdpaArgs = "llama::custom_sdpa.out" {
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        start_pos: i64,
+        attn_mask: Option<Tensor>,
+        dropout_p: f64,
+        is_causal: bool,
+        scale: Option<f64>,
+        out: OutArg,
+    } returns 1
+}
+
 pub(crate) fn custom_sdpa_out(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
 ) -> Result<(), KernelError> {
-    a.expect_len(10)?;
-    let q = a.tensor(0)?;
-    let k = a.tensor(1)?;
-    let v = a.tensor(2)?;
-    let start_pos = a.int(3)?;
-    let mask = a.opt_tensor(4)?;
-    a.double(5)?;
-    let causal = a.bool(6)?;
-    let scale = a.opt_double(7)?;
+    let CustomSdpaArgs {
+        query: q,
+        key: k,
+        value: v,
+        start_pos,
+        attn_mask: mask,
+        is_causal: causal,
+        scale,
+        out,
+        ..
+    } = CustomSdpaArgs::unpack(a)?;
     let dtype = check_float_dtypes(&q, &k, &v)?;
     let s = attn_shape(&q, &k, &v, SeqDim::One)?;
     let p = problem(&s, start_pos, mask.as_ref(), causal, scale, SeqDim::One)?;
-    let out = resize_out(a, 8, &q, dtype)?;
+    let out = resize_out(a, out, &q, dtype)?;
     if p.is_empty() {
         return Ok(());
     }
@@ -307,26 +324,45 @@ pub(crate) fn custom_sdpa_out(
     dispatch(ctx, dtype, &p, &s, &q, (kb, vb), mask, &out)
 }
 
-/// `sdpa_with_kv_cache.out(Tensor query, Tensor key, Tensor value, Tensor(a!) key_cache,
-/// Tensor(b!) value_cache, SymInt start_pos, SymInt seq_len, Tensor? attn_mask=None,
-/// float drpout_p=0., bool is_causal=False, float? scale=None, *, Tensor(c!) out)`:
-/// writes `key`/`value` into the caches at `start_pos`, then attends over the caches.
+op_args! {
+    /// `sdpa_with_kv_cache.out(Tensor query, Tensor key, Tensor value, Tensor(a!) key_cache,
+    /// Tensor(b!) value_cache, SymInt start_pos, SymInt seq_len, Tensor? attn_mask=None,
+    /// float drpout_p=0., bool is_causal=False, float? scale=None, *, Tensor(c!) out)`:
+    /// writes `key`/`value` into the caches at `start_pos`, then attends over the caches.
+    struct SdpaWithKvCacheArgs = "llama::sdpa_with_kv_cache.out" {
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_cache: Tensor,
+        value_cache: Tensor,
+        start_pos: i64,
+        seq_len: i64,
+        attn_mask: Option<Tensor>,
+        dropout_p: f64,
+        is_causal: bool,
+        scale: Option<f64>,
+        out: OutArg,
+    } returns 1
+}
+
 pub(crate) fn sdpa_with_kv_cache_out(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
 ) -> Result<(), KernelError> {
-    a.expect_len(13)?;
-    let q = a.tensor(0)?;
-    let k = a.tensor(1)?;
-    let v = a.tensor(2)?;
-    let kc = a.tensor(3)?;
-    let vc = a.tensor(4)?;
-    let start_pos = a.int(5)?;
-    let seq_len = a.int(6)?;
-    let mask = a.opt_tensor(7)?;
-    a.double(8)?;
-    let causal = a.bool(9)?;
-    let scale = a.opt_double(10)?;
+    let SdpaWithKvCacheArgs {
+        query: q,
+        key: k,
+        value: v,
+        key_cache: kc,
+        value_cache: vc,
+        start_pos,
+        seq_len,
+        attn_mask: mask,
+        is_causal: causal,
+        scale,
+        out,
+        ..
+    } = SdpaWithKvCacheArgs::unpack(a)?;
     // Every check before the first write, so a rejected call leaves the caches alone.
     let dtype = check_float_dtypes(&q, &kc, &vc)?;
     let ku = update_cache::check_pair(&k, &kc)?;
@@ -342,7 +378,7 @@ pub(crate) fn sdpa_with_kv_cache_out(
     }
     let s = attn_shape(&q, &kc, &vc, SeqDim::One)?;
     let p = problem(&s, start_pos, mask.as_ref(), causal, scale, SeqDim::One)?;
-    let out = resize_out(a, 11, &q, dtype)?;
+    let out = resize_out(a, out, &q, dtype)?;
     let mask = read_mask(ctx, mask.as_ref(), dtype)?;
     let kc_bytes = ctx.write_bytes(&kc)?;
     let vc_bytes = ctx.write_bytes(&vc)?;

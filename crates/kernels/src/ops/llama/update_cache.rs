@@ -6,6 +6,7 @@
 //! The `out` argument is an untouched placeholder. Every check runs before the first
 //! byte is written, so a rejected call leaves the cache as it was.
 
+use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, Tensor};
 
 /// A validated cache update: where each batch's rows go.
@@ -103,16 +104,26 @@ pub(crate) fn copy_at(
     Ok(())
 }
 
-/// `update_cache.out(Tensor value, Tensor(a!) cache, SymInt start_pos, *, Tensor(b!) out)`.
+op_args! {
+    /// `update_cache.out(Tensor value, Tensor(a!) cache, SymInt start_pos, *, Tensor(b!) out)`.
+    struct UpdateCacheArgs = "llama::update_cache.out" {
+        value: Tensor,
+        cache: Tensor,
+        start_pos: i64,
+        out: OutArg,
+    } returns 1
+}
+
 pub(crate) fn update_cache_out(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
 ) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let value = a.tensor(0)?;
-    let cache = a.tensor(1)?;
-    let start_pos = a.int(2)?;
-    a.tensor(3)?;
+    let UpdateCacheArgs {
+        value,
+        cache,
+        start_pos,
+        ..
+    } = UpdateCacheArgs::unpack(a)?;
     let u = check_pair(&value, &cache)?;
     let start = check_start(&u, start_pos)?;
     if value.numel() == 0 {
@@ -123,19 +134,29 @@ pub(crate) fn update_cache_out(
     copy_at(&u, start, src, dst)
 }
 
-/// `update_cache_with_indices.out(Tensor value, Tensor(a!) cache, SymInt start_pos,
-/// Tensor indices, *, Tensor(b!) out)`: token `s` of batch `b` goes to cache row
-/// `indices[b, s]` (`start_pos` is not used for addressing).
+op_args! {
+    /// `update_cache_with_indices.out(Tensor value, Tensor(a!) cache, SymInt start_pos,
+    /// Tensor indices, *, Tensor(b!) out)`: token `s` of batch `b` goes to cache row
+    /// `indices[b, s]` (`start_pos` is not used for addressing).
+    struct UpdateCacheWithIndicesArgs = "llama::update_cache_with_indices.out" {
+        value: Tensor,
+        cache: Tensor,
+        start_pos: i64,
+        indices: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
 pub(crate) fn update_cache_with_indices_out(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
 ) -> Result<(), KernelError> {
-    a.expect_len(6)?;
-    let value = a.tensor(0)?;
-    let cache = a.tensor(1)?;
-    a.int(2)?;
-    let indices = a.tensor(3)?;
-    a.tensor(4)?;
+    let UpdateCacheWithIndicesArgs {
+        value,
+        cache,
+        indices,
+        ..
+    } = UpdateCacheWithIndicesArgs::unpack(a)?;
     let u = check_pair(&value, &cache)?;
     if indices.rank() != 2 || indices.sizes() != [u.batch, u.seq] {
         return Err(KernelError::invalid(format!(
@@ -179,7 +200,7 @@ pub(crate) fn update_cache_with_indices_out(
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use half::bf16;
     use proptest::prelude::*;
 
@@ -286,11 +307,14 @@ mod tests {
         // Wrong argument count and kinds.
         assert!(matches!(
             h.call("llama::update_cache.out", &[v, c, p, out]),
-            Err(KernelError::ArgCount { .. })
+            Err(KernelError::OpArgCount { .. })
         ));
         assert!(matches!(
             h.call("llama::update_cache.out", &[v, c, out, out, out]),
-            Err(KernelError::ArgType { .. })
+            Err(KernelError::Argument {
+                name: "start_pos",
+                ..
+            })
         ));
     }
 

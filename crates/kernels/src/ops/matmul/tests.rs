@@ -1,4 +1,4 @@
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use half::{bf16, f16};
 use proptest::prelude::*;
 

@@ -1,19 +1,15 @@
 //! Helpers shared by the shape, index, embedding and matmul kernels: dtype dispatch,
 //! dtype casts, a strided gather-copy engine and row-parallel loops.
 
-use bytemuck::{Pod, Zeroable};
-use etch_format::ScalarType;
-use half::{bf16, f16};
+use bytemuck::Pod;
+use etch_base::{Element, cast, cast_slice};
 
 use crate::{GRAIN_SIZE, KernelContext, KernelError, MAX_RANK, Tensor, ThreadPool};
 
 /// Most dimensions the copy engine handles (twice [`MAX_RANK`], for `repeat`).
 pub(crate) const MAX_DIMS: usize = 2 * MAX_RANK;
 
-/// A bool element as stored (one byte, 0 or 1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Pod, Zeroable)]
-#[repr(transparent)]
-pub(crate) struct Bool8(pub u8);
+pub(crate) use etch_base::Bool8;
 
 /// Fails unless the tensor's dim order is the contiguous one.
 pub(crate) fn require_contiguous(t: &Tensor, what: &'static str) -> Result<(), KernelError> {
@@ -74,215 +70,14 @@ pub(crate) use with_bits_type;
 /// [`Bool8`]); other dtypes give `UnsupportedDtype` for `$what`.
 macro_rules! with_cast_type {
     ($dtype:expr, $what:expr, $T:ident => $body:expr) => {{
-        use etch_format::ScalarType as St;
-        match $dtype {
-            St::Float => {
-                type $T = f32;
-                $body
-            }
-            St::Double => {
-                type $T = f64;
-                $body
-            }
-            St::Half => {
-                type $T = half::f16;
-                $body
-            }
-            St::BFloat16 => {
-                type $T = half::bf16;
-                $body
-            }
-            St::Char => {
-                type $T = i8;
-                $body
-            }
-            St::Byte => {
-                type $T = u8;
-                $body
-            }
-            St::Short => {
-                type $T = i16;
-                $body
-            }
-            St::Int => {
-                type $T = i32;
-                $body
-            }
-            St::Long => {
-                type $T = i64;
-                $body
-            }
-            St::UInt16 => {
-                type $T = u16;
-                $body
-            }
-            St::UInt32 => {
-                type $T = u32;
-                $body
-            }
-            St::UInt64 => {
-                type $T = u64;
-                $body
-            }
-            St::Bool => {
-                type $T = $crate::ops::shape::common::Bool8;
-                $body
-            }
-            dtype => Err($crate::KernelError::UnsupportedDtype { dtype, what: $what }),
-        }
+        let dtype: $crate::ScalarType = $dtype;
+        $crate::ops::elementwise::dtype::with_elem!(dtype, $T => $body,
+            Err($crate::KernelError::UnsupportedDtype { dtype, what: $what }))
     }};
 }
 pub(crate) use with_cast_type;
 
-/// A numeric element that converts to and from other dtypes the way PyTorch casts:
-/// floats round to nearest, floats to ints truncate toward zero, ints wrap, anything
-/// to bool is `!= 0`, bool is 0 or 1.
-pub(crate) trait CastElem: Pod + Send + Sync {
-    /// True for floating-point types.
-    const FLOAT: bool;
-    /// The value as f64 (exact for every float type and for small ints).
-    fn to_f64(self) -> f64;
-    /// The value as i64 (floats truncate; u64 wraps).
-    fn to_i64(self) -> i64;
-    /// From an f64 (floats round, ints truncate, bool is `!= 0`).
-    fn from_f64(v: f64) -> Self;
-    /// From an i64 (ints wrap, floats round, bool is `!= 0`).
-    fn from_i64(v: i64) -> Self;
-    /// Casts from another element type.
-    #[inline]
-    fn cast_from<S: CastElem>(s: S) -> Self {
-        if S::FLOAT {
-            Self::from_f64(s.to_f64())
-        } else {
-            Self::from_i64(s.to_i64())
-        }
-    }
-}
-
-macro_rules! cast_int {
-    ($($t:ty),*) => {$(
-        impl CastElem for $t {
-            const FLOAT: bool = false;
-            #[inline]
-            fn to_f64(self) -> f64 { self as f64 }
-            #[inline]
-            fn to_i64(self) -> i64 { self as i64 }
-            #[inline]
-            fn from_f64(v: f64) -> Self { v as i64 as $t }
-            #[inline]
-            fn from_i64(v: i64) -> Self { v as $t }
-        }
-    )*};
-}
-cast_int!(i8, u8, i16, i32, i64, u16, u32, u64);
-
-impl CastElem for f32 {
-    const FLOAT: bool = true;
-    #[inline]
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    #[inline]
-    fn to_i64(self) -> i64 {
-        self as i64
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-    #[inline]
-    fn from_i64(v: i64) -> Self {
-        v as f32
-    }
-}
-
-impl CastElem for f64 {
-    const FLOAT: bool = true;
-    #[inline]
-    fn to_f64(self) -> f64 {
-        self
-    }
-    #[inline]
-    fn to_i64(self) -> i64 {
-        self as i64
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Self {
-        v
-    }
-    #[inline]
-    fn from_i64(v: i64) -> Self {
-        v as f64
-    }
-}
-
-impl CastElem for f16 {
-    const FLOAT: bool = true;
-    #[inline]
-    fn to_f64(self) -> f64 {
-        f16::to_f64(self)
-    }
-    #[inline]
-    fn to_i64(self) -> i64 {
-        f16::to_f32(self) as i64
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-    #[inline]
-    fn from_i64(v: i64) -> Self {
-        f16::from_f32(v as f32)
-    }
-}
-
-impl CastElem for bf16 {
-    const FLOAT: bool = true;
-    #[inline]
-    fn to_f64(self) -> f64 {
-        bf16::to_f64(self)
-    }
-    #[inline]
-    fn to_i64(self) -> i64 {
-        bf16::to_f32(self) as i64
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
-    #[inline]
-    fn from_i64(v: i64) -> Self {
-        bf16::from_f32(v as f32)
-    }
-}
-
-impl CastElem for Bool8 {
-    const FLOAT: bool = false;
-    #[inline]
-    fn to_f64(self) -> f64 {
-        (self.0 != 0) as u8 as f64
-    }
-    #[inline]
-    fn to_i64(self) -> i64 {
-        (self.0 != 0) as i64
-    }
-    #[inline]
-    fn from_f64(v: f64) -> Self {
-        Bool8((v != 0.0) as u8)
-    }
-    #[inline]
-    fn from_i64(v: i64) -> Self {
-        Bool8((v != 0) as u8)
-    }
-}
-
-/// PyTorch's `canCast(from, to)`: no float to integral, no non-bool to bool.
-pub(crate) fn can_cast(from: ScalarType, to: ScalarType) -> bool {
-    if from.is_floating_point() && to.is_integral() {
-        return false;
-    }
-    !(from != ScalarType::Bool && to == ScalarType::Bool)
-}
+pub(crate) use etch_base::can_cast;
 
 /// A source layout for the copy engine: sizes of the (contiguous) destination and the
 /// source's element strides for each of its dims. A stride of 0 broadcasts.
@@ -522,7 +317,7 @@ pub(crate) fn copy_tensor(
 }
 
 /// Like [`gather_copy`] but converting each element from `S` to `D`.
-pub(crate) fn gather_cast<S: CastElem, D: CastElem>(
+pub(crate) fn gather_cast<S: Element, D: Element>(
     dst: &mut [D],
     src: &[S],
     offset: usize,
@@ -552,8 +347,12 @@ pub(crate) fn gather_cast<S: CastElem, D: CastElem>(
     let mut idx = [0usize; MAX_DIMS];
     let mut base = offset;
     for row in dst[..numel].chunks_exact_mut(inner) {
-        for (j, d) in row.iter_mut().enumerate() {
-            *d = D::cast_from(src[base + j * s]);
+        if s == 1 {
+            cast_slice(&src[base..base + inner], row);
+        } else {
+            for (j, d) in row.iter_mut().enumerate() {
+                *d = cast(src[base + j * s]);
+            }
         }
         for d in (0..rank - 1).rev() {
             idx[d] += 1;
@@ -600,63 +399,9 @@ pub(crate) fn broadcast_strides<'b>(
     target: &[usize],
     buf: &'b mut [usize; MAX_DIMS],
 ) -> Result<&'b [usize], KernelError> {
-    if sizes.len() > target.len() || target.len() > MAX_DIMS {
-        return Err(KernelError::invalid(format!(
-            "cannot broadcast shape {sizes:?} to {target:?}"
-        )));
-    }
-    let lead = target.len() - sizes.len();
-    for (d, &t) in target.iter().enumerate() {
-        buf[d] = if d < lead {
-            0
-        } else {
-            let s = sizes[d - lead];
-            if s == t {
-                if s == 1 { 0 } else { strides[d - lead] }
-            } else if s == 1 {
-                0
-            } else {
-                return Err(KernelError::invalid(format!(
-                    "cannot broadcast shape {sizes:?} to {target:?}"
-                )));
-            }
-        };
-    }
-    Ok(&buf[..target.len()])
-}
-
-/// Broadcast shape of two shapes (PyTorch rules) into `buf`.
-pub(crate) fn broadcast_shapes<'b>(
-    a: &[usize],
-    b: &[usize],
-    buf: &'b mut [usize; MAX_RANK],
-) -> Result<&'b [usize], KernelError> {
-    let rank = a.len().max(b.len());
-    if rank > MAX_RANK {
-        return Err(KernelError::invalid("broadcast rank exceeds the limit"));
-    }
-    for d in 0..rank {
-        let x = if d + a.len() >= rank {
-            a[d + a.len() - rank]
-        } else {
-            1
-        };
-        let y = if d + b.len() >= rank {
-            b[d + b.len() - rank]
-        } else {
-            1
-        };
-        buf[d] = if x == y || y == 1 {
-            x
-        } else if x == 1 {
-            y
-        } else {
-            return Err(KernelError::invalid(format!(
-                "shapes {a:?} and {b:?} do not broadcast"
-            )));
-        };
-    }
-    Ok(&buf[..rank])
+    etch_base::broadcast_strides(sizes, strides, target, buf).ok_or_else(|| {
+        KernelError::invalid(format!("cannot broadcast shape {sizes:?} to {target:?}"))
+    })
 }
 
 #[cfg(test)]
@@ -702,17 +447,5 @@ mod tests {
         gather_copy(&ThreadPool::serial(), &mut b, &src, 0, &l).unwrap();
         assert_eq!(a, b);
         assert_eq!(a[1], 350);
-    }
-
-    #[test]
-    fn casts_follow_pytorch() {
-        assert_eq!(i8::cast_from(300i64), 44);
-        assert_eq!(i32::cast_from(-2.7f32), -2);
-        assert_eq!(Bool8::cast_from(0.5f32), Bool8(1));
-        assert_eq!(f32::cast_from(Bool8(1)), 1.0);
-        assert_eq!(f16::cast_from(1.5f64), f16::from_f32(1.5));
-        assert!(can_cast(ScalarType::Long, ScalarType::Float));
-        assert!(!can_cast(ScalarType::Float, ScalarType::Long));
-        assert!(!can_cast(ScalarType::Long, ScalarType::Bool));
     }
 }

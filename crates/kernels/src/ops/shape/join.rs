@@ -8,7 +8,7 @@
 //! `canCast` allows it.
 
 use crate::ops::shape::common::{
-    CastElem, can_cast, for_rows, require_contiguous, typed_mut, with_bits_type, with_cast_type,
+    can_cast, for_rows, require_contiguous, typed_mut, with_bits_type, with_cast_type,
     worth_parallel,
 };
 use crate::ops::shape::slice::{DimSlice, copy_slice};
@@ -99,9 +99,7 @@ fn join_rows(
                     for_rows(ctx.pool(), dst, row, leading, 8, parallel, |first, chunk| {
                         for (i, r) in chunk.chunks_exact_mut(row).enumerate() {
                             let s = (first + i) * piece;
-                            for (d, &v) in r[offset..offset + piece].iter_mut().zip(&src[s..s + piece]) {
-                                *d = D::cast_from(v);
-                            }
+                            etch_base::cast_slice(&src[s..s + piece], &mut r[offset..offset + piece]);
                         }
                     });
                     Ok::<(), KernelError>(())
@@ -344,7 +342,7 @@ fn split_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::ThreadPool;

@@ -202,7 +202,7 @@ fn repeat(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::ThreadPool;

@@ -210,7 +210,7 @@ fn select_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use super::adjust_slice;

@@ -134,7 +134,7 @@ fn squeeze_copy_all(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Ker
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::testing::Harness;

@@ -1,36 +1,148 @@
-//! Inner loops of the attention engine: dot products, multiply-adds of value rows,
-//! row maxima and a vectorisable `exp`.
+//! The inner loops of attention over f32 rows: dot products of a query with a tile of
+//! key rows, exp of shifted scores with their sum, multiply-adds of value rows, row
+//! maxima and scaling. Plain functions over slices with no knowledge of tensors.
 //!
-//! Each loop is written once, generic over [`Arith`] (how `a * b + c` is computed), and
-//! kept `#[inline(always)]` so that it is compiled twice: as portable code with a
-//! separate multiply and add ([`Plain`], the scalar twin), and inside the engine's
-//! `#[target_feature(enable = "avx2,fma")]` entry point with fused multiply-adds
-//! (`Avx2Fma`, x86-64 only, whose dot products are written with AVX2 intrinsics because
-//! the compiler vectorises them across keys instead of across lanes). The other loops
-//! work on fixed groups of [`LANES`] independent accumulators, which the compiler turns
-//! into vector registers.
+//! Each loop is written once, generic over how `a * b + c` is computed, and compiled
+//! three ways: portable with a separate multiply and add (the scalar twin, for
+//! [`Isa::Scalar`]), inside `#[target_feature(enable = "avx2,fma")]` entry points with
+//! fused multiply-adds and AVX2 dot products (x86-64, for any [`Isa`] that includes
+//! AVX2: AVX-512 CPUs run these loops), and with `f32::mul_add` on aarch64 (NEON
+//! `fmla`). The other loops work on fixed groups of eight independent accumulators,
+//! which the compiler turns into vector registers. Results depend on the [`Isa`] only
+//! through fused versus separate multiply-adds; for one `Isa` they are deterministic.
+
+#[cfg(target_arch = "x86_64")]
+use crate::CpuSupport;
+use crate::Isa;
+
+/// `out[j] = q · tile_row(j)` for `j < out.len()`, where row `j` of the tile starts at
+/// `j * stride` and is `q.len()` long (rows past the tile's end read as empty: 0).
+pub fn scores(isa: Isa, q: &[f32], tile: &[f32], stride: usize, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = isa.avx2() {
+        return x86::scores(t, q, tile, stride, out);
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Isa::Neon(_) = isa {
+        return scores_with::<Fused>(q, tile, stride, out);
+    }
+    let _ = isa;
+    scores_with::<Plain>(q, tile, stride, out)
+}
+
+/// `acc += Σ_j p[j] * tile_row(j)` for `j < p.len()`, rows `acc.len()` long at
+/// `j * stride` (rows past the tile's end read as empty).
+pub fn accumulate(isa: Isa, p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = isa.avx2() {
+        return x86::accumulate(t, p, tile, stride, acc);
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Isa::Neon(_) = isa {
+        return accumulate_with::<Fused>(p, tile, stride, acc);
+    }
+    let _ = isa;
+    accumulate_with::<Plain>(p, tile, stride, acc)
+}
+
+/// `x[j] = exp(x[j] - m)` and returns `Σ x[j]`, for `m >= max(x)` finite (see
+/// [`exp_nonpositive`] for the accuracy).
+pub fn exp_shift_sum(isa: Isa, x: &mut [f32], m: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = isa.avx2() {
+        return x86::exp_shift_sum(t, x, m);
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Isa::Neon(_) = isa {
+        return exp_shift_sum_with::<Fused>(x, m);
+    }
+    let _ = isa;
+    exp_shift_sum_with::<Plain>(x, m)
+}
+
+/// `e^x` for `x <= 0` (larger `x` is clamped to 0), with a relative error of a few ulp;
+/// `-inf` and anything below -87 give exactly 0. Fused multiply-adds where `isa`
+/// has them (the same value [`exp_shift_sum`] computes for one element).
+pub fn exp_nonpositive(isa: Isa, x: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2().is_some() {
+        // `mul_add` is exact on any CPU: no AVX2 instruction is needed for one value.
+        return exp_nonpositive_with::<Avx2Fma>(x);
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Isa::Neon(_) = isa {
+        return exp_nonpositive_with::<Fused>(x);
+    }
+    let _ = isa;
+    exp_nonpositive_with::<Plain>(x)
+}
+
+/// The AVX2 + FMA entry points: the generic loops compiled with the features enabled.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{Avx2Fma, CpuSupport};
+
+    /// [`super::scores`] with AVX2 and FMA.
+    pub(super) fn scores(_: CpuSupport, q: &[f32], tile: &[f32], stride: usize, out: &mut [f32]) {
+        // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
+        unsafe { scores_avx2(q, tile, stride, out) }
+    }
+
+    /// [`super::accumulate`] with AVX2 and FMA.
+    pub(super) fn accumulate(
+        _: CpuSupport,
+        p: &[f32],
+        tile: &[f32],
+        stride: usize,
+        acc: &mut [f32],
+    ) {
+        // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
+        unsafe { accumulate_avx2(p, tile, stride, acc) }
+    }
+
+    /// [`super::exp_shift_sum`] with AVX2 and FMA.
+    pub(super) fn exp_shift_sum(_: CpuSupport, x: &mut [f32], m: f32) -> f32 {
+        // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
+        unsafe { exp_shift_sum_avx2(x, m) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn scores_avx2(q: &[f32], tile: &[f32], stride: usize, out: &mut [f32]) {
+        super::scores_with::<Avx2Fma>(q, tile, stride, out)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn accumulate_avx2(p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
+        <Avx2Fma as super::Arith>::accumulate(p, tile, stride, acc)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn exp_shift_sum_avx2(x: &mut [f32], m: f32) -> f32 {
+        super::exp_shift_sum_with::<Avx2Fma>(x, m)
+    }
+}
 
 /// How a multiply-add (and the hottest loop, four dot products) is computed.
-pub trait Arith: Copy + Send + Sync + 'static {
+trait Arith: Copy + Send + Sync + 'static {
     /// `a * b + c`.
     fn fma(a: f32, b: f32, c: f32) -> f32;
 
     /// Four dot products of `q` with `k[0..4]` (see [`dot4`]).
     #[inline(always)]
     fn dot4(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
-        dot4::<Self>(q, k)
+        dot4_with::<Self>(q, k)
     }
 
     /// `acc += Σ_j p[j] * tile_row(j)` (see [`accumulate`]).
     #[inline(always)]
     fn accumulate(p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
-        accumulate::<Self>(p, tile, stride, acc)
+        accumulate_with::<Self>(p, tile, stride, acc)
     }
 }
 
 /// A multiply then an add (two roundings); vectorises on every target.
 #[derive(Clone, Copy, Debug)]
-pub struct Plain;
+struct Plain;
 
 impl Arith for Plain {
     #[inline(always)]
@@ -44,7 +156,7 @@ impl Arith for Plain {
 /// of every function here with it, so no intrinsics are needed.
 #[cfg(target_arch = "aarch64")]
 #[derive(Clone, Copy, Debug)]
-pub struct Fused;
+struct Fused;
 
 #[cfg(target_arch = "aarch64")]
 impl Arith for Fused {
@@ -56,12 +168,12 @@ impl Arith for Fused {
 
 /// Fused multiply-adds and AVX2 dot products.
 ///
-/// Only code compiled with `#[target_feature(enable = "avx2,fma")]` and entered after
-/// runtime detection (the engine's `item_avx2`) may use this type: its [`Arith::dot4`]
-/// executes AVX2/FMA instructions.
+/// Only the `#[target_feature(enable = "avx2,fma")]` entry points of [`x86`], reached
+/// with an AVX2 [`CpuSupport`], may use this type: its [`Arith::dot4`] executes
+/// AVX2/FMA instructions.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy, Debug)]
-pub struct Avx2Fma;
+struct Avx2Fma;
 
 #[cfg(target_arch = "x86_64")]
 impl Arith for Avx2Fma {
@@ -72,8 +184,8 @@ impl Arith for Avx2Fma {
 
     #[inline(always)]
     fn dot4(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
-        // SAFETY: `Avx2Fma` is only used by the engine's AVX2 entry point, which runs only
-        // after `Isa::detect` confirmed AVX2 and FMA with `is_x86_feature_detected!`.
+        // SAFETY: `Avx2Fma` is only used by the AVX2 entry points of `x86`, which run only
+        // with an AVX2 `CpuSupport` token (AVX2 and FMA detected on this CPU).
         unsafe { avx2::dot4(q, k) }
     }
 
@@ -112,7 +224,7 @@ mod avx2 {
                 .and_then(|x| x.checked_add(d))
                 .is_some_and(|end| end <= tile.len());
         if !fits {
-            return super::accumulate::<super::Plain>(p, tile, stride, acc);
+            return super::accumulate_with::<super::Plain>(p, tile, stride, acc);
         }
         let mut c = 0;
         while c + 8 * REGS <= d {
@@ -174,7 +286,7 @@ mod avx2 {
     pub unsafe fn dot4(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
         let d = q.len();
         if k.iter().any(|r| r.len() < d) {
-            return k.map(|r| super::dot::<super::Plain>(q, r));
+            return k.map(|r| super::dot_with::<super::Plain>(q, r));
         }
         let full = d - d % 8;
         let (mut a0, mut a1, mut a2, mut a3) = (
@@ -207,7 +319,7 @@ mod avx2 {
 }
 
 /// Independent accumulators per reduction (one AVX register of f32).
-pub const LANES: usize = 8;
+const LANES: usize = 8;
 
 #[inline(always)]
 fn hsum(a: &[f32; LANES]) -> f32 {
@@ -226,7 +338,7 @@ fn lanes_fma<A: Arith>(acc: &mut [f32; LANES], x: &[f32], y: &[f32]) {
 
 /// `Σ a[i] * b[i]` over the shorter length.
 #[inline(always)]
-pub fn dot<A: Arith>(a: &[f32], b: &[f32]) -> f32 {
+fn dot_with<A: Arith>(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
     let mut acc = [0f32; LANES];
@@ -245,10 +357,10 @@ pub fn dot<A: Arith>(a: &[f32], b: &[f32]) -> f32 {
 /// Four dot products of `q` with `k[0..4]` (each at least `q.len()` long), sharing the
 /// loads of `q` and running four independent accumulator chains.
 #[inline(always)]
-pub fn dot4<A: Arith>(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
+fn dot4_with<A: Arith>(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
     let d = q.len();
     if k.iter().any(|r| r.len() < d) {
-        return k.map(|r| dot::<A>(q, r));
+        return k.map(|r| dot_with::<A>(q, r));
     }
     let (k0, k1, k2, k3) = (&k[0][..d], &k[1][..d], &k[2][..d], &k[3][..d]);
     let mut a0 = [0f32; LANES];
@@ -284,7 +396,7 @@ pub fn dot4<A: Arith>(q: &[f32], k: [&[f32]; 4]) -> [f32; 4] {
 /// `out[j] = q · tile_row(j)` for `j < out.len()`, where row `j` of the tile starts at
 /// `j * stride` and is `q.len()` long.
 #[inline(always)]
-pub fn scores<A: Arith>(q: &[f32], tile: &[f32], stride: usize, out: &mut [f32]) {
+fn scores_with<A: Arith>(q: &[f32], tile: &[f32], stride: usize, out: &mut [f32]) {
     let d = q.len();
     let row = |j: usize| tile.get(j * stride..j * stride + d).unwrap_or(&[]);
     let mut j = 0;
@@ -295,14 +407,14 @@ pub fn scores<A: Arith>(q: &[f32], tile: &[f32], stride: usize, out: &mut [f32])
         j += 4;
     }
     while j < n {
-        out[j] = dot::<A>(q, row(j));
+        out[j] = dot_with::<A>(q, row(j));
         j += 1;
     }
 }
 
 /// `acc += Σ_j p[j] * tile_row(j)` for `j < p.len()`, rows `acc.len()` long at `j * stride`.
 #[inline(always)]
-pub fn accumulate<A: Arith>(p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
+fn accumulate_with<A: Arith>(p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
     let d = acc.len();
     let row = |j: usize| tile.get(j * stride..j * stride + d).unwrap_or(&[]);
     let n = p.len();
@@ -329,7 +441,7 @@ pub fn accumulate<A: Arith>(p: &[f32], tile: &[f32], stride: usize, acc: &mut [f
 }
 
 /// `x *= s` elementwise.
-#[inline(always)]
+#[inline]
 pub fn scale(x: &mut [f32], s: f32) {
     for v in x {
         *v *= s;
@@ -337,7 +449,7 @@ pub fn scale(x: &mut [f32], s: f32) {
 }
 
 /// The largest element (`-inf` for an empty slice; NaNs are skipped).
-#[inline(always)]
+#[inline]
 pub fn max(x: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
     let c = x.chunks_exact(LANES);
@@ -356,9 +468,9 @@ pub fn max(x: &[f32]) -> f32 {
 
 /// `x[j] = exp(x[j] - m)` and returns `Σ x[j]`, for `m >= max(x)` finite.
 #[inline(always)]
-pub fn exp_shift_sum<A: Arith>(x: &mut [f32], m: f32) -> f32 {
+fn exp_shift_sum_with<A: Arith>(x: &mut [f32], m: f32) -> f32 {
     for v in x.iter_mut() {
-        *v = exp_nonpositive::<A>(*v - m);
+        *v = exp_nonpositive_with::<A>(*v - m);
     }
     let mut acc = [0f32; LANES];
     let c = x.chunks_exact(LANES);
@@ -391,7 +503,7 @@ const EXP_MIN: f32 = -87.0;
 /// `|r| <= ln2 / 2`, `e^r` by a degree-7 polynomial (the classic Cephes `expf`
 /// coefficients), and `2^n` assembled in the exponent bits.
 #[inline(always)]
-pub fn exp_nonpositive<A: Arith>(x: f32) -> f32 {
+fn exp_nonpositive_with<A: Arith>(x: f32) -> f32 {
     let xc = if x < EXP_MIN { EXP_MIN } else { x };
     let xc = if xc > 0.0 { 0.0 } else { xc };
     // Round x * log2(e) to the nearest integer n, keeping n's bits in the mantissa.
@@ -419,99 +531,114 @@ pub fn exp_nonpositive<A: Arith>(x: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The AVX2 dot products, where the CPU has them.
-    fn simd_dot4(q: &[f32], k: [&[f32]; 4]) -> Option<[f32; 4]> {
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: AVX2 and FMA were just detected.
-            return Some(unsafe { avx2::dot4(q, k) });
-        }
-        let _ = (q, k);
-        None
-    }
-
-    /// The AVX2 accumulation where the CPU has it, else the portable one.
-    fn simd_accumulate(p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: AVX2 and FMA were just detected.
-            return unsafe { avx2::accumulate(p, tile, stride, acc) };
-        }
-        accumulate::<Plain>(p, tile, stride, acc)
-    }
+    use proptest::prelude::*;
 
     #[test]
     fn exp_is_accurate() {
-        let mut worst = 0f64;
-        let mut x = -87.0f32;
-        while x <= 0.0 {
-            let want = (x as f64).exp();
-            let a = exp_nonpositive::<Plain>(x) as f64;
-            worst = worst.max(((a - want) / want).abs());
-            // The fused variant's `fma` is `mul_add`, exact on any CPU.
-            #[cfg(target_arch = "x86_64")]
-            {
-                let a = exp_nonpositive::<Avx2Fma>(x) as f64;
+        for &isa in Isa::available() {
+            let mut worst = 0f64;
+            let mut x = -87.0f32;
+            while x <= 0.0 {
+                let want = (x as f64).exp();
+                let a = exp_nonpositive(isa, x) as f64;
                 worst = worst.max(((a - want) / want).abs());
+                x += 0.000_7;
             }
-            #[cfg(target_arch = "aarch64")]
-            {
-                let a = exp_nonpositive::<Fused>(x) as f64;
-                worst = worst.max(((a - want) / want).abs());
-            }
-            x += 0.000_7;
+            assert!(worst < 4e-7, "{}: relative error {worst}", isa.name());
+            assert_eq!(exp_nonpositive(isa, 0.0), 1.0);
+            assert_eq!(exp_nonpositive(isa, f32::NEG_INFINITY), 0.0);
+            assert_eq!(exp_nonpositive(isa, -100.0), 0.0);
         }
-        assert!(worst < 4e-7, "relative error {worst}");
-        assert_eq!(exp_nonpositive::<Plain>(0.0), 1.0);
-        assert_eq!(exp_nonpositive::<Plain>(f32::NEG_INFINITY), 0.0);
-        assert_eq!(exp_nonpositive::<Plain>(-100.0), 0.0);
     }
 
     #[test]
     fn dots_and_sums_match_naive() {
-        for d in [0usize, 1, 7, 8, 9, 33, 64, 72, 130, 200] {
-            let q: Vec<f32> = (0..d).map(|i| (i as f32 * 0.37).sin()).collect();
-            let rows: Vec<Vec<f32>> = (0..4)
-                .map(|r| (0..d).map(|i| ((i + 3 * r) as f32 * 0.11).cos()).collect())
-                .collect();
-            let naive = |r: &[f32]| {
-                q.iter()
-                    .zip(r)
-                    .map(|(a, b)| *a as f64 * *b as f64)
-                    .sum::<f64>()
-            };
-            let got = dot4::<Plain>(&q, [&rows[0], &rows[1], &rows[2], &rows[3]]);
-            let simd = simd_dot4(&q, [&rows[0], &rows[1], &rows[2], &rows[3]]).unwrap_or(got);
-            for r in 0..4 {
-                assert!((got[r] as f64 - naive(&rows[r])).abs() < 1e-4);
-                assert!((simd[r] as f64 - naive(&rows[r])).abs() < 1e-4);
-                assert!((dot::<Plain>(&q, &rows[r]) as f64 - naive(&rows[r])).abs() < 1e-4);
+        for &isa in Isa::available() {
+            for d in [0usize, 1, 7, 8, 9, 33, 64, 72, 130, 200] {
+                let q: Vec<f32> = (0..d).map(|i| (i as f32 * 0.37).sin()).collect();
+                let rows: Vec<Vec<f32>> = (0..5)
+                    .map(|r| {
+                        (0..d)
+                            .map(|i| ((i + 3 * (r % 4)) as f32 * 0.11).cos())
+                            .collect()
+                    })
+                    .collect();
+                let tile: Vec<f32> = rows.iter().flatten().copied().collect();
+                let naive = |r: &[f32]| {
+                    q.iter()
+                        .zip(r)
+                        .map(|(a, b)| *a as f64 * *b as f64)
+                        .sum::<f64>()
+                };
+                let mut s = [0f32; 5];
+                scores(isa, &q, &tile, d, &mut s);
+                for r in 0..5 {
+                    assert!(
+                        (s[r] as f64 - naive(&rows[r])).abs() < 1e-4,
+                        "{}",
+                        isa.name()
+                    );
+                }
+                let mut acc = vec![0.5f32; d];
+                let p = [0.1f32, -0.2, 0.3, 0.4, 0.5];
+                accumulate(isa, &p, &tile, d, &mut acc);
+                for i in 0..d {
+                    let want = 0.5 + (0..5).map(|j| p[j] * rows[j][i]).sum::<f32>();
+                    assert!((acc[i] - want).abs() < 1e-5, "{}", isa.name());
+                }
             }
-            let mut acc = vec![0.5f32; d];
-            let p = [0.1f32, -0.2, 0.3, 0.4, 0.5];
-            let tile: Vec<f32> = rows
-                .iter()
-                .chain(rows.iter().take(1))
-                .flatten()
-                .copied()
-                .collect();
-            let mut simd_acc = acc.clone();
-            accumulate::<Plain>(&p, &tile, d, &mut acc);
-            simd_accumulate(&p, &tile, d, &mut simd_acc);
-            for (a, b) in acc.iter().zip(&simd_acc) {
-                assert!((a - b).abs() < 1e-5);
-            }
-            for i in 0..d {
-                let want = 0.5 + (0..5).map(|j| p[j] * rows[j % 4][i]).sum::<f32>();
-                assert!((acc[i] - want).abs() < 1e-5);
-            }
+            let mut y = [0.0f32, -1.0, -2.0];
+            let s = exp_shift_sum(isa, &mut y, 0.0);
+            assert!((s - (1.0 + (-1f32).exp() + (-2f32).exp())).abs() < 1e-6);
         }
         let x = [1.0f32, -3.0, 7.5, f32::NAN, 2.0, 0.0, 1.0, 1.0, 1.0, 7.6];
         assert_eq!(max(&x), 7.6);
         assert_eq!(max(&[]), f32::NEG_INFINITY);
-        let mut y = [0.0f32, -1.0, -2.0];
-        let s = exp_shift_sum::<Plain>(&mut y, 0.0);
-        assert!((s - (1.0 + (-1f32).exp() + (-2f32).exp())).abs() < 1e-6);
+    }
+
+    /// A query, a tile of `n` rows of stride `d + pad`, and `n` weights.
+    fn case() -> impl Strategy<Value = (Vec<f32>, Vec<f32>, usize, Vec<f32>)> {
+        (0usize..100, 0usize..12, 0usize..3).prop_flat_map(|(d, n, pad)| {
+            let stride = d + pad;
+            (
+                prop::collection::vec(-2f32..2.0, d),
+                prop::collection::vec(-2f32..2.0, n * stride),
+                Just(stride),
+                prop::collection::vec(-1f32..1.0, n),
+            )
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn fast_loops_match_the_scalar_twin((q, tile, stride, p) in case()) {
+            let n = p.len();
+            let d = q.len();
+            let bound = |j: usize| 1e-5 * (1.0 + (0..d).map(|i| (q[i] * tile[j * stride + i]).abs()).sum::<f32>());
+            let mut want = vec![0f32; n];
+            scores(Isa::Scalar, &q, &tile, stride, &mut want);
+            let mut want_acc = vec![0.25f32; d];
+            accumulate(Isa::Scalar, &p, &tile, stride, &mut want_acc);
+            let mut want_exp: Vec<f32> = want.iter().map(|v| v.min(0.0) * 10.0).collect();
+            let want_sum = exp_shift_sum(Isa::Scalar, &mut want_exp, 0.0);
+            for &isa in Isa::available() {
+                let mut got = vec![0f32; n];
+                scores(isa, &q, &tile, stride, &mut got);
+                for j in 0..n {
+                    prop_assert!((got[j] - want[j]).abs() <= bound(j), "{} scores", isa.name());
+                }
+                let mut acc = vec![0.25f32; d];
+                accumulate(isa, &p, &tile, stride, &mut acc);
+                for i in 0..d {
+                    prop_assert!((acc[i] - want_acc[i]).abs() <= 1e-5 * (1.0 + 2.0 * n as f32), "{} accumulate", isa.name());
+                }
+                let mut e: Vec<f32> = want.iter().map(|v| v.min(0.0) * 10.0).collect();
+                let sum = exp_shift_sum(isa, &mut e, 0.0);
+                prop_assert!((sum - want_sum).abs() <= 1e-5 * (1.0 + want_sum), "{} exp sum", isa.name());
+                for (a, b) in e.iter().zip(&want_exp) {
+                    prop_assert!((a - b).abs() <= 1e-6, "{} exp", isa.name());
+                }
+            }
+        }
     }
 }

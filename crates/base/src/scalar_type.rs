@@ -5,7 +5,7 @@ use std::fmt;
 /// The dtype of a tensor, with the numeric values the `.pte` format uses.
 ///
 /// ```
-/// use etch_format::ScalarType;
+/// use etch_base::ScalarType;
 /// assert_eq!(ScalarType::from_code(6), Some(ScalarType::Float));
 /// assert_eq!(ScalarType::Float.element_size(), 4);
 /// assert_eq!(ScalarType::Float.name(), "f32");
