@@ -7,7 +7,7 @@
 //! * `native_group_norm`: statistics of each (image, group) block of `C / group`
 //!   channels (two-pass, in f64), `mean` and `rstd` of shape `[N, group]`.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use crate::{Args, GRAIN_SIZE, KernelContext, KernelError, Registry, Tensor};
 
@@ -203,7 +203,7 @@ fn group_norm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::ops::elementwise::testutil::{Lcg, assert_close, harness, read, tensor};

@@ -16,7 +16,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use etch_linalg::conv::ConvGeometry;
 use etch_linalg::conv_nchw::{col2im_add_nchw, conv2d_plane_nchw, im2col_nchw};
 use etch_linalg::gemm::{self, Elems, Gemm, MatRef};

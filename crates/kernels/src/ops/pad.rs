@@ -2,9 +2,10 @@
 //! `pad = [last_before, last_after, second_last_before, ...]`, every amount
 //! non-negative (as ExecuTorch's portable kernel requires).
 
-use super::elementwise::dtype::{Elem, is_supported, unsupported, with_elem};
+use super::elementwise::dtype::{is_supported, unsupported, with_elem};
 use super::window::require_contiguous;
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
+use etch_base::Element;
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
@@ -57,13 +58,13 @@ fn constant_pad_nd(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kern
     require_contiguous(&out, "constant_pad_nd out")?;
     with_elem!(
         x.dtype(),
-        E => copy_padded::<E>(ctx, &x, &out, E::from_scalar(value), &before[..rank]),
+        E => copy_padded::<E>(ctx, &x, &out, value.cast::<E>(), &before[..rank]),
         Err(unsupported(x.dtype(), "constant_pad_nd"))
     )
 }
 
 /// Fills `out` with `value` and copies `x` into it, shifted by `before` per dim.
-fn copy_padded<E: Elem>(
+fn copy_padded<E: Element>(
     ctx: &KernelContext<'_>,
     x: &Tensor,
     out: &Tensor,
@@ -99,7 +100,7 @@ fn copy_padded<E: Elem>(
 
 #[cfg(test)]
 mod tests {
-    use etch_format::ScalarType;
+    use etch_base::ScalarType;
     use proptest::prelude::*;
 
     use crate::ops::elementwise::testutil::{Lcg, assert_close, read, tensor};

@@ -11,7 +11,7 @@
 //!
 //! Output sizes follow PyTorch (`ceil_mode` included, see [`super::window`]).
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::window::{nchw_dims, output_len, spatial_list};
 use crate::{Args, GRAIN_SIZE, KernelContext, KernelError, Registry, Tensor};

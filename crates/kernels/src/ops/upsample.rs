@@ -9,7 +9,7 @@
 //!
 //! A scale factor gives the output size `floor(in * scale)`.
 
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 
 use super::window::nchw_dims;
 use crate::{Args, EValue, GRAIN_SIZE, KernelContext, KernelError, Registry, Tensor};

@@ -1,4 +1,4 @@
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use etch_linalg::conv::ConvGeometry;
 use etch_linalg::conv_nchw::{conv_transpose2d_nchw_reference, conv2d_nchw_reference};
 use proptest::prelude::*;

@@ -1,4 +1,4 @@
-use etch_format::ScalarType;
+use etch_base::ScalarType;
 use proptest::prelude::*;
 
 use crate::EValue;
