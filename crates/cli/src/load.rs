@@ -5,11 +5,12 @@ use etch_runtime::LoadMode;
 /// How to bring the `.pte` file into memory.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum LoadArg {
-    /// Memory-map the file: fastest load, weights paged in from the page cache.
+    /// Memory-map the file: fastest load, weights paged in from the page cache. The file
+    /// must not change while in use (truncating it kills the process with SIGBUS).
     Mmap,
     /// Memory-map and lock the pages in RAM (fails if the lock limit is too low).
     MmapLocked,
-    /// Read the file into private memory.
+    /// Read the file into private memory (safe if the file changes afterwards).
     Read,
     /// Read the file into private memory on transparent huge pages (Linux): fewer TLB
     /// misses when every weight is streamed per token; a slower load.
