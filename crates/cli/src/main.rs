@@ -3,6 +3,7 @@
 mod bench;
 mod chat;
 mod generate;
+mod image_input;
 mod inspect;
 mod llm_args;
 mod load;
@@ -23,6 +24,7 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
     etch inspect model.pte\n  \
     etch run model.pte --input x.npy --output-dir out/\n  \
     etch run llm.pte --input tokens.npy --input pos.npy --then --input next.npy --input pos1.npy\n  \
+    etch run resnet.pte --input cat.jpg --resize 224 --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 --top-k 5 --labels imagenet_classes.txt\n  \
     etch generate --model llm.pte --tokenizer tokenizer.json --chat --prompt \"Hello\"\n  \
     etch chat --model llm.pte --tokenizer tokenizer.json\n  \
     etch bench --model llm.pte -p 128 -n 64 -r 5 -t 1,2")]
@@ -35,7 +37,8 @@ struct Cli {
 enum Command {
     /// Show a program's methods, inputs and outputs, operators, memory plan and segments.
     Inspect(inspect::InspectArgs),
-    /// Run a method on inputs from .npy files or scalars and write its outputs as .npy.
+    /// Run a method on inputs from .npy files, images or scalars and write its outputs as
+    /// .npy (--top-k lists a classifier's best classes).
     Run(run::RunArgs),
     /// Generate text with an exported LLM (KV cache), streaming it to stdout.
     Generate(generate::GenerateArgs),

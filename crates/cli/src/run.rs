@@ -11,16 +11,27 @@ use etch_runtime::npy::{read_npy, write_npy_file};
 use etch_runtime::{HostTensor, Module, Value, ValueInfo};
 use serde_json::json;
 
+use crate::image_input::{
+    ImageOptions, is_image_path, load_image, parse_resize, parse_std, parse_top_k, parse_triple,
+    read_labels, top_k,
+};
+
 /// Arguments of `etch run`.
 #[derive(clap::Args)]
+#[command(after_help = "Examples:\n  \
+    etch run model.pte --input x.npy --output-dir out/\n  \
+    etch run resnet.pte --input cat.jpg --resize 224 --mean 0.485,0.456,0.406 \
+    --std 0.229,0.224,0.225 --top-k 5 --labels imagenet_classes.txt")]
 pub struct RunArgs {
     /// The .pte file.
     file: PathBuf,
     /// The method to run.
     #[arg(long, default_value = "forward")]
     method: String,
-    /// An input, in order: a .npy file, or a scalar (`3`, `2.5`, `true`).
-    #[arg(long = "input", value_name = "PATH.npy|SCALAR")]
+    /// An input, in order: a .npy file, an image (.png, .jpg: a f32 [1, 3, H, W]
+    /// tensor, RGB in [0, 1]; see --resize, --mean, --std), or a scalar (`3`, `2.5`,
+    /// `true`).
+    #[arg(long = "input", value_name = "PATH.npy|IMAGE|SCALAR")]
     inputs: Vec<String>,
     /// Starts the inputs of the next call of the same loaded method; state such as a
     /// KV cache carries over (prefill, then decode steps).
@@ -53,9 +64,33 @@ pub struct RunArgs {
     /// Also report time and heap allocations per operator (all calls together).
     #[arg(long)]
     profile: bool,
+    /// Image inputs (.png, .jpg) are resized to N x N, or H x W, first (bilinear).
+    #[arg(long, value_parser = parse_resize, value_name = "N|HxW")]
+    resize: Option<(u32, u32)>,
+    /// Per-channel mean subtracted from image inputs (RGB, values in [0, 1]).
+    #[arg(long, value_parser = parse_triple, value_name = "R,G,B", allow_hyphen_values = true)]
+    mean: Option<[f32; 3]>,
+    /// Per-channel standard deviation image inputs are divided by (after the mean).
+    #[arg(long, value_parser = parse_std, value_name = "R,G,B")]
+    std: Option<[f32; 3]>,
+    /// Prints the N largest values of output 0 (a float tensor) with their indices,
+    /// largest first.
+    #[arg(long, value_parser = parse_top_k, value_name = "N")]
+    top_k: Option<usize>,
+    /// Labels for --top-k, one per line (line i, from 0, names index i). A count that
+    /// differs from output 0's length is a warning; indices past the end get no label.
+    #[arg(long, value_name = "FILE", requires = "top_k")]
+    labels: Option<PathBuf>,
 }
 
-fn parse_input(text: &str, info: Option<&ValueInfo>) -> anyhow::Result<Value> {
+fn parse_input(
+    text: &str,
+    info: Option<&ValueInfo>,
+    image: &ImageOptions,
+) -> anyhow::Result<Value> {
+    if is_image_path(text) {
+        return Ok(Value::Tensor(load_image(Path::new(text), image, info)?));
+    }
     if let Ok(v) = text.parse::<i64>() {
         return Ok(Value::Int(v));
     }
@@ -129,6 +164,17 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         bail!("--repeat must be at least 1");
     }
     let calls = split_calls(&args, matches);
+    let image = ImageOptions {
+        resize: args.resize,
+        mean: args.mean,
+        std: args.std,
+    };
+    if image.any() && !args.inputs.iter().any(|t| is_image_path(t)) {
+        bail!(
+            "--resize, --mean and --std apply to image inputs (.png, .jpg, .jpeg), and no --input is one"
+        );
+    }
+    let labels = args.labels.as_deref().map(read_labels).transpose()?;
     let load_start = Instant::now();
     let mut builder = Module::from_path(&args.file)
         .load_mode(args.load.into())
@@ -162,7 +208,8 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
             call.iter()
                 .enumerate()
                 .map(|(i, text)| {
-                    parse_input(text, meta.inputs.get(i)).with_context(|| format!("input {i}"))
+                    parse_input(text, meta.inputs.get(i), &image)
+                        .with_context(|| format!("input {i}"))
                 })
                 .collect::<anyhow::Result<Vec<_>>>()
         })
@@ -196,6 +243,39 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
             heap_allocations_per_run: heap.allocations as f64 / args.repeat as f64,
         });
     }
+
+    // The top-k of output 0 of each call, before anything is written.
+    let mut top: Vec<Vec<(usize, f32)>> = Vec::new();
+    if let Some(n) = args.top_k {
+        for (k, r) in results.iter().enumerate() {
+            let best = match r.outputs.first() {
+                Some(Value::Tensor(t)) => top_k(t, n).map(|best| (best, t.numel())),
+                _ => None,
+            };
+            let Some((best, len)) = best else {
+                bail!(
+                    "call {k}: --top-k needs output 0 to be a float tensor, it is {}",
+                    r.outputs
+                        .first()
+                        .map(scalar_text)
+                        .unwrap_or("missing".into())
+                );
+            };
+            // A warning, not an error: label files often differ by a background class.
+            if let (Some(labels), Some(path), 0) = (&labels, &args.labels, k)
+                && labels.len() != len
+            {
+                eprintln!(
+                    "warning: {} has {} labels but output 0 has {len} values; \
+                     indices past the last label print none",
+                    path.display(),
+                    labels.len()
+                );
+            }
+            top.push(best);
+        }
+    }
+    let label_of = |i: usize| labels.as_ref().and_then(|l| l.get(i));
 
     // Everything ran: only now write files, so a failure leaves no partial output.
     let multi = results.len() > 1;
@@ -232,10 +312,22 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
                     .iter()
                     .enumerate()
                     .map(|(j, v)| {
-                        output_json(
+                        let mut o = output_json(
                             v,
                             written.iter().find(|w| w.0 == k && w.1 == j).map(|w| &w.2),
-                        )
+                        );
+                        if let (0, Some(best)) = (j, top.get(k)) {
+                            o["top_k"] = json!(
+                                best.iter()
+                                    .map(|&(i, v)| json!({
+                                        "index": i,
+                                        "value": v,
+                                        "label": label_of(i),
+                                    }))
+                                    .collect::<Vec<_>>()
+                            );
+                        }
+                        o
                     })
                     .collect();
                 json!({
@@ -290,6 +382,13 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
                     )
                 }
                 (other, _) => println!("{prefix}output {j}: {}", scalar_text(other)),
+            }
+            if let (0, Some(best)) = (j, top.get(k)) {
+                println!("{prefix}top {} of output 0:", best.len());
+                for (rank, (i, value)) in best.iter().enumerate() {
+                    let label = label_of(*i).map(|l| format!("  {l}")).unwrap_or_default();
+                    println!("  {:>3}. [{i}] {value:.6}{label}", rank + 1);
+                }
             }
         }
         println!(

@@ -558,3 +558,268 @@ fn generate_prints_stats_only_when_asked_and_its_help_has_an_example() {
         "{help}"
     );
 }
+
+/// A `w x h` RGB image whose pixel `(x, y)` is `(x * 3, y * 5, (x + y) * 7)` mod 256.
+fn test_image(w: u32, h: u32) -> image::RgbImage {
+    image::RgbImage::from_fn(w, h, |x, y| {
+        image::Rgb([(x * 3) as u8, (y * 5) as u8, ((x + y) * 7) as u8])
+    })
+}
+
+fn write_png(path: &Path, w: u32, h: u32) {
+    test_image(w, h).save(path).unwrap();
+}
+
+fn read_f32_npy(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap();
+    etch_runtime::npy::read_npy(&bytes, "test")
+        .unwrap()
+        .as_slice::<f32>()
+        .unwrap()
+}
+
+/// `(rank, index, value, label)` of each `  1. [i] v  label` line after `top N of output 0:`.
+fn top_lines(text: &str) -> Vec<(usize, usize, f32, String)> {
+    let start = text
+        .lines()
+        .position(|l| l.starts_with("top ") && l.ends_with(" of output 0:"))
+        .unwrap_or_else(|| panic!("no top-k header in {text}"));
+    text.lines()
+        .skip(start + 1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| {
+            let (rank, rest) = l.trim().split_once(". [").expect("rank");
+            let (index, rest) = rest.split_once("] ").expect("index");
+            let (value, label) = rest.split_once("  ").unwrap_or((rest, ""));
+            (
+                rank.parse().unwrap(),
+                index.parse().unwrap(),
+                value.parse().unwrap(),
+                label.to_string(),
+            )
+        })
+        .collect()
+}
+
+// vision_vit takes f32 [1, 3, 32, 32] and returns f32 [1, 10] (10 classes).
+const VISION: &str = "vision_vit.pte";
+
+#[test]
+fn run_takes_an_image_and_prints_the_top_k_with_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("img.png");
+    write_png(&png, 32, 32);
+    let (mean, std) = ([0.485f32, 0.456, 0.406], [0.229f32, 0.224, 0.225]);
+    // The same tensor as .npy, built here: (value / 255 - mean) / std, NCHW.
+    let mut data = vec![0f32; 3 * 32 * 32];
+    for (x, y, px) in test_image(32, 32).enumerate_pixels() {
+        for c in 0..3 {
+            data[(c * 32 + y as usize) * 32 + x as usize] =
+                (f32::from(px.0[c]) / 255.0 - mean[c]) / std[c];
+        }
+    }
+    let npy = dir.path().join("img.npy");
+    etch_runtime::npy::write_npy_file(
+        &npy,
+        &etch_runtime::HostTensor::from_slice(&[1, 3, 32, 32], &data),
+    )
+    .unwrap();
+    let labels = dir.path().join("labels.txt");
+    std::fs::write(
+        &labels,
+        (0..10).map(|i| format!("class{i}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let model = fixture(VISION).display().to_string();
+    let (from_png, from_npy) = (dir.path().join("png"), dir.path().join("npy"));
+    let o = etch(&[
+        "run",
+        &model,
+        "--input",
+        &png.display().to_string(),
+        "--mean",
+        "0.485,0.456,0.406",
+        "--std",
+        "0.229,0.224,0.225",
+        "--top-k",
+        "3",
+        "--labels",
+        &labels.display().to_string(),
+        "--output-dir",
+        &from_png.display().to_string(),
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let out0 = &v["calls"][0]["outputs"][0];
+    assert_eq!(out0["shape"], serde_json::json!([1, 10]));
+    let top = out0["top_k"].as_array().expect("top_k").clone();
+    assert_eq!(top.len(), 3);
+
+    // The image input is exactly the tensor built here.
+    let o = etch(&[
+        "run",
+        &model,
+        "--input",
+        &npy.display().to_string(),
+        "--output-dir",
+        &from_npy.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read(from_png.join("out0.npy")).unwrap(),
+        std::fs::read(from_npy.join("out0.npy")).unwrap(),
+        "the image input is the hand-built tensor"
+    );
+    // The top 3 are the 3 largest of out0.npy, largest first, with their labels.
+    let logits = read_f32_npy(&from_npy.join("out0.npy"));
+    let mut order: Vec<usize> = (0..logits.len()).collect();
+    order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
+    for (t, &want) in top.iter().zip(&order) {
+        let i = t["index"].as_u64().unwrap() as usize;
+        assert_eq!(i, want, "{top:?} vs {logits:?}");
+        assert_eq!(t["value"].as_f64().unwrap() as f32, logits[i]);
+        assert_eq!(t["label"], format!("class{i}"));
+    }
+
+    // Text mode, resized from 20x12, with labels.
+    let small = dir.path().join("small.png");
+    write_png(&small, 20, 12);
+    let o = etch(&[
+        "run",
+        &model,
+        "--input",
+        &small.display().to_string(),
+        "--resize",
+        "32",
+        "--top-k",
+        "4",
+        "--labels",
+        &labels.display().to_string(),
+        "--output-dir",
+        &from_png.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("output 0: f32 [1, 10]"), "{text}");
+    let lines = top_lines(&text);
+    assert_eq!(lines.len(), 4, "{text}");
+    let logits = read_f32_npy(&from_png.join("out0.npy"));
+    for (n, (rank, index, value, label)) in lines.iter().enumerate() {
+        assert_eq!(*rank, n + 1);
+        assert_eq!(label, &format!("class{index}"));
+        assert!((value - logits[*index]).abs() < 1e-5, "{text}");
+    }
+    assert!(lines.windows(2).all(|w| w[0].2 >= w[1].2), "{text}");
+    assert!(
+        logits.iter().filter(|&&l| l > lines[3].2).count() <= 3,
+        "{text}"
+    );
+
+    // A JPEG works too; labels that do not cover the output are a warning.
+    let jpg = dir.path().join("img.jpg");
+    test_image(40, 40).save(&jpg).unwrap();
+    let few = dir.path().join("few.txt");
+    std::fs::write(&few, "a\nb\n").unwrap();
+    let o = etch(&[
+        "run",
+        &model,
+        "--input",
+        &jpg.display().to_string(),
+        "--resize",
+        "32x32",
+        "--top-k",
+        "10",
+        "--labels",
+        &few.display().to_string(),
+        "--output-dir",
+        &from_png.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("has 2 labels but output 0 has 10 values"),
+        "{}",
+        stderr(&o)
+    );
+    let lines = top_lines(&String::from_utf8_lossy(&o.stdout));
+    assert_eq!(lines.len(), 10);
+    for (_, index, _, label) in &lines {
+        let want = ["a", "b"].get(*index).copied().unwrap_or("");
+        assert_eq!(label, want);
+    }
+}
+
+#[test]
+fn run_rejects_bad_image_options_and_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("img.png");
+    write_png(&png, 32, 32);
+    let model = fixture(VISION).display().to_string();
+    let png = png.display().to_string();
+    let out = dir.path().display().to_string();
+    let run = |model: &str, input: &str, extra: &[&str]| {
+        let mut args = vec!["run", model, "--input", input, "--output-dir", &out];
+        args.extend_from_slice(extra);
+        etch(&args)
+    };
+    // Bad option values are usage errors (exit status 2).
+    for (extra, needle) in [
+        (&["--mean", "1,2"][..], "three comma-separated values"),
+        (&["--std", "1,0,1"], "must not be 0"),
+        (&["--resize", "0"], "at least 1"),
+        (&["--top-k", "0"], "at least 1"),
+        (&["--labels", "l.txt"], "--top-k"),
+    ] {
+        let o = run(&model, &png, extra);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(needle), "{extra:?}: {}", stderr(&o));
+    }
+    let missing = dir.path().join("missing.png").display().to_string();
+    assert_fails_with(&run(&model, &missing, &[]), "cannot read image");
+    let junk = dir.path().join("junk.jpg");
+    std::fs::write(&junk, b"no image here").unwrap();
+    let junk = junk.display().to_string();
+    assert_fails_with(&run(&model, &junk, &[]), "cannot decode image");
+    // The image's size must be the input's: the error says which --resize.
+    let o = run(&model, &png, &["--resize", "16"]);
+    assert_fails_with(&o, "use --resize 32");
+    let small = dir.path().join("small.png");
+    write_png(&small, 8, 4);
+    let o = run(&model, &small.display().to_string(), &[]);
+    assert_fails_with(&o, "is 4x8 (height x width)");
+    // Image inputs need a f32 [1, 3, H, W] input.
+    let ints = fixture("embedding.pte").display().to_string();
+    assert_fails_with(&run(&ints, &png, &[]), "takes i64 [2, 3]");
+    let rank3 = fixture("linear.pte").display().to_string();
+    assert_fails_with(&run(&rank3, &png, &[]), "an image becomes a f32");
+    // Image options without an image input.
+    let npy = dir.path().join("x.npy");
+    etch_runtime::npy::write_npy_file(
+        &npy,
+        &etch_runtime::HostTensor::from_slice(&[1, 3, 32, 32], &[0f32; 3 * 32 * 32]),
+    )
+    .unwrap();
+    let o = run(&model, &npy.display().to_string(), &["--resize", "32"]);
+    assert_fails_with(&o, "apply to image inputs");
+    let none = dir.path().join("none.txt").display().to_string();
+    let o = run(&model, &png, &["--top-k", "1", "--labels", &none]);
+    assert_fails_with(&o, "cannot read labels");
+}
+
+#[test]
+fn run_help_teaches_image_inputs_and_top_k() {
+    let o = etch(&["run", "--help"]);
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout);
+    for needle in [
+        "--top-k",
+        "--labels",
+        "--resize",
+        "--mean",
+        "--std",
+        "--input cat.jpg --resize 224 --mean 0.485,0.456,0.406",
+    ] {
+        assert!(help.contains(needle), "{needle}: {help}");
+    }
+}
