@@ -89,6 +89,7 @@ fn type_str_of(dtype: ScalarType) -> Option<&'static str> {
 /// assert!(etch_runtime::npy::read_npy(&bytes[..bytes.len() - 1], "x.npy").is_err());
 /// ```
 pub fn read_npy(bytes: &[u8], path: &str) -> Result<HostTensor, NpyError> {
+    check_header_len(bytes, path)?;
     let mut rest = bytes;
     let header = npyz::NpyHeader::from_reader(&mut rest).map_err(|e| NpyError::Header {
         path: path.to_string(),
@@ -148,6 +149,29 @@ pub fn read_npy(bytes: &[u8], path: &str) -> Result<HostTensor, NpyError> {
         sizes,
         data: rest.to_vec(),
     })
+}
+
+/// Fails unless the header length the preamble claims fits in the file (the parser
+/// would allocate whatever the preamble claims, up to 4 GiB, before reading it).
+fn check_header_len(bytes: &[u8], path: &str) -> Result<(), NpyError> {
+    if !bytes.starts_with(b"\x93NUMPY") {
+        return Ok(());
+    }
+    let claimed = match (bytes.get(6), bytes.get(8..12)) {
+        (Some(1), Some(b)) => u64::from(u16::from_le_bytes([b[0], b[1]])) + 10,
+        (Some(_), Some(b)) => u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])) + 12,
+        _ => return Ok(()),
+    };
+    if claimed > bytes.len() as u64 {
+        return Err(NpyError::Header {
+            path: path.to_string(),
+            message: format!(
+                "the header claims {claimed} bytes but the file has {}",
+                bytes.len()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Like [`read_npy`], then re-labels the dtype: `<u2` data may be read as bf16.

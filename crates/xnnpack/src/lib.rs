@@ -103,6 +103,30 @@ impl XnnpackDelegate {
     pub fn arena_len(&self) -> usize {
         self.plan.arena_len
     }
+
+    /// Arguments the delegate call takes: its external inputs, then its outputs.
+    pub fn num_args(&self) -> usize {
+        self.plan.num_args
+    }
+
+    /// `(argument index, serialized dims)` of each external input (f32 tensors; the
+    /// dims are upper bounds).
+    pub fn inputs(&self) -> impl Iterator<Item = (usize, &[usize])> {
+        self.external(&self.plan.inputs)
+    }
+
+    /// `(argument index, serialized dims)` of each output (f32 tensors).
+    pub fn outputs(&self) -> impl Iterator<Item = (usize, &[usize])> {
+        self.external(&self.plan.outputs)
+    }
+
+    fn external<'a>(
+        &'a self,
+        ids: &'a [(usize, usize)],
+    ) -> impl Iterator<Item = (usize, &'a [usize])> {
+        ids.iter()
+            .map(|&(value, arg)| (arg, self.plan.values[value].dims.as_slice()))
+    }
 }
 
 impl DelegateHandle for XnnpackDelegate {

@@ -14,8 +14,17 @@ pub struct HfTokenizer {
 impl HfTokenizer {
     /// Parses `tokenizer.json` bytes; `name` labels errors.
     pub fn from_bytes(bytes: &[u8], name: &str) -> Result<Self, LlmError> {
-        let inner = tokenizers::Tokenizer::from_bytes(bytes)
-            .map_err(|e| tokenizer_error(name, format!("invalid tokenizer.json: {e}")))?;
+        // The `tokenizers` crate panics on some malformed files (an `expect` in its
+        // decoder deserialisation, found by fuzzing): that is an invalid file too.
+        let parsed = std::panic::catch_unwind(|| tokenizers::Tokenizer::from_bytes(bytes))
+            .map_err(|_| {
+                tokenizer_error(
+                    name,
+                    "invalid tokenizer.json: the tokenizers crate rejected it",
+                )
+            })?;
+        let inner =
+            parsed.map_err(|e| tokenizer_error(name, format!("invalid tokenizer.json: {e}")))?;
         let find = |candidates: &[&str]| candidates.iter().find_map(|t| inner.token_to_id(t));
         let bos = find(&["<|begin_of_text|>", "<s>", "<bos>"]);
         let eos: Vec<u32> = [
