@@ -20,6 +20,7 @@ pub mod reduce;
 pub mod shape;
 pub mod softmax;
 pub mod unary;
+pub mod unary_math;
 pub mod upsample;
 pub mod window;
 
@@ -31,6 +32,7 @@ pub fn register_all(r: &mut Registry) {
     binary::register(r);
     compare::register(r);
     unary::register(r);
+    unary_math::register(r);
     reduce::register(r);
     softmax::register(r);
     norm::register(r);
