@@ -221,6 +221,15 @@ fn geometry_error() -> KernelError {
     KernelError::invalid("convolution: a slice is shorter than its geometry")
 }
 
+/// `Ok` unless a parallel worker cleared `ok` (a slice shorter than its geometry).
+fn geometry_checked(ok: &AtomicBool) -> Result<(), KernelError> {
+    if ok.load(Ordering::Relaxed) {
+        Ok(())
+    } else {
+        Err(geometry_error())
+    }
+}
+
 /// One GEMM per image and group.
 fn im2col_gemm(
     ctx: &KernelContext<'_>,
@@ -322,11 +331,7 @@ fn fill_im2col(
             ok.store(false, Ordering::Relaxed);
         }
     });
-    if ok.load(Ordering::Relaxed) {
-        Ok(())
-    } else {
-        Err(geometry_error())
-    }
+    geometry_checked(&ok)
 }
 
 /// One direct plane convolution per output channel (group_in == 1).
@@ -355,11 +360,7 @@ fn depthwise(
     let min_planes = (crate::GRAIN_SIZE / (px * taps).max(1)).max(1);
     ctx.pool()
         .for_each_chunk_mut(&mut os[..conv.batch * co * px], px, min_planes, plane);
-    if ok.load(Ordering::Relaxed) {
-        Ok(())
-    } else {
-        Err(geometry_error())
-    }
+    geometry_checked(&ok)
 }
 
 /// GEMM into columns, then col2im onto the bias-filled output.
