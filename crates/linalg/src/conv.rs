@@ -3,6 +3,8 @@
 //! rows), a direct depthwise kernel, a transposed convolution, and a direct scalar
 //! reference the others are tested against.
 
+use crate::Isa;
+
 /// Geometry of one 2-D convolution over an NHWC image (batch handled by the caller).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ConvGeometry {
@@ -181,8 +183,12 @@ pub fn conv2d_nhwc_reference(
 /// channels, depth multiplier `g.group_out`, filter `[kh, kw, channels * multiplier]`
 /// (output channel `c * multiplier + m` reads input channel `c`). `output` holds the
 /// rows `rows` only. Returns `false` when a slice is too short.
+///
+/// The channel loop runs with fused multiply-adds where `isa` has them (AVX2+FMA on
+/// x86-64, NEON on aarch64); [`Isa::Scalar`] is the twin with separate multiply and add.
 #[allow(clippy::too_many_arguments)]
 pub fn depthwise_conv2d_nhwc(
+    isa: Isa,
     g: &ConvGeometry,
     input: &[f32],
     filter: &[f32],
@@ -192,10 +198,8 @@ pub fn depthwise_conv2d_nhwc(
     rows: std::ops::Range<usize>,
     output: &mut [f32],
 ) -> bool {
-    let c = g.groups;
-    let mult = g.group_out;
-    let co = c * mult;
-    if input.len() < g.in_h * g.in_w * c
+    let co = g.groups * g.group_out;
+    if input.len() < g.in_h * g.in_w * g.groups
         || filter.len() < g.kernel_h * g.kernel_w * co
         || bias.len() < co
         || output.len() < rows.len() * g.out_w * co
@@ -203,10 +207,68 @@ pub fn depthwise_conv2d_nhwc(
     {
         return false;
     }
-    for (r, oy) in rows.enumerate() {
-        for ox in 0..g.out_w {
-            let out = &mut output[(r * g.out_w + ox) * co..(r * g.out_w + ox + 1) * co];
-            out.copy_from_slice(&bias[..co]);
+    let dw = Depthwise {
+        g,
+        input,
+        filter,
+        bias,
+        min,
+        max,
+    };
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = isa.avx2() {
+        x86::depthwise(t, &dw, rows, output);
+        return true;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if let Isa::Neon(_) = isa {
+        dw.rows::<true>(rows, output);
+        return true;
+    }
+    let _ = isa;
+    dw.rows::<false>(rows, output);
+    true
+}
+
+/// The operands of one depthwise convolution, lengths already checked.
+struct Depthwise<'a> {
+    g: &'a ConvGeometry,
+    input: &'a [f32],
+    filter: &'a [f32],
+    bias: &'a [f32],
+    min: f32,
+    max: f32,
+}
+
+impl Depthwise<'_> {
+    /// Output rows `rows` into `output`; `FUSED` computes `x * w + o` as one rounding.
+    #[inline(always)]
+    fn rows<const FUSED: bool>(&self, rows: std::ops::Range<usize>, output: &mut [f32]) {
+        let g = self.g;
+        let co = g.groups * g.group_out;
+        for (r, oy) in rows.enumerate() {
+            for ox in 0..g.out_w {
+                let out = &mut output[(r * g.out_w + ox) * co..(r * g.out_w + ox + 1) * co];
+                if g.group_out == 1 {
+                    self.pixel_blocked::<FUSED>(oy, ox, 0, out);
+                } else {
+                    self.pixel_multiplier::<FUSED>(oy, ox, out);
+                }
+            }
+        }
+    }
+
+    /// Channels `from..` of one output pixel of a depth multiplier of 1, in blocks of
+    /// [`DEPTHWISE_LANES`] accumulated over the taps.
+    #[inline(always)]
+    fn pixel_blocked<const FUSED: bool>(&self, oy: usize, ox: usize, from: usize, out: &mut [f32]) {
+        let g = self.g;
+        let c = g.groups;
+        let mut c0 = from;
+        while c0 < c {
+            let len = DEPTHWISE_LANES.min(c - c0);
+            let mut acc = [0f32; DEPTHWISE_LANES];
+            acc[..len].copy_from_slice(&self.bias[c0..c0 + len]);
             for ky in 0..g.kernel_h {
                 let Some(iy) =
                     ConvGeometry::source(oy, ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h)
@@ -219,28 +281,152 @@ pub fn depthwise_conv2d_nhwc(
                     else {
                         continue;
                     };
-                    let px = &input[(iy * g.in_w + ix) * c..(iy * g.in_w + ix + 1) * c];
-                    let w = &filter[(ky * g.kernel_w + kx) * co..(ky * g.kernel_w + kx + 1) * co];
-                    if mult == 1 {
-                        for ((o, &x), &w) in out.iter_mut().zip(px).zip(w) {
-                            *o = x.mul_add(w, *o);
-                        }
-                    } else {
-                        for (ch, &x) in px.iter().enumerate() {
-                            for m in 0..mult {
-                                let k = ch * mult + m;
-                                out[k] = x.mul_add(w[k], out[k]);
-                            }
-                        }
+                    let px = &self.input[(iy * g.in_w + ix) * c + c0..][..len];
+                    let w = &self.filter[(ky * g.kernel_w + kx) * c + c0..][..len];
+                    for ((a, &x), &w) in acc.iter_mut().zip(px).zip(w) {
+                        *a = madd::<FUSED>(x, w, *a);
                     }
                 }
             }
-            for o in out.iter_mut() {
-                *o = o.max(min).min(max);
+            for (o, &a) in out[c0..c0 + len].iter_mut().zip(&acc) {
+                *o = a.max(self.min).min(self.max);
+            }
+            c0 += len;
+        }
+    }
+
+    /// One output pixel of a depth multiplier above 1.
+    #[inline(always)]
+    fn pixel_multiplier<const FUSED: bool>(&self, oy: usize, ox: usize, out: &mut [f32]) {
+        let g = self.g;
+        let (c, mult) = (g.groups, g.group_out);
+        let co = c * mult;
+        out.copy_from_slice(&self.bias[..co]);
+        for ky in 0..g.kernel_h {
+            let Some(iy) =
+                ConvGeometry::source(oy, ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h)
+            else {
+                continue;
+            };
+            for kx in 0..g.kernel_w {
+                let Some(ix) =
+                    ConvGeometry::source(ox, kx, g.stride_w, g.dilation_w, g.pad_left, g.in_w)
+                else {
+                    continue;
+                };
+                let px = &self.input[(iy * g.in_w + ix) * c..][..c];
+                let w = &self.filter[(ky * g.kernel_w + kx) * co..][..co];
+                for (ch, &x) in px.iter().enumerate() {
+                    let (o, w) = (&mut out[ch * mult..][..mult], &w[ch * mult..][..mult]);
+                    for (o, &w) in o.iter_mut().zip(w) {
+                        *o = madd::<FUSED>(x, w, *o);
+                    }
+                }
+            }
+        }
+        for o in out.iter_mut() {
+            *o = o.max(self.min).min(self.max);
+        }
+    }
+}
+
+/// Channels one depthwise accumulator block holds (four AVX2 registers).
+const DEPTHWISE_LANES: usize = 32;
+
+/// `x * w + o`, fused into one rounding when `FUSED`.
+#[inline(always)]
+fn madd<const FUSED: bool>(x: f32, w: f32, o: f32) -> f32 {
+    if FUSED { x.mul_add(w, o) } else { x * w + o }
+}
+
+/// The AVX2 + FMA entry points: blocks of [`DEPTHWISE_LANES`] channels held in four
+/// registers over the taps, the rest by the generic loops compiled with the features.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{ConvGeometry, DEPTHWISE_LANES, Depthwise};
+    use crate::CpuSupport;
+
+    /// [`Depthwise::rows`] with AVX2 and FMA.
+    pub(super) fn depthwise(
+        _: CpuSupport,
+        dw: &Depthwise<'_>,
+        rows: std::ops::Range<usize>,
+        output: &mut [f32],
+    ) {
+        // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
+        unsafe { depthwise_avx2(dw, rows, output) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn depthwise_avx2(dw: &Depthwise<'_>, rows: std::ops::Range<usize>, output: &mut [f32]) {
+        let g = dw.g;
+        if g.group_out != 1 {
+            return dw.rows::<true>(rows, output);
+        }
+        let c = g.groups;
+        let full = c / DEPTHWISE_LANES * DEPTHWISE_LANES;
+        for (r, oy) in rows.enumerate() {
+            for ox in 0..g.out_w {
+                let out = &mut output[(r * g.out_w + ox) * c..][..c];
+                let mut c0 = 0;
+                while c0 < full {
+                    block(dw, oy, ox, c0, &mut out[c0..c0 + DEPTHWISE_LANES]);
+                    c0 += DEPTHWISE_LANES;
+                }
+                dw.pixel_blocked::<true>(oy, ox, full, out);
             }
         }
     }
-    true
+
+    /// Channels `c0..c0 + 32` of output pixel `(oy, ox)` into `out` (32 values).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn block(dw: &Depthwise<'_>, oy: usize, ox: usize, c0: usize, out: &mut [f32]) {
+        let g = dw.g;
+        let c = g.groups;
+        let load = |s: &[f32]| -> [__m256; 4] {
+            let s = &s[..DEPTHWISE_LANES];
+            // SAFETY: `s` holds 32 floats, four loads of 8.
+            unsafe {
+                [
+                    _mm256_loadu_ps(s.as_ptr()),
+                    _mm256_loadu_ps(s.as_ptr().add(8)),
+                    _mm256_loadu_ps(s.as_ptr().add(16)),
+                    _mm256_loadu_ps(s.as_ptr().add(24)),
+                ]
+            }
+        };
+        let mut acc = load(&dw.bias[c0..]);
+        for ky in 0..g.kernel_h {
+            let Some(iy) =
+                ConvGeometry::source(oy, ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h)
+            else {
+                continue;
+            };
+            for kx in 0..g.kernel_w {
+                let Some(ix) =
+                    ConvGeometry::source(ox, kx, g.stride_w, g.dilation_w, g.pad_left, g.in_w)
+                else {
+                    continue;
+                };
+                let x = load(&dw.input[(iy * g.in_w + ix) * c + c0..]);
+                let w = load(&dw.filter[(ky * g.kernel_w + kx) * c + c0..]);
+                for l in 0..4 {
+                    acc[l] = _mm256_fmadd_ps(x[l], w[l], acc[l]);
+                }
+            }
+        }
+        let (lo, hi) = (_mm256_set1_ps(dw.min), _mm256_set1_ps(dw.max));
+        let out = &mut out[..DEPTHWISE_LANES];
+        for (l, a) in acc.iter().enumerate() {
+            // `max` then `min`, as the scalar `a.max(min).min(max)`: NaN becomes `min`.
+            let v = _mm256_min_ps(_mm256_max_ps(*a, lo), hi);
+            // SAFETY: `out` holds 32 floats; this stores 8 at 8 * l.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * l), v) };
+        }
+    }
 }
 
 /// Transposed convolution (deconvolution) of one NHWC image: input pixel `(iy, ix)`
@@ -394,8 +580,15 @@ mod tests {
         }
 
         #[test]
-        fn depthwise_matches_the_grouped_reference(g in geometry(), seed in 0u32..100) {
-            let g = ConvGeometry { group_in: 1, ..g };
+        fn depthwise_matches_the_grouped_reference(
+            g in geometry(),
+            channels in prop_oneof![Just(0usize), 30usize..70],
+            seed in 0u32..100,
+        ) {
+            // `channels` > 0: enough channels for the 32-lane register blocks and a tail.
+            let groups = if channels > 0 { channels } else { g.groups };
+            let group_out = if channels > 0 { 1 } else { g.group_out };
+            let g = ConvGeometry { group_in: 1, groups, group_out, ..g };
             let (c, m) = (g.groups, g.group_out);
             let input = values(g.in_h * g.in_w * c, seed);
             // Depthwise filter [kh, kw, c * m] and the same as OHWI [c * m, kh, kw, 1].
@@ -410,9 +603,12 @@ mod tests {
             let mut want = vec![0f32; g.out_pixels() * c * m];
             prop_assert!(conv2d_nhwc_reference(&g, &input, &ohwi, &bias, f32::NEG_INFINITY, 6.0, &mut want));
             let mut got = vec![0f32; want.len()];
-            prop_assert!(depthwise_conv2d_nhwc(&g, &input, &dw, &bias, f32::NEG_INFINITY, 6.0, 0..g.out_h, &mut got));
-            for (a, b) in got.iter().zip(&want) {
-                prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()));
+            for &isa in crate::Isa::available() {
+                got.fill(0.0);
+                prop_assert!(depthwise_conv2d_nhwc(isa, &g, &input, &dw, &bias, f32::NEG_INFINITY, 6.0, 0..g.out_h, &mut got));
+                for (a, b) in got.iter().zip(&want) {
+                    prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{}: {a} vs {b}", isa.name());
+                }
             }
         }
 

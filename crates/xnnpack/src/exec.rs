@@ -7,9 +7,7 @@ use std::ops::Range;
 use etch_format::ScalarType;
 use etch_kernels::{Args, KernelContext, KernelError, ThreadPool};
 use etch_linalg::conv::{self, ConvGeometry};
-use etch_linalg::dense::{Mat, matmul_nn, matmul_nt};
 use etch_linalg::{GemmF32, RhsF32, gemm_f32, pool, resize};
-use rayon::prelude::*;
 
 use crate::dims::{Dims, MAX_DIMS};
 use crate::elementwise;
@@ -18,7 +16,11 @@ use crate::qs8;
 use crate::quantize;
 use crate::shape;
 
-/// Output pixels one im2col block holds.
+/// Output pixels one im2col block of an fp32 convolution holds: rows enough for the
+/// GEMM's tiles on every thread, few enough for the block to stay in cache.
+pub const CONV_BLOCK_PIXELS: usize = 256;
+
+/// Output pixels one im2col block of an int8 convolution holds (per thread).
 pub const IM2COL_BLOCK: usize = 64;
 
 fn short(what: &str) -> KernelError {
@@ -462,38 +464,16 @@ fn run_op(
                     Filter::Packed { .. } => ins[1],
                 }),
             };
-            match filter {
-                Filter::Packed { w, .. } => {
-                    fully_connected(pool, m, n, k, x, w, bias_slice, *min, *max, out, gemm)?
-                }
+            let w = match filter {
+                Filter::Packed { w, .. } => RhsF32::NK(w),
                 Filter::Value {
                     transposed: false, ..
-                } => fully_connected(pool, m, n, k, x, ins[1], bias_slice, *min, *max, out, gemm)?,
+                } => RhsF32::NK(ins[1]),
                 Filter::Value {
                     transposed: true, ..
-                } => {
-                    if !matmul_nn(
-                        m,
-                        n,
-                        k,
-                        Mat { data: x, ld: k },
-                        Mat {
-                            data: ins[1],
-                            ld: n,
-                        },
-                        out,
-                        n,
-                    ) {
-                        return Err(short("fully connected"));
-                    }
-                    for row in out.chunks_exact_mut(n.max(1)) {
-                        for (j, o) in row.iter_mut().enumerate() {
-                            let b = bias_slice.and_then(|b| b.get(j)).copied().unwrap_or(0.0);
-                            *o = (*o + b).max(*min).min(*max);
-                        }
-                    }
-                }
-            }
+                } => RhsF32::KN(ins[1]),
+            };
+            fully_connected(pool, m, n, k, x, w, bias_slice, *min, *max, out, gemm)?
         }
         Op::BatchMatMul {
             a,
@@ -507,9 +487,11 @@ fn run_op(
             ins[1],
             &shapes[*y],
             *transpose_b,
+            pool,
             out,
+            gemm,
         )?,
-        Op::Conv(c) => convolution(c, pool, &shapes[c.x], &shapes[c.y], x, out, col)?,
+        Op::Conv(c) => convolution(c, pool, &shapes[c.x], &shapes[c.y], x, out, col, gemm)?,
         Op::Pool(p) => pooling(p, &shapes[p.x], &shapes[p.y], x, out)?,
         Op::GlobalAvgPool {
             x: xv, min, max, ..
@@ -576,7 +558,7 @@ fn fully_connected(
     n: usize,
     k: usize,
     x: &[f32],
-    w: &[f32],
+    w: RhsF32<'_>,
     bias: Option<&[f32]>,
     min: f32,
     max: f32,
@@ -600,19 +582,19 @@ fn fc_gemm<'a>(
     n: usize,
     k: usize,
     x: &'a [f32],
-    w: &'a [f32],
+    w: RhsF32<'a>,
     bias: Option<&'a [f32]>,
     min: f32,
     max: f32,
 ) -> GemmF32<'a> {
-    let clamp = (min > f32::NEG_INFINITY || max < f32::INFINITY).then_some((min, max));
+    let clamp = clamp_of(min, max);
     GemmF32 {
         m,
         n,
         k,
         a: x,
         lda: k,
-        b: RhsF32::NK(w),
+        b: w,
         bias,
         clamp,
     }
@@ -635,10 +617,47 @@ fn gemm_scratch_len(plan: &Plan, shapes: &[Dims], threads: usize) -> usize {
             Op::FullyConnected { x, filter, .. } => {
                 let (n, k) = filter.dims(shapes);
                 let m = shapes[*x].numel().unwrap_or(0).checked_div(k).unwrap_or(0);
+                let w = match filter {
+                    Filter::Value {
+                        transposed: true, ..
+                    } => RhsF32::KN(&[]),
+                    _ => RhsF32::NK(&[]),
+                };
                 Some(
-                    fc_gemm(m, n, k, &[], &[], None, f32::NEG_INFINITY, f32::INFINITY)
+                    fc_gemm(m, n, k, &[], w, None, f32::NEG_INFINITY, f32::INFINITY)
                         .scratch_len(threads),
                 )
+            }
+            Op::BatchMatMul {
+                a, y, transpose_b, ..
+            } => {
+                let (ad, yd) = (&shapes[*a], &shapes[*y]);
+                let (m, k) = (
+                    ad.get(ad.rank().saturating_sub(2)),
+                    ad.get(ad.rank().saturating_sub(1)),
+                );
+                let n = yd.get(yd.rank().saturating_sub(1));
+                Some(bmm_gemm(m, n, k, &[], &[], *transpose_b).scratch_len(threads))
+            }
+            Op::Conv(c) if c.kind == ConvKind::Conv && c.q.is_none() => {
+                let g = geometry(c, &shapes[c.x], &shapes[c.y]);
+                let (pixels, packed) = (g.out_pixels(), c.packed.first()?);
+                let (m, n) = if g.is_pointwise() {
+                    (pixels, g.out_channels())
+                } else {
+                    (CONV_BLOCK_PIXELS.min(pixels), g.group_out)
+                };
+                let p = GemmF32 {
+                    m,
+                    n,
+                    k: g.patch_len(),
+                    a: &[],
+                    lda: g.patch_len(),
+                    b: RhsF32::Packed(packed),
+                    bias: None,
+                    clamp: None,
+                };
+                Some(p.scratch_len(threads))
             }
             _ => None,
         })
@@ -654,7 +673,9 @@ fn batch_matmul(
     b: &[f32],
     yd: &Dims,
     transpose_b: bool,
+    pool: &ThreadPool,
     out: &mut [f32],
+    scratch: &mut [f32],
 ) -> Result<(), KernelError> {
     let (ar, br, yr) = (ad.rank(), bd.rank(), yd.rank());
     let (m, k) = (ad.get(ar - 2), ad.get(ar - 1));
@@ -680,48 +701,46 @@ fn batch_matmul(
             off
         };
         let (ao, bo) = (offset(ad, ar) * m * k, offset(bd, br) * k * n);
-        let am = Mat {
-            data: a.get(ao..).unwrap_or(&[]),
-            ld: k,
-        };
         let dst = out
             .get_mut(bi * m * n..(bi + 1) * m * n)
             .ok_or_else(|| short("batch matmul"))?;
-        let ok = if transpose_b {
-            matmul_nt(
-                m,
-                n,
-                k,
-                am,
-                Mat {
-                    data: b.get(bo..).unwrap_or(&[]),
-                    ld: k,
-                },
-                None,
-                dst,
-                n,
-                f32::NEG_INFINITY,
-                f32::INFINITY,
-            )
-        } else {
-            matmul_nn(
-                m,
-                n,
-                k,
-                am,
-                Mat {
-                    data: b.get(bo..).unwrap_or(&[]),
-                    ld: n,
-                },
-                dst,
-                n,
-            )
-        };
-        if !ok {
-            return Err(short("batch matmul"));
-        }
+        let p = bmm_gemm(
+            m,
+            n,
+            k,
+            a.get(ao..).unwrap_or(&[]),
+            b.get(bo..).unwrap_or(&[]),
+            transpose_b,
+        );
+        gemm_f32(pool, &p, dst, scratch)?;
     }
     Ok(())
+}
+
+/// One batch of a batched matrix product: `b` is `[n, k]` when `transpose_b`, else
+/// `[k, n]`.
+fn bmm_gemm<'a>(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &'a [f32],
+    b: &'a [f32],
+    transpose_b: bool,
+) -> GemmF32<'a> {
+    GemmF32 {
+        m,
+        n,
+        k,
+        a,
+        lda: k,
+        b: if transpose_b {
+            RhsF32::NK(b)
+        } else {
+            RhsF32::KN(b)
+        },
+        bias: None,
+        clamp: None,
+    }
 }
 
 fn geometry(c: &ConvOp, xd: &Dims, yd: &Dims) -> ConvGeometry {
@@ -753,6 +772,7 @@ fn convolution(
     x: &[f32],
     out: &mut [f32],
     col: &mut [f32],
+    scratch: &mut [f32],
 ) -> Result<(), KernelError> {
     let g = geometry(c, xd, yd);
     let batch = xd.get(0);
@@ -766,7 +786,10 @@ fn convolution(
             .get_mut(b * out_img..(b + 1) * out_img)
             .ok_or_else(|| short("convolution"))?;
         let ok = match c.kind {
-            ConvKind::Conv => conv_gemm(&g, pool, src, c, dst, col),
+            ConvKind::Conv => {
+                conv_gemm(&g, pool, src, c, dst, col, scratch)?;
+                true
+            }
             ConvKind::Depthwise => {
                 let row = g.out_w * g.out_channels();
                 let rows = g.out_h.div_ceil(pool.threads()).max(1);
@@ -775,6 +798,7 @@ fn convolution(
                     let r0 = i * rows;
                     let r1 = (r0 + chunk.len() / row.max(1)).min(g.out_h);
                     if !conv::depthwise_conv2d_nhwc(
+                        etch_linalg::dispatch().gemm,
                         &g,
                         src,
                         &c.filter,
@@ -800,8 +824,9 @@ fn convolution(
     Ok(())
 }
 
-/// im2col blocks of output pixels times the OHWI filter, one task per share of pixels,
-/// each with its own im2col block from `col`.
+/// An fp32 convolution as GEMMs against the filter packed at init: a pointwise one
+/// multiplies the image itself, the others blocks of [`CONV_BLOCK_PIXELS`] im2col rows
+/// (filled on the pool) per group; the GEMM splits its tiles over the pool.
 fn conv_gemm(
     g: &ConvGeometry,
     pool: &ThreadPool,
@@ -809,84 +834,90 @@ fn conv_gemm(
     c: &ConvOp,
     dst: &mut [f32],
     col: &mut [f32],
-) -> bool {
-    let (co, patch, pixels) = (g.out_channels(), g.patch_len(), g.out_pixels());
-    if g.is_pointwise() {
-        return matmul_nt(
-            pixels,
-            co,
-            patch,
-            Mat {
-                data: src,
-                ld: patch,
-            },
-            Mat {
-                data: &c.filter,
-                ld: patch,
-            },
-            Some(&c.bias),
-            dst,
-            co,
-            c.min,
-            c.max,
-        );
+    scratch: &mut [f32],
+) -> Result<(), KernelError> {
+    let (co, go, patch, pixels) = (g.out_channels(), g.group_out, g.patch_len(), g.out_pixels());
+    let clamp = clamp_of(c.min, c.max);
+    if c.packed.len() != g.groups || c.bias.len() < co || dst.len() < pixels * co {
+        return Err(short("convolution"));
     }
-    let per_task = pixels.div_ceil(pool.threads()).max(1);
-    let task = |t: usize, chunk: &mut [f32], col: &mut [f32]| -> bool {
-        let p0 = t * per_task;
-        let np = chunk.len() / co.max(1);
-        let mut p = 0;
-        while p < np {
-            let nb = IM2COL_BLOCK.min(np - p);
-            let col = &mut col[..nb * patch];
-            for grp in 0..g.groups {
-                if !conv::im2col_nhwc(g, src, grp, p0 + p..p0 + p + nb, col) {
-                    return false;
-                }
-                let f = c.filter.get(grp * g.group_out * patch..).unwrap_or(&[]);
-                let b = c.bias.get(grp * g.group_out..).unwrap_or(&[]);
-                let out = &mut chunk[p * co + grp * g.group_out..];
-                if !matmul_nt(
-                    nb,
-                    g.group_out,
-                    patch,
-                    Mat {
-                        data: col,
-                        ld: patch,
-                    },
-                    Mat { data: f, ld: patch },
-                    Some(b),
-                    out,
-                    co,
-                    c.min,
-                    c.max,
-                ) {
-                    return false;
+    if g.is_pointwise() {
+        let p = GemmF32 {
+            m: pixels,
+            n: co,
+            k: patch,
+            a: src,
+            lda: patch,
+            b: RhsF32::Packed(&c.packed[0]),
+            bias: Some(&c.bias[..co]),
+            clamp,
+        };
+        return Ok(gemm_f32(pool, &p, &mut dst[..pixels * co], scratch)?);
+    }
+    let mut p0 = 0;
+    while p0 < pixels {
+        let nb = CONV_BLOCK_PIXELS.min(pixels - p0);
+        for (grp, packed) in c.packed.iter().enumerate() {
+            let (cols, grouped) = col
+                .split_at_mut_checked(nb * patch)
+                .ok_or_else(|| short("convolution im2col"))?;
+            fill_im2col_nhwc(pool, g, src, grp, p0..p0 + nb, cols)?;
+            let bias = &c.bias[grp * go..(grp + 1) * go];
+            let p = GemmF32 {
+                m: nb,
+                n: go,
+                k: patch,
+                a: cols,
+                lda: patch,
+                b: RhsF32::Packed(packed),
+                bias: Some(bias),
+                clamp,
+            };
+            if g.groups == 1 {
+                gemm_f32(pool, &p, &mut dst[p0 * co..(p0 + nb) * co], scratch)?;
+            } else {
+                let out = grouped
+                    .get_mut(..nb * go)
+                    .ok_or_else(|| short("convolution group block"))?;
+                gemm_f32(pool, &p, out, scratch)?;
+                for (r, row) in out.chunks_exact(go.max(1)).enumerate() {
+                    dst[(p0 + r) * co + grp * go..][..go].copy_from_slice(row);
                 }
             }
-            p += nb;
         }
-        true
-    };
-    let block = IM2COL_BLOCK * patch;
-    let chunk = per_task * co;
-    if col.len() < block * pool.threads().max(1) {
-        return false;
+        p0 += nb;
     }
-    if pool.threads() == 1 || pixels <= per_task {
-        let col = &mut col[..block];
-        return dst
-            .chunks_mut(chunk.max(1))
-            .enumerate()
-            .all(|(t, ch)| task(t, ch, col));
+    Ok(())
+}
+
+/// The im2col rows of output pixels `pixels` for group `grp`, split over the pool.
+fn fill_im2col_nhwc(
+    pool: &ThreadPool,
+    g: &ConvGeometry,
+    src: &[f32],
+    grp: usize,
+    pixels: Range<usize>,
+    cols: &mut [f32],
+) -> Result<(), KernelError> {
+    let patch = g.patch_len().max(1);
+    let per_task = pixels.len().div_ceil(pool.threads().max(1)).max(1);
+    let ok = std::sync::atomic::AtomicBool::new(true);
+    pool.for_each_chunk_mut(cols, per_task * patch, 1, |t, chunk| {
+        let p = pixels.start + t * per_task;
+        if !conv::im2col_nhwc(g, src, grp, p..p + chunk.len() / patch, chunk) {
+            ok.store(false, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    if ok.into_inner() {
+        Ok(())
+    } else {
+        Err(short("convolution im2col"))
     }
-    pool.install(|| {
-        dst.par_chunks_mut(chunk.max(1))
-            .zip(col.par_chunks_mut(block.max(1)))
-            .enumerate()
-            .map(|(t, (ch, col))| task(t, ch, col))
-            .all(|ok| ok)
-    })
+}
+
+/// XNNPACK's `output_min/max` as a GEMM clamp (`None` when it clamps nothing).
+fn clamp_of(min: f32, max: f32) -> Option<(f32, f32)> {
+    (min > f32::NEG_INFINITY || max < f32::INFINITY).then_some((min, max))
 }
 
 fn bytes(words: &[f32]) -> &[i8] {

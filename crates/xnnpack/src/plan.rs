@@ -4,6 +4,7 @@
 //! by lifetime, so a call needs one scratch block.
 
 use etch_kernels::BackendError;
+use etch_linalg::PackedB;
 
 use crate::dims::Dims;
 use crate::parse::{GraphDef, NodeDef, Params, Window, invalid};
@@ -108,7 +109,11 @@ pub struct ConvOp {
     pub x: usize,
     pub y: usize,
     pub window: Window,
+    /// The filter of depthwise and transposed convolutions (empty for `Conv`, whose
+    /// filter lives in `packed` only).
     pub filter: Vec<f32>,
+    /// `Conv`: the OHWI filter of each group packed for the GEMM (`[group_out, patch]`).
+    pub packed: Vec<PackedB>,
     /// One per output channel (zeros without a bias).
     pub bias: Vec<f32>,
     pub min: f32,
@@ -408,12 +413,14 @@ pub struct Plan {
     pub packed_bytes: usize,
     /// Longest im2col row of the convolutions.
     pub max_patch: usize,
+    /// Elements of im2col block (and grouped-output block) the fp32 convolutions need.
+    pub conv_block_len: usize,
 }
 
 impl Plan {
     /// Elements of im2col scratch a call with `threads` threads needs.
     pub fn im2col_len(&self, threads: usize) -> usize {
-        self.max_patch * crate::exec::IM2COL_BLOCK * threads.max(1)
+        (self.max_patch * crate::exec::IM2COL_BLOCK * threads.max(1)).max(self.conv_block_len)
     }
 }
 
@@ -715,7 +722,10 @@ impl<'g> Builder<'g> {
                     q: None,
                 })
             }
-            Conv2d | DepthwiseConv2d | ConvTranspose2d => self.conv_op(i, node, y)?,
+            Conv2d | DepthwiseConv2d | ConvTranspose2d => {
+                let op = self.conv_op(i, node, y)?;
+                self.pack_conv(i, node, op)?
+            }
             ArgMaxPooling2d | ScaledDotProductAttention => {
                 return Err(BackendError::Unsupported(format!(
                     "XNNPACK node {}",
@@ -865,11 +875,46 @@ impl<'g> Builder<'g> {
             y,
             window,
             filter,
+            packed: Vec::new(),
             bias,
             min: node.output_min,
             max: node.output_max,
             q: None,
         }))
+    }
+
+    /// Packs an fp32 `Conv`'s OHWI filter into GEMM panels, one per group, and drops
+    /// the unpacked copy; depthwise and transposed filters stay as they are.
+    fn pack_conv(&mut self, i: usize, node: &NodeDef, op: Op) -> Result<Op, BackendError> {
+        let Op::Conv(mut c) = op else {
+            return Ok(op);
+        };
+        if c.kind != ConvKind::Conv {
+            return Ok(Op::Conv(c));
+        }
+        let w = c.window;
+        let patch = w.kernel_h * w.kernel_w * w.group_in;
+        let per_group = w.group_out * patch;
+        let mut packed = Vec::with_capacity(w.groups);
+        for grp in 0..w.groups {
+            let rows = c
+                .filter
+                .get(grp * per_group..(grp + 1) * per_group)
+                .ok_or_else(|| {
+                    invalid(
+                        self.field(i, node, "filter_id"),
+                        "shorter than the node's geometry",
+                    )
+                })?;
+            let p = PackedB::from_nk(rows, w.group_out, patch)
+                .map_err(|e| invalid(self.field(i, node, "filter_id"), e.to_string()))?;
+            packed.push(p);
+        }
+        self.packed_bytes -= c.filter.len() * 4;
+        self.packed_bytes += packed.iter().map(PackedB::packed_bytes).sum::<usize>();
+        c.filter = Vec::new();
+        c.packed = packed;
+        Ok(Op::Conv(c))
     }
 }
 
@@ -919,6 +964,21 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         .filter_map(|op| match op {
             Op::Conv(c) if c.kind == ConvKind::Conv => {
                 Some(c.window.kernel_h * c.window.kernel_w * c.window.group_in)
+            }
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let conv_block_len = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Conv(c) if c.kind == ConvKind::Conv && c.q.is_none() => {
+                let w = &c.window;
+                let grouped_out = if w.groups > 1 { w.group_out } else { 0 };
+                Some(
+                    crate::exec::CONV_BLOCK_PIXELS
+                        * (w.kernel_h * w.kernel_w * w.group_in + grouped_out),
+                )
             }
             _ => None,
         })
@@ -1021,5 +1081,6 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         lifetimes: start.into_iter().zip(end).collect(),
         packed_bytes,
         max_patch,
+        conv_block_len,
     })
 }

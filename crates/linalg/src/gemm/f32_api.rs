@@ -249,6 +249,11 @@ impl PackedB {
         self.n
     }
 
+    /// Bytes the packed panels hold (columns padded to the micro-kernel's width).
+    pub fn packed_bytes(&self) -> usize {
+        self.data.len() * std::mem::size_of::<f32>()
+    }
+
     /// The instruction set whose kernels this packing is for.
     pub fn isa(&self) -> Isa {
         self.isa

@@ -351,9 +351,7 @@ fn run<O: OutElem>(
                         let c0 = n0 + t * plan.nb;
                         let nb = plan.nb.min(n0 + round - c0);
                         let tile = &tiles[t * plan.task_len() + i * plan.nb..][..nb];
-                        for (jj, (o, &v)) in row[c0..c0 + nb].iter_mut().zip(tile).enumerate() {
-                            *o = O::from_f32(finish(g, v, m0 + i, c0 + jj));
-                        }
+                        finish_row(g, tile, m0 + i, c0, &mut row[c0..c0 + nb]);
                     }
                 }
             };
@@ -399,6 +397,56 @@ fn finish(g: &Gemm<'_>, v: f32, i: usize, j: usize) -> f32 {
         _ => v,
     };
     clamp(g, v)
+}
+
+/// `dst[jj] = finish(tile[jj])` for output row `i`, columns `c0..`: the common cases
+/// (no scaling; no addend, or an f32 bias row) as plain slice loops the compiler
+/// vectorizes, anything else element by element.
+#[inline]
+fn finish_row<O: OutElem>(g: &Gemm<'_>, tile: &[f32], i: usize, c0: usize, dst: &mut [O]) {
+    let (lo, hi) = g.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    // The comparisons of `clamp`: NaN stays NaN.
+    let bound = |v: f32| {
+        if v < lo {
+            lo
+        } else if v > hi {
+            hi
+        } else {
+            v
+        }
+    };
+    if g.alpha == 1.0 {
+        match &g.addend {
+            None => {
+                for (o, &v) in dst.iter_mut().zip(tile) {
+                    *o = O::from_f32(bound(v));
+                }
+                return;
+            }
+            Some((c, beta)) if *beta == 1.0 && c.cs == 1 => {
+                if let Elems::F32(s) = c.data
+                    && let Some(row) = s.get(c.offset + i * c.rs + c0..)
+                    && row.len() >= tile.len()
+                {
+                    for ((o, &v), &b) in dst.iter_mut().zip(tile).zip(row) {
+                        *o = O::from_f32(bound(v + b));
+                    }
+                    return;
+                }
+            }
+            Some((c, beta)) if *beta == 1.0 && c.cs == 0 => {
+                let b = get(&c.data, c.offset + i * c.rs);
+                for (o, &v) in dst.iter_mut().zip(tile) {
+                    *o = O::from_f32(bound(v + b));
+                }
+                return;
+            }
+            Some(_) => {}
+        }
+    }
+    for (jj, (o, &v)) in dst.iter_mut().zip(tile).enumerate() {
+        *o = O::from_f32(finish(g, v, i, c0 + jj));
+    }
 }
 
 #[inline]
