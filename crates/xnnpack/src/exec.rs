@@ -8,6 +8,7 @@ use etch_format::ScalarType;
 use etch_kernels::{Args, KernelContext, KernelError, ThreadPool};
 use etch_linalg::conv::{self, ConvGeometry};
 use etch_linalg::{GemmF32, RhsF32, gemm_f32, pool, resize};
+use rayon::prelude::*;
 
 use crate::dims::{Dims, MAX_DIMS};
 use crate::elementwise;
@@ -641,23 +642,7 @@ fn gemm_scratch_len(plan: &Plan, shapes: &[Dims], threads: usize) -> usize {
             }
             Op::Conv(c) if c.kind == ConvKind::Conv && c.q.is_none() => {
                 let g = geometry(c, &shapes[c.x], &shapes[c.y]);
-                let (pixels, packed) = (g.out_pixels(), c.packed.first()?);
-                let (m, n) = if g.is_pointwise() {
-                    (pixels, g.out_channels())
-                } else {
-                    (CONV_BLOCK_PIXELS.min(pixels), g.group_out)
-                };
-                let p = GemmF32 {
-                    m,
-                    n,
-                    k: g.patch_len(),
-                    a: &[],
-                    lda: g.patch_len(),
-                    b: RhsF32::Packed(packed),
-                    bias: None,
-                    clamp: None,
-                };
-                Some(p.scratch_len(threads))
+                Some(threads.max(1) * conv_gemm_scratch_len(&g, c))
             }
             _ => None,
         })
@@ -666,6 +651,7 @@ fn gemm_scratch_len(plan: &Plan, shapes: &[Dims], threads: usize) -> usize {
 }
 
 /// Batched matrix products with broadcast batch dimensions.
+#[allow(clippy::too_many_arguments)]
 fn batch_matmul(
     ad: &Dims,
     a: &[f32],
@@ -764,6 +750,7 @@ fn geometry(c: &ConvOp, xd: &Dims, yd: &Dims) -> ConvGeometry {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn convolution(
     c: &ConvOp,
     pool: &ThreadPool,
@@ -824,9 +811,11 @@ fn convolution(
     Ok(())
 }
 
-/// An fp32 convolution as GEMMs against the filter packed at init: a pointwise one
-/// multiplies the image itself, the others blocks of [`CONV_BLOCK_PIXELS`] im2col rows
-/// (filled on the pool) per group; the GEMM splits its tiles over the pool.
+/// An fp32 convolution as GEMMs against the filter packed at init. Each thread of the
+/// pool takes one share of the output pixels and walks it in blocks of
+/// [`CONV_BLOCK_PIXELS`]: a pointwise convolution multiplies the image rows themselves,
+/// the others an im2col block per group, with that thread's own `col` and GEMM scratch
+/// (one hand-off per convolution, not one per block).
 fn conv_gemm(
     g: &ConvGeometry,
     pool: &ThreadPool,
@@ -836,52 +825,92 @@ fn conv_gemm(
     col: &mut [f32],
     scratch: &mut [f32],
 ) -> Result<(), KernelError> {
-    let (co, go, patch, pixels) = (g.out_channels(), g.group_out, g.patch_len(), g.out_pixels());
-    let clamp = clamp_of(c.min, c.max);
+    let (co, pixels) = (g.out_channels(), g.out_pixels());
     if c.packed.len() != g.groups || c.bias.len() < co || dst.len() < pixels * co {
         return Err(short("convolution"));
     }
-    if g.is_pointwise() {
-        let p = GemmF32 {
-            m: pixels,
-            n: co,
-            k: patch,
-            a: src,
-            lda: patch,
-            b: RhsF32::Packed(&c.packed[0]),
-            bias: Some(&c.bias[..co]),
-            clamp,
-        };
-        return Ok(gemm_f32(pool, &p, &mut dst[..pixels * co], scratch)?);
+    let threads = pool.threads().max(1);
+    let per_task = pixels.div_ceil(threads).max(1);
+    let tasks = pixels.div_ceil(per_task);
+    let (col_len, gemm_len) = (conv_col_len(g), conv_gemm_scratch_len(g, c));
+    if col.len() < tasks * col_len || scratch.len() < tasks * gemm_len {
+        return Err(short("convolution scratch"));
     }
-    let mut p0 = 0;
-    while p0 < pixels {
-        let nb = CONV_BLOCK_PIXELS.min(pixels - p0);
+    let dst = &mut dst[..pixels * co];
+    let task = |t: usize, out: &mut [f32], col: &mut [f32], scratch: &mut [f32]| {
+        let first = t * per_task;
+        conv_pixels(
+            g,
+            c,
+            src,
+            first..first + out.len() / co.max(1),
+            out,
+            col,
+            scratch,
+        )
+    };
+    if tasks == 1 {
+        return task(0, dst, col, scratch);
+    }
+    pool.install(|| {
+        dst.par_chunks_mut(per_task * co)
+            .zip(col.par_chunks_mut(col_len.max(1)))
+            .zip(scratch.par_chunks_mut(gemm_len.max(1)))
+            .enumerate()
+            .try_for_each(|(t, ((out, col), scratch))| task(t, out, col, scratch))
+    })
+}
+
+/// Output pixels `pixels` of one image into `out` (their rows only), on this thread.
+fn conv_pixels(
+    g: &ConvGeometry,
+    c: &ConvOp,
+    src: &[f32],
+    pixels: Range<usize>,
+    out: &mut [f32],
+    col: &mut [f32],
+    scratch: &mut [f32],
+) -> Result<(), KernelError> {
+    let serial = ThreadPool::serial();
+    let (co, go, patch) = (g.out_channels(), g.group_out, g.patch_len());
+    let clamp = clamp_of(c.min, c.max);
+    let pointwise = g.is_pointwise();
+    let mut p0 = pixels.start;
+    while p0 < pixels.end {
+        let nb = CONV_BLOCK_PIXELS.min(pixels.end - p0);
+        let rows = &mut out[(p0 - pixels.start) * co..][..nb * co];
         for (grp, packed) in c.packed.iter().enumerate() {
             let (cols, grouped) = col
-                .split_at_mut_checked(nb * patch)
+                .split_at_mut_checked(if pointwise { 0 } else { nb * patch })
                 .ok_or_else(|| short("convolution im2col"))?;
-            fill_im2col_nhwc(pool, g, src, grp, p0..p0 + nb, cols)?;
-            let bias = &c.bias[grp * go..(grp + 1) * go];
+            let a: &[f32] = if pointwise {
+                src.get(p0 * patch..(p0 + nb) * patch)
+                    .ok_or_else(|| short("convolution input"))?
+            } else {
+                if !conv::im2col_nhwc(g, src, grp, p0..p0 + nb, cols) {
+                    return Err(short("convolution im2col"));
+                }
+                cols
+            };
             let p = GemmF32 {
                 m: nb,
                 n: go,
                 k: patch,
-                a: cols,
+                a,
                 lda: patch,
                 b: RhsF32::Packed(packed),
-                bias: Some(bias),
+                bias: Some(&c.bias[grp * go..(grp + 1) * go]),
                 clamp,
             };
             if g.groups == 1 {
-                gemm_f32(pool, &p, &mut dst[p0 * co..(p0 + nb) * co], scratch)?;
+                gemm_f32(&serial, &p, rows, scratch)?;
             } else {
-                let out = grouped
+                let block = grouped
                     .get_mut(..nb * go)
                     .ok_or_else(|| short("convolution group block"))?;
-                gemm_f32(pool, &p, out, scratch)?;
-                for (r, row) in out.chunks_exact(go.max(1)).enumerate() {
-                    dst[(p0 + r) * co + grp * go..][..go].copy_from_slice(row);
+                gemm_f32(&serial, &p, block, scratch)?;
+                for (r, row) in block.chunks_exact(go.max(1)).enumerate() {
+                    rows[r * co + grp * go..][..go].copy_from_slice(row);
                 }
             }
         }
@@ -890,29 +919,30 @@ fn conv_gemm(
     Ok(())
 }
 
-/// The im2col rows of output pixels `pixels` for group `grp`, split over the pool.
-fn fill_im2col_nhwc(
-    pool: &ThreadPool,
-    g: &ConvGeometry,
-    src: &[f32],
-    grp: usize,
-    pixels: Range<usize>,
-    cols: &mut [f32],
-) -> Result<(), KernelError> {
-    let patch = g.patch_len().max(1);
-    let per_task = pixels.len().div_ceil(pool.threads().max(1)).max(1);
-    let ok = std::sync::atomic::AtomicBool::new(true);
-    pool.for_each_chunk_mut(cols, per_task * patch, 1, |t, chunk| {
-        let p = pixels.start + t * per_task;
-        if !conv::im2col_nhwc(g, src, grp, p..p + chunk.len() / patch, chunk) {
-            ok.store(false, std::sync::atomic::Ordering::Relaxed);
-        }
-    });
-    if ok.into_inner() {
-        Ok(())
-    } else {
-        Err(short("convolution im2col"))
+/// `col` elements one thread of an fp32 convolution needs: an im2col block (none when
+/// pointwise) and, with several groups, a block of one group's outputs.
+fn conv_col_len(g: &ConvGeometry) -> usize {
+    let patch = if g.is_pointwise() { 0 } else { g.patch_len() };
+    let grouped = if g.groups > 1 { g.group_out } else { 0 };
+    CONV_BLOCK_PIXELS * (patch + grouped)
+}
+
+/// GEMM scratch one thread of an fp32 convolution needs.
+fn conv_gemm_scratch_len(g: &ConvGeometry, c: &ConvOp) -> usize {
+    let Some(packed) = c.packed.first() else {
+        return 0;
+    };
+    GemmF32 {
+        m: CONV_BLOCK_PIXELS.min(g.out_pixels()),
+        n: g.group_out,
+        k: g.patch_len(),
+        a: &[],
+        lda: g.patch_len(),
+        b: RhsF32::Packed(packed),
+        bias: None,
+        clamp: None,
     }
+    .scratch_len(1)
 }
 
 /// XNNPACK's `output_min/max` as a GEMM clamp (`None` when it clamps nothing).

@@ -413,14 +413,15 @@ pub struct Plan {
     pub packed_bytes: usize,
     /// Longest im2col row of the convolutions.
     pub max_patch: usize,
-    /// Elements of im2col block (and grouped-output block) the fp32 convolutions need.
+    /// Elements of im2col block (and grouped-output block) one thread of the fp32
+    /// convolutions needs.
     pub conv_block_len: usize,
 }
 
 impl Plan {
     /// Elements of im2col scratch a call with `threads` threads needs.
     pub fn im2col_len(&self, threads: usize) -> usize {
-        (self.max_patch * crate::exec::IM2COL_BLOCK * threads.max(1)).max(self.conv_block_len)
+        (self.max_patch * crate::exec::IM2COL_BLOCK).max(self.conv_block_len) * threads.max(1)
     }
 }
 

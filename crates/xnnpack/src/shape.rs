@@ -136,9 +136,15 @@ pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
             let ab = Dims::new(&ad.as_slice()[..ad.rank() - 2]).unwrap_or_default();
             let bb = Dims::new(&bd.as_slice()[..bd.rank() - 2]).unwrap_or_default();
             let batch = broadcast(&ab, &bb).ok_or("batch dimensions do not broadcast")?;
-            let mut out = batch.as_slice().to_vec();
-            out.extend_from_slice(&[m, n]);
-            set(shapes, *y, Dims::new(&out).ok_or("too many dimensions")?);
+            let lead = batch.rank();
+            let mut out = [0usize; crate::dims::MAX_DIMS + 2];
+            out[..lead].copy_from_slice(batch.as_slice());
+            out[lead..lead + 2].copy_from_slice(&[m, n]);
+            set(
+                shapes,
+                *y,
+                Dims::new(&out[..lead + 2]).ok_or("too many dimensions")?,
+            );
         }
         Op::Transpose { x, y, perm } => {
             let xd = get(shapes, *x);
@@ -326,14 +332,17 @@ pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
             if r < 3 {
                 return Err("global average pooling needs rank 3 or more");
             }
-            let mut out = xd.as_slice().to_vec();
-            if *keep_dims {
-                out[r - 3] = 1;
-                out[r - 2] = 1;
-            } else {
-                out.drain(r - 3..r - 1);
+            // The pooled height and width (dims r-3 and r-2) become 1 or go.
+            let mut out = [0usize; crate::dims::MAX_DIMS];
+            let mut n = 0;
+            for (i, &d) in xd.as_slice().iter().enumerate() {
+                let pooled = i == r - 3 || i == r - 2;
+                if !pooled || *keep_dims {
+                    out[n] = if pooled { 1 } else { d };
+                    n += 1;
+                }
             }
-            set(shapes, *y, Dims::new(&out).unwrap_or_default());
+            set(shapes, *y, Dims::new(&out[..n]).unwrap_or_default());
         }
         Op::Resize {
             x,

@@ -534,6 +534,13 @@ fn pack_a_panel<T: WeightElem>(
     panel: &mut [f32],
 ) {
     let k = a.cols;
+    if a.cs == 1 && rows == mr {
+        match mr {
+            6 => return pack_a_full::<6, T>(s, a, row0, panel),
+            8 => return pack_a_full::<8, T>(s, a, row0, panel),
+            _ => {}
+        }
+    }
     for r in 0..mr {
         if r >= rows {
             for kk in 0..k {
@@ -550,6 +557,27 @@ fn pack_a_panel<T: WeightElem>(
             for kk in 0..k {
                 panel[kk * mr + r] = s[base + kk * a.cs].to_f32();
             }
+        }
+    }
+}
+
+/// [`pack_a_panel`] for a full panel of `MR` contiguous rows: written step by step
+/// (sequential stores, `MR` read streams).
+#[inline]
+fn pack_a_full<const MR: usize, T: WeightElem>(
+    s: &[T],
+    a: &MatRef<'_>,
+    row0: usize,
+    panel: &mut [f32],
+) {
+    let k = a.cols;
+    let rows: [&[T]; MR] = std::array::from_fn(|r| {
+        let base = a.offset + (row0 + r) * a.rs;
+        &s[base..base + k]
+    });
+    for (kk, step) in panel.chunks_exact_mut(MR).take(k).enumerate() {
+        for (o, row) in step.iter_mut().zip(&rows) {
+            *o = row[kk].to_f32();
         }
     }
 }
