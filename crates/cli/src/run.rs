@@ -42,7 +42,8 @@ pub struct RunArgs {
     /// Where outputs are written: out0.npy, out1.npy, ... (step0.out0.npy, ... with --then).
     #[arg(long, default_value = ".", value_name = "DIR")]
     output_dir: PathBuf,
-    /// Runs each call N times and reports the median time (outputs are from the last run).
+    /// Runs each call N times, its inputs set again before each, and reports the median
+    /// time (outputs are from the last run).
     #[arg(long, default_value_t = 1, value_name = "N")]
     repeat: usize,
     /// Kernel threads (0: one per available core).
@@ -220,27 +221,32 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
 
     let mut results = Vec::new();
     for (k, call_inputs) in inputs.iter().enumerate() {
-        module
-            .method_mut(&args.method)?
-            .set_inputs(call_inputs)
-            .with_context(|| format!("call {k}"))?;
         let mut times = Vec::with_capacity(args.repeat);
-        let before = CountingAllocator::global_counts();
+        let mut allocations = 0;
         for _ in 0..args.repeat {
+            // Inputs again before every repetition: the memory plan may reuse an
+            // input's buffer once the input is dead, so a call can overwrite it.
+            module
+                .method_mut(&args.method)?
+                .set_inputs(call_inputs)
+                .with_context(|| format!("call {k}"))?;
+            let before = CountingAllocator::global_counts();
             let start = Instant::now();
             module
                 .method_mut(&args.method)?
                 .execute()
                 .with_context(|| format!("call {k}"))?;
             times.push(start.elapsed());
+            allocations += CountingAllocator::global_counts()
+                .since(&before)
+                .allocations;
         }
-        let heap = CountingAllocator::global_counts().since(&before);
         times.sort();
         let outputs = module.method_mut(&args.method)?.outputs()?;
         results.push(CallResult {
             outputs,
             median: times[times.len() / 2],
-            heap_allocations_per_run: heap.allocations as f64 / args.repeat as f64,
+            heap_allocations_per_run: allocations as f64 / args.repeat as f64,
         });
     }
 

@@ -823,3 +823,28 @@ fn run_help_teaches_image_inputs_and_top_k() {
         assert!(help.contains(needle), "{needle}: {help}");
     }
 }
+
+#[test]
+fn repeated_runs_give_the_official_outputs() {
+    // ResNet's memory plan reuses the input's buffer once the input is dead: every
+    // repetition must start from the given inputs again, not from what the last one left.
+    let dir = tempfile::tempdir().unwrap();
+    let o = etch(&[
+        "run",
+        &fixture("vision_resnet.pte").display().to_string(),
+        "--input",
+        &fixture("vision_resnet/call0.in0.npy").display().to_string(),
+        "--repeat",
+        "3",
+        "--output-dir",
+        &dir.path().display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = read_f32_npy(&dir.path().join("out0.npy"));
+    let want = read_f32_npy(&fixture("vision_resnet/call0.out0.npy"));
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-4 * scale, "{g} vs {w}");
+    }
+}
