@@ -80,6 +80,37 @@ impl ConvGeometry {
             .checked_sub(pad)
             .filter(|&s| s < size)
     }
+
+    /// Calls `f(pixel, tap)` for every kernel tap of output pixel `(oy, ox)` that reads
+    /// inside the input: `pixel = iy * in_w + ix` is the input pixel it reads and
+    /// `tap = ky * kernel_w + kx` the filter tap.
+    #[inline(always)]
+    fn for_each_tap(&self, oy: usize, ox: usize, mut f: impl FnMut(usize, usize)) {
+        for ky in 0..self.kernel_h {
+            let Some(iy) = Self::source(
+                oy,
+                ky,
+                self.stride_h,
+                self.dilation_h,
+                self.pad_top,
+                self.in_h,
+            ) else {
+                continue;
+            };
+            for kx in 0..self.kernel_w {
+                if let Some(ix) = Self::source(
+                    ox,
+                    kx,
+                    self.stride_w,
+                    self.dilation_w,
+                    self.pad_left,
+                    self.in_w,
+                ) {
+                    f(iy * self.in_w + ix, ky * self.kernel_w + kx);
+                }
+            }
+        }
+    }
 }
 
 /// Writes the im2col rows of output pixels `pixels` (row-major over `out_h x out_w`)
@@ -269,25 +300,13 @@ impl Depthwise<'_> {
             let len = DEPTHWISE_LANES.min(c - c0);
             let mut acc = [0f32; DEPTHWISE_LANES];
             acc[..len].copy_from_slice(&self.bias[c0..c0 + len]);
-            for ky in 0..g.kernel_h {
-                let Some(iy) =
-                    ConvGeometry::source(oy, ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h)
-                else {
-                    continue;
-                };
-                for kx in 0..g.kernel_w {
-                    let Some(ix) =
-                        ConvGeometry::source(ox, kx, g.stride_w, g.dilation_w, g.pad_left, g.in_w)
-                    else {
-                        continue;
-                    };
-                    let px = &self.input[(iy * g.in_w + ix) * c + c0..][..len];
-                    let w = &self.filter[(ky * g.kernel_w + kx) * c + c0..][..len];
-                    for ((a, &x), &w) in acc.iter_mut().zip(px).zip(w) {
-                        *a = madd::<FUSED>(x, w, *a);
-                    }
+            g.for_each_tap(oy, ox, |pixel, tap| {
+                let px = &self.input[pixel * c + c0..][..len];
+                let w = &self.filter[tap * c + c0..][..len];
+                for ((a, &x), &w) in acc.iter_mut().zip(px).zip(w) {
+                    *a = madd::<FUSED>(x, w, *a);
                 }
-            }
+            });
             for (o, &a) in out[c0..c0 + len].iter_mut().zip(&acc) {
                 *o = a.max(self.min).min(self.max);
             }
@@ -302,28 +321,16 @@ impl Depthwise<'_> {
         let (c, mult) = (g.groups, g.group_out);
         let co = c * mult;
         out.copy_from_slice(&self.bias[..co]);
-        for ky in 0..g.kernel_h {
-            let Some(iy) =
-                ConvGeometry::source(oy, ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h)
-            else {
-                continue;
-            };
-            for kx in 0..g.kernel_w {
-                let Some(ix) =
-                    ConvGeometry::source(ox, kx, g.stride_w, g.dilation_w, g.pad_left, g.in_w)
-                else {
-                    continue;
-                };
-                let px = &self.input[(iy * g.in_w + ix) * c..][..c];
-                let w = &self.filter[(ky * g.kernel_w + kx) * co..][..co];
-                for (ch, &x) in px.iter().enumerate() {
-                    let (o, w) = (&mut out[ch * mult..][..mult], &w[ch * mult..][..mult]);
-                    for (o, &w) in o.iter_mut().zip(w) {
-                        *o = madd::<FUSED>(x, w, *o);
-                    }
+        g.for_each_tap(oy, ox, |pixel, tap| {
+            let px = &self.input[pixel * c..][..c];
+            let w = &self.filter[tap * co..][..co];
+            for (ch, &x) in px.iter().enumerate() {
+                let (o, w) = (&mut out[ch * mult..][..mult], &w[ch * mult..][..mult]);
+                for (o, &w) in o.iter_mut().zip(w) {
+                    *o = madd::<FUSED>(x, w, *o);
                 }
             }
-        }
+        });
         for o in out.iter_mut() {
             *o = o.max(self.min).min(self.max);
         }
@@ -345,7 +352,7 @@ fn madd<const FUSED: bool>(x: f32, w: f32, o: f32) -> f32 {
 mod x86 {
     use std::arch::x86_64::*;
 
-    use super::{ConvGeometry, DEPTHWISE_LANES, Depthwise};
+    use super::{DEPTHWISE_LANES, Depthwise};
     use crate::CpuSupport;
 
     /// [`Depthwise::rows`] with AVX2 and FMA.
@@ -399,25 +406,13 @@ mod x86 {
             }
         };
         let mut acc = load(&dw.bias[c0..]);
-        for ky in 0..g.kernel_h {
-            let Some(iy) =
-                ConvGeometry::source(oy, ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h)
-            else {
-                continue;
-            };
-            for kx in 0..g.kernel_w {
-                let Some(ix) =
-                    ConvGeometry::source(ox, kx, g.stride_w, g.dilation_w, g.pad_left, g.in_w)
-                else {
-                    continue;
-                };
-                let x = load(&dw.input[(iy * g.in_w + ix) * c + c0..]);
-                let w = load(&dw.filter[(ky * g.kernel_w + kx) * c + c0..]);
-                for l in 0..4 {
-                    acc[l] = _mm256_fmadd_ps(x[l], w[l], acc[l]);
-                }
+        g.for_each_tap(oy, ox, |pixel, tap| {
+            let x = load(&dw.input[pixel * c + c0..]);
+            let w = load(&dw.filter[tap * c + c0..]);
+            for l in 0..4 {
+                acc[l] = _mm256_fmadd_ps(x[l], w[l], acc[l]);
             }
-        }
+        });
         let (lo, hi) = (_mm256_set1_ps(dw.min), _mm256_set1_ps(dw.max));
         let out = &mut out[..DEPTHWISE_LANES];
         for (l, a) in acc.iter().enumerate() {
