@@ -1,5 +1,11 @@
 //! Broadcasting binary kernels: arithmetic (`add`, `sub`, `mul`, `div`, `rsub`, `pow`,
-//! `maximum`, `minimum`), bitwise and logical ops, and `where`.
+//! `maximum`, `minimum`, `floor_divide`, `fmod`, `remainder`), bitwise and logical ops,
+//! and `where`.
+//!
+//! Integer `remainder` follows PyTorch (the result takes the divisor's sign); the
+//! official portable kernel 1.5.1 applies C's `%` to integers instead, so the two differ
+//! on integer operands of opposite signs. An integer division by zero is an error in
+//! every op that divides.
 //!
 //! All follow PyTorch: operands broadcast (up to 16 dims), the common dtype is
 //! `torch.result_type` of the operands (a Scalar is a wrapped number), `div` of
@@ -47,6 +53,21 @@ pub fn register(r: &mut Registry) {
         tensor_op(c, a, Op::Pow, false)
     });
     r.register("aten::pow.Scalar_out", pow_scalar_base);
+    r.register("aten::floor_divide.out", |c, a| {
+        tensor_op(c, a, Op::DivFloor, false)
+    });
+    r.register("aten::fmod.Tensor_out", |c, a| {
+        tensor_op(c, a, Op::Fmod, false)
+    });
+    r.register("aten::fmod.Scalar_out", |c, a| {
+        scalar_op(c, a, Op::Fmod, false)
+    });
+    r.register("aten::remainder.Tensor_out", |c, a| {
+        tensor_op(c, a, Op::Remainder, false)
+    });
+    r.register("aten::remainder.Scalar_out", |c, a| {
+        scalar_op(c, a, Op::Remainder, false)
+    });
     r.register("aten::maximum.out", |c, a| tensor_op(c, a, Op::Max, false));
     r.register("aten::minimum.out", |c, a| tensor_op(c, a, Op::Min, false));
     r.register("aten::bitwise_and.Tensor_out", |c, a| {
@@ -84,6 +105,10 @@ pub enum Op {
     Div,
     DivTrunc,
     DivFloor,
+    /// `fmod`: the remainder with the sign of the dividend.
+    Fmod,
+    /// `remainder`: the remainder with the sign of the divisor (Python's `%`).
+    Remainder,
     Pow,
     Max,
     Min,
@@ -291,10 +316,10 @@ pub fn arith_dtype(x: &Operand, y: &Operand, op: Op) -> Result<ScalarType, Kerne
                 "subtraction with two bool tensors is not supported; use logical_xor",
             ));
         }
-        Op::DivTrunc | Op::DivFloor if common == ScalarType::Bool => {
+        Op::DivTrunc | Op::DivFloor | Op::Fmod | Op::Remainder if common == ScalarType::Bool => {
             return Err(KernelError::UnsupportedDtype {
                 dtype: common,
-                what: "div with rounding_mode",
+                what: "division and remainder ops (numbers only)",
             });
         }
         Op::BitAnd | Op::BitOr | Op::BitXor if common.is_floating_point() => {
@@ -380,6 +405,14 @@ fn run_arith<C: Num>(
         Op::DivFloor => go!(|x: C, y: C| {
             checked(y);
             x.div_floor(y)
+        }),
+        Op::Fmod => go!(|x: C, y: C| {
+            checked(y);
+            x.fmod(y)
+        }),
+        Op::Remainder => go!(|x: C, y: C| {
+            checked(y);
+            x.remainder(y)
         }),
         Op::Pow => go!(|x: C, y: C| x.pow(y)),
         Op::Max => go!(|x: C, y: C| x.maximum(y)),

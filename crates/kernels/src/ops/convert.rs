@@ -1,5 +1,6 @@
-//! Copies and dtype conversions: `_to_copy`, `clone`, and the dim-order variants
-//! `_to_dim_order_copy` and `_clone_dim_order`.
+//! Copies and dtype conversions: `_to_copy`, `clone`, `detach_copy`,
+//! `lift_fresh_copy`, `copy` (a broadcasting, casting copy into `self`'s shape), and
+//! the dim-order variants `_to_dim_order_copy` and `_clone_dim_order`.
 //!
 //! Each element is cast straight from the input dtype to the out dtype with PyTorch's
 //! conversions (float to int truncates toward zero, to bool tests `!= 0`, f32 to
@@ -8,6 +9,9 @@
 
 use super::elementwise::dtype::{is_supported, unsupported, with_elem};
 use super::elementwise::{Operand, Spec, Src, map, zip1};
+use super::shape::common::{
+    MAX_DIMS, Strided, broadcast_strides, copy_tensor_cast, require_contiguous,
+};
 use crate::schema::{MemoryFormat, OpArgs, OutArg, op_args};
 use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
@@ -15,6 +19,9 @@ use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tenso
 pub fn register(r: &mut Registry) {
     r.register("aten::_to_copy.out", to_copy);
     r.register("aten::clone.out", clone);
+    r.register("aten::detach_copy.out", same_copy);
+    r.register("aten::lift_fresh_copy.out", same_copy);
+    r.register("aten::copy.out", copy_out);
     r.register("dim_order_ops::_to_dim_order_copy.out", |c, a| {
         dim_order_copy(c, a, false)
     });
@@ -93,6 +100,67 @@ fn clone(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
         });
     }
     copy_cast(ctx, &input, &out)
+}
+
+op_args! {
+    /// `detach_copy.out(Tensor self, *, Tensor(a!) out)` and `lift_fresh_copy.out`.
+    struct SameCopyArgs = "aten::<detach_copy|lift_fresh_copy>.out" {
+        input: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
+/// `detach_copy` and `lift_fresh_copy`: a copy of the same dtype.
+fn same_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let SameCopyArgs { input, out } = SameCopyArgs::unpack(a)?;
+    let out = out.resize(a, input.sizes())?;
+    if out.dtype() != input.dtype() {
+        return Err(KernelError::DtypeMismatch {
+            expected: input.dtype(),
+            found: out.dtype(),
+        });
+    }
+    copy_cast(ctx, &input, &out)
+}
+
+op_args! {
+    /// `copy.out(Tensor self, Tensor src, bool non_blocking=False, *, Tensor(a!) out)`:
+    /// `src` broadcast to `self`'s shape and cast to `self`'s dtype.
+    struct CopyArgs = "aten::copy.out" {
+        input: Tensor,
+        src: Tensor,
+        non_blocking: bool,
+        out: OutArg,
+    } returns 1
+}
+
+fn copy_out(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let CopyArgs {
+        input, src, out, ..
+    } = CopyArgs::unpack(a)?;
+    let out = out.resize(a, input.sizes())?;
+    if out.dtype() != input.dtype() {
+        return Err(KernelError::DtypeMismatch {
+            expected: input.dtype(),
+            found: out.dtype(),
+        });
+    }
+    broadcast_copy(ctx, &src, &out, "copy")
+}
+
+/// Copies `src` broadcast to `out`'s shape, cast to `out`'s dtype (both contiguous).
+pub(crate) fn broadcast_copy(
+    ctx: &KernelContext<'_>,
+    src: &Tensor,
+    out: &Tensor,
+    what: &'static str,
+) -> Result<(), KernelError> {
+    require_contiguous(src, what)?;
+    require_contiguous(out, what)?;
+    let mut buf = [0usize; MAX_DIMS];
+    let strides = broadcast_strides(src.sizes(), src.strides(), out.sizes(), &mut buf)?;
+    let layout = Strided::new(out.sizes(), strides)?;
+    copy_tensor_cast(ctx, src, out, 0, &layout, what)
 }
 
 op_args! {
@@ -313,5 +381,29 @@ mod tests {
                 .is_err()
         );
         assert!(h.call("aten::_to_copy.out", &[x, f, none, back]).is_err());
+    }
+
+    #[test]
+    fn detach_lift_and_copy() {
+        let mut h = Harness::new();
+        let x = h.tensor(&[2, 3], &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        let out = h.out(ScalarType::Float, &[3, 2]);
+        for op in ["aten::detach_copy.out", "aten::lift_fresh_copy.out"] {
+            h.call(op, &[x, out, out]).unwrap();
+            assert_eq!(h.tensor_meta(out).sizes(), &[2, 3]);
+            assert_eq!(h.read::<f32>(out), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+        }
+        let outi = h.out(ScalarType::Int, &[2, 3]);
+        assert!(h.call("aten::detach_copy.out", &[x, outi, outi]).is_err());
+        // copy: src [3] (int) broadcast over self [2, 3] (float), cast.
+        let src = h.tensor(&[3], &[7i64, -8, 9]);
+        let f = h.bool(false);
+        h.call("aten::copy.out", &[x, src, f, out, out]).unwrap();
+        assert_eq!(h.read::<f32>(out), vec![7.0, -8.0, 9.0, 7.0, -8.0, 9.0]);
+        // A src that does not broadcast to self's shape is refused.
+        let bad = h.tensor(&[2], &[1.0f32, 2.0]);
+        assert!(h.call("aten::copy.out", &[x, bad, f, out, out]).is_err());
+        // The out dtype must be self's.
+        assert!(h.call("aten::copy.out", &[x, src, f, outi, outi]).is_err());
     }
 }

@@ -1,5 +1,5 @@
-//! Tensor creation: `arange`, `full`, `full_like`, `zeros`, `ones`, `scalar_tensor`.
-//! Fill values are cast to the out dtype with PyTorch's conversions.
+//! Tensor creation: `arange`, `full`, `full_like`, `fill`, `zeros`, `ones`, `empty`,
+//! `scalar_tensor`. Fill values are cast to the out dtype with PyTorch's conversions.
 
 use super::elementwise::dtype::{Out, is_supported, unsupported};
 use crate::schema::{MemoryFormat, OpArgs, OutArg, op_args};
@@ -14,6 +14,9 @@ pub fn register(r: &mut Registry) {
     r.register("aten::zeros.out", |c, a| fill_sized(c, a, Scalar::Int(0)));
     r.register("aten::ones.out", |c, a| fill_sized(c, a, Scalar::Int(1)));
     r.register("aten::scalar_tensor.out", scalar_tensor);
+    r.register("aten::fill.Scalar_out", fill_scalar);
+    r.register("aten::fill.Tensor_out", fill_tensor);
+    r.register("aten::empty.out", empty);
 }
 
 fn fill(ctx: &KernelContext<'_>, out: &Tensor, v: Scalar) -> Result<(), KernelError> {
@@ -98,6 +101,60 @@ fn full_like(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErro
     } = FullLikeArgs::unpack(a)?;
     let out = out.resize(a, input.sizes())?;
     fill(ctx, &out, fill_value)
+}
+
+op_args! {
+    /// `fill.Scalar_out(Tensor self, Scalar value, *, Tensor(a!) out)`.
+    struct FillScalarArgs = "aten::fill.Scalar_out" {
+        input: Tensor,
+        value: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
+fn fill_scalar(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let FillScalarArgs { input, value, out } = FillScalarArgs::unpack(a)?;
+    let out = out.resize(a, input.sizes())?;
+    fill(ctx, &out, value)
+}
+
+op_args! {
+    /// `fill.Tensor_out(Tensor self, Tensor value, *, Tensor(a!) out)`: `value` is 0-d.
+    struct FillTensorArgs = "aten::fill.Tensor_out" {
+        input: Tensor,
+        value: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
+fn fill_tensor(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let FillTensorArgs { input, value, out } = FillTensorArgs::unpack(a)?;
+    if value.rank() != 0 {
+        return Err(KernelError::invalid(format!(
+            "fill.Tensor: value must be a 0-dim tensor, got shape {:?}",
+            value.sizes()
+        )));
+    }
+    let out = out.resize(a, input.sizes())?;
+    super::convert::broadcast_copy(ctx, &value, &out, "fill")
+}
+
+op_args! {
+    /// `empty.out(SymInt[] size, *, MemoryFormat? memory_format=None, Tensor(a!) out)`:
+    /// resizes `out` and leaves its contents as they are, as upstream does.
+    struct EmptyArgs<'a> = "aten::empty.out" {
+        size: IntList<'a>,
+        memory_format: MemoryFormat,
+        out: OutArg,
+    } returns 1
+}
+
+fn empty(_: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let EmptyArgs { size, out, .. } = EmptyArgs::unpack(a)?;
+    let mut buf = [0usize; MAX_RANK];
+    let sizes = sizes_of(size, &mut buf)?;
+    out.resize(a, sizes)?;
+    Ok(())
 }
 
 op_args! {
@@ -297,5 +354,38 @@ mod tests {
         assert!(h.call("aten::scalar_tensor.out", &[v, out, out]).is_err());
         let q = h.tensor_raw(ScalarType::QInt8, &[], &[0]);
         assert!(h.call("aten::scalar_tensor.out", &[v, q, q]).is_err());
+    }
+
+    #[test]
+    fn fill_and_empty() {
+        let mut h = Harness::new();
+        let x = h.tensor(&[2, 2], &[1i32, 2, 3, 4]);
+        let v = h.double(-3.7);
+        let out = h.out(ScalarType::Int, &[4, 1]);
+        h.call("aten::fill.Scalar_out", &[x, v, out, out]).unwrap();
+        assert_eq!(h.tensor_meta(out).sizes(), &[2, 2]);
+        assert_eq!(h.read::<i32>(out), vec![-3; 4]);
+        let value = h.tensor(&[], &[2.5f64]);
+        let outf = h.out(ScalarType::Float, &[2, 2]);
+        h.call("aten::fill.Tensor_out", &[x, value, outf, outf])
+            .unwrap();
+        assert_eq!(h.read::<f32>(outf), vec![2.5; 4]);
+        // The value must be 0-dim.
+        let vec_value = h.tensor(&[1], &[2.5f64]);
+        assert!(
+            h.call("aten::fill.Tensor_out", &[x, vec_value, outf, outf])
+                .is_err()
+        );
+        // empty resizes and leaves the contents alone.
+        let size = h.int_list(&[1, 3]);
+        let none = h.none();
+        h.call("aten::empty.out", &[size, none, outf, outf])
+            .unwrap();
+        assert_eq!(h.tensor_meta(outf).sizes(), &[1, 3]);
+        let too_big = h.int_list(&[3, 3]);
+        assert!(
+            h.call("aten::empty.out", &[too_big, none, outf, outf])
+                .is_err()
+        );
     }
 }

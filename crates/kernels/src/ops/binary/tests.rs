@@ -503,3 +503,58 @@ fn empty_and_zero_dim() {
     h.call("aten::mul.out", &[s, s, out0, out0]).unwrap();
     assert_eq!(h.read::<f32>(out0), vec![4.0]);
 }
+
+/// An op's name and its f64 reference.
+type Reference = (&'static str, fn(f64, f64) -> f64);
+
+#[test]
+fn floor_divide_fmod_remainder() {
+    let xs = [-7.5, -7.0, -1.0, 0.0, 3.0, 7.0, 7.5];
+    let ys = [2.0, -2.0, 3.0, -3.0, 2.0, -2.0, 4.0];
+    for dtype in [ScalarType::Float, ScalarType::Long] {
+        let mut h = Harness::new();
+        let x: Vec<f64> = xs.iter().map(|&v| round_through(dtype, v)).collect();
+        let a = tensor(&mut h, dtype, &[7], &x);
+        let y = ys.to_vec();
+        let b = tensor(&mut h, dtype, &[7], &y);
+        let cases: [Reference; 3] = [
+            ("aten::floor_divide.out", |x, y| (x / y).floor()),
+            ("aten::fmod.Tensor_out", |x, y| x % y),
+            ("aten::remainder.Tensor_out", |x, y| x - y * (x / y).floor()),
+        ];
+        for (name, f) in cases {
+            let out = h.out(dtype, &[7]);
+            h.call(name, &[a, b, out, out]).unwrap();
+            let want: Vec<f64> = x
+                .iter()
+                .zip(&y)
+                .map(|(&x, &y)| round_through(dtype, f(x, y)))
+                .collect();
+            assert_close(&read(&mut h, out), &want, 1e-6, 0.0);
+        }
+        let two = h.int(-2);
+        let out = h.out(dtype, &[7]);
+        h.call("aten::remainder.Scalar_out", &[a, two, out, out])
+            .unwrap();
+        let want: Vec<f64> = x.iter().map(|&x| x - -2.0 * (x / -2.0).floor()).collect();
+        assert_close(&read(&mut h, out), &want, 1e-6, 0.0);
+    }
+    // Integer division by zero is an error; a float one follows IEEE.
+    let mut h = Harness::new();
+    let a = tensor(&mut h, ScalarType::Long, &[2], &[5.0, -5.0]);
+    let z = tensor(&mut h, ScalarType::Long, &[2], &[1.0, 0.0]);
+    for name in [
+        "aten::floor_divide.out",
+        "aten::fmod.Tensor_out",
+        "aten::remainder.Tensor_out",
+    ] {
+        let out = h.out(ScalarType::Long, &[2]);
+        assert!(h.call(name, &[a, z, out, out]).is_err(), "{name}");
+    }
+    let f = tensor(&mut h, ScalarType::Float, &[1], &[5.0]);
+    let zero = h.double(0.0);
+    let out = h.out(ScalarType::Float, &[1]);
+    h.call("aten::fmod.Scalar_out", &[f, zero, out, out])
+        .unwrap();
+    assert!(read(&mut h, out)[0].is_nan());
+}

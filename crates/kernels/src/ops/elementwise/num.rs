@@ -18,6 +18,12 @@ pub trait Num: Element + PartialOrd + Copy {
     fn div_trunc(self, o: Self) -> Self;
     /// Division rounded toward negative infinity (integers: `o != 0`).
     fn div_floor(self, o: Self) -> Self;
+    /// C's `fmod`: the remainder of the truncating division, with the sign of `self`
+    /// (integers: `o != 0`).
+    fn fmod(self, o: Self) -> Self;
+    /// Python's modulo: the remainder of the flooring division, with the sign of `o`
+    /// (integers: `o != 0`).
+    fn remainder(self, o: Self) -> Self;
     fn neg(self) -> Self;
     fn abs(self) -> Self;
     fn is_nan(self) -> bool;
@@ -98,6 +104,19 @@ macro_rules! float_num {
                     if div - f > 0.5 { f + 1.0 } else { f }
                 } else {
                     (0.0 as $t).copysign(self / o)
+                }
+            }
+            #[inline(always)]
+            fn fmod(self, o: Self) -> Self {
+                self % o
+            }
+            #[inline]
+            fn remainder(self, o: Self) -> Self {
+                let m = self % o;
+                if m != 0.0 && ((o < 0.0) != (m < 0.0)) {
+                    m + o
+                } else {
+                    m
                 }
             }
             #[inline(always)]
@@ -212,6 +231,19 @@ impl Num for i64 {
         }
     }
     #[inline(always)]
+    fn fmod(self, o: Self) -> Self {
+        if o == 0 { 0 } else { self.wrapping_rem(o) }
+    }
+    #[inline(always)]
+    fn remainder(self, o: Self) -> Self {
+        let m = self.fmod(o);
+        if m != 0 && ((o < 0) != (m < 0)) {
+            m.wrapping_add(o)
+        } else {
+            m
+        }
+    }
+    #[inline(always)]
     fn neg(self) -> Self {
         self.wrapping_neg()
     }
@@ -301,6 +333,10 @@ mod tests {
         assert_eq!(Num::pow(2i64, -1), 0);
         assert_eq!(Num::pow(-1i64, -3), -1);
         assert_eq!(Num::add(i64::MAX, 1), i64::MIN);
+        assert_eq!(Num::fmod(-7i64, 3), -1);
+        assert_eq!(Num::remainder(-7i64, 3), 2);
+        assert_eq!(Num::remainder(7i64, -3), -2);
+        assert_eq!(Num::remainder(i64::MIN, -1), 0);
     }
 
     #[test]
@@ -313,6 +349,10 @@ mod tests {
         assert!(Num::minimum(f64::NAN, 1.0).is_nan());
         assert_eq!(Num::minimum(2.0f32, 1.0), 1.0);
         assert_eq!(Num::div_trunc(-0.5f32, 1.0), 0.0);
+        assert_eq!(Num::fmod(-7.5f32, 2.0), -1.5);
+        assert_eq!(Num::remainder(-7.5f32, 2.0), 0.5);
+        assert_eq!(Num::remainder(7.5f64, -2.0), -0.5);
+        assert!(Num::remainder(1.0f32, 0.0).is_nan());
         assert!((Num::erf(1.0f32) - 0.842_700_8).abs() < 1e-6);
     }
 }
