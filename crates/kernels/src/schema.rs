@@ -32,8 +32,10 @@
 //!   programs differ (`split_copy.Tensor_out(...) -> ()` is emitted with or without a
 //!   trailing copy of its out list). The extra slots are not read.
 //!
-//! The positional accessors of [`Args`] (`a.tensor(0)`, `a.expect_len(5)`) remain as
-//! the legacy path for kernels not converted yet.
+//! Every kernel reads its arguments this way: the typed accessors of [`Args`] are
+//! private to the crate, for this module's [`ArgValue`] implementations. Delegates,
+//! whose arguments are their graph's inputs and outputs rather than a schema, use
+//! [`Args::len`], [`Args::tensor`] and [`Args::resize_tensor`].
 
 use std::ops::RangeInclusive;
 
