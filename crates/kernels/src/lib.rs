@@ -5,7 +5,7 @@
 //! bytes, scratch, pool) and the instruction's [`Args`]. Arguments follow ExecuTorch's
 //! calling convention: every schema argument in order, then the return value(s). Each
 //! op declares its argument schema once (`op_args!`, see [`schema`]) and unpacks the slots
-//! into a typed struct; the positional accessors of [`Args`] are the legacy path.
+//! into a typed struct.
 
 pub mod backend;
 mod context;

@@ -23,8 +23,21 @@
 //! every type; a mismatch is a [`KernelError::Argument`] naming the op and the
 //! argument (or a [`KernelError::OpArgCount`] naming the op). The field types implement [`ArgValue`].
 //!
-//! The positional accessors of [`Args`] (`a.tensor(0)`, `a.expect_len(5)`) remain as
-//! the legacy path for kernels not converted yet.
+//! Two layouts besides `.out` ops:
+//!
+//! * An op without an `out` argument whose kernel writes its result into the return
+//!   slot (`executorch_prim::add.Scalar(Scalar a, Scalar b) -> Scalar`, `sym_size`)
+//!   declares that slot as its last field, typed [`ResultSlot`], with `returns 0`.
+//! * `returns N..=M` accepts between `N` and `M` return slots, for ops whose emitted
+//!   programs differ (`split_copy.Tensor_out(...) -> ()` is emitted with or without a
+//!   trailing copy of its out list). The extra slots are not read.
+//!
+//! Every kernel reads its arguments this way: the typed accessors of [`Args`] are
+//! private to the crate, for this module's [`ArgValue`] implementations. Delegates,
+//! whose arguments are their graph's inputs and outputs rather than a schema, use
+//! [`Args::len`], [`Args::tensor`] and [`Args::resize_tensor`].
+
+use std::ops::RangeInclusive;
 
 use crate::{Args, EValue, IntList, KernelError, Scalar, ScalarType, Tensor, TensorList};
 
@@ -52,9 +65,71 @@ impl OutArg {
         args.resize_tensor(self.index, sizes)
     }
 
-    /// Replaces the out tensor's metadata (a view sharing another tensor's data).
+    /// Replaces the out tensor's metadata (a view sharing another tensor's data, or
+    /// the result of [`OutArg::resized`]).
     pub fn set(self, args: &mut Args<'_>, tensor: Tensor) -> Result<(), KernelError> {
         args.set_tensor(self.index, tensor)
+    }
+
+    /// The out tensor's metadata resized to `sizes` (within its bound), not yet
+    /// stored: for a kernel that fills the out tensor while it still reads list
+    /// arguments borrowed from `args` (resizing in place needs `args` mutably). The
+    /// kernel stores it with [`OutArg::set`] once it no longer reads them.
+    pub fn resized(&self, sizes: &[usize]) -> Result<Tensor, KernelError> {
+        let mut tensor = self.tensor;
+        tensor.resize(sizes)?;
+        Ok(tensor)
+    }
+}
+
+/// A `Tensor(a!)[] out` argument (the outputs of `split_copy`): its slot and item
+/// count. Items are read and resized through `args` each time, since resizing one
+/// needs `args` mutably.
+#[derive(Clone, Copy, Debug)]
+pub struct OutListArg {
+    index: usize,
+    len: usize,
+}
+
+impl OutListArg {
+    /// Number of out tensors.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when the list is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Out tensor `j` as it is now.
+    pub fn item(&self, args: &Args<'_>, j: usize) -> Result<Tensor, KernelError> {
+        args.tensor_list(self.index)?.get(j)
+    }
+
+    /// Resizes out tensor `j` to `sizes` (within its bound) and returns it.
+    pub fn resize_item(
+        &self,
+        args: &mut Args<'_>,
+        j: usize,
+        sizes: &[usize],
+    ) -> Result<Tensor, KernelError> {
+        args.resize_list_item(self.index, j, sizes)
+    }
+}
+
+/// The return slot of an op that has no `out` argument and writes its result value
+/// there (`executorch_prim::add.Scalar(Scalar a, Scalar b) -> Scalar`): declared as the
+/// last field, with `returns 0`. What the slot holds before the call is not read.
+#[derive(Clone, Copy, Debug)]
+pub struct ResultSlot {
+    index: usize,
+}
+
+impl ResultSlot {
+    /// Stores the op's result.
+    pub fn set(self, args: &mut Args<'_>, value: EValue) -> Result<(), KernelError> {
+        args.set_value(self.index, value)
     }
 }
 
@@ -96,7 +171,12 @@ arg_value! {
     IntList<'a> => |a, i| a.int_list(i);
     Option<IntList<'a>> => |a, i| a.opt_int_list(i);
     &'a [f64] => |a, i| a.double_list(i);
+    Option<&'a [f64]> => |a, i| match a.value(i)? {
+        EValue::None => Ok(None),
+        _ => a.double_list(i).map(Some),
+    };
     &'a [bool] => |a, i| a.bool_list(i);
+    // `Tensor[]` and `Tensor?[]` alike (a TensorList or an OptionalTensorList value).
     TensorList<'a> => |a, i| a.tensor_list(i);
     &'a str => |a, i| match a.value(i)? {
         EValue::String(v) => Ok(&**v),
@@ -108,6 +188,8 @@ arg_value! {
         other => Err(KernelError::ArgType { index: i, expected: "str or None", found: other.kind() }),
     };
     OutArg => |a, i| Ok(OutArg { index: i, tensor: a.tensor(i)? });
+    OutListArg => |a, i| Ok(OutListArg { index: i, len: a.tensor_list(i)?.len() });
+    ResultSlot => |a, i| a.value(i).map(|_| ResultSlot { index: i });
     MemoryFormat => |a, i| match a.value(i)? {
         EValue::None | EValue::Int(_) => Ok(MemoryFormat),
         other => Err(KernelError::ArgType { index: i, expected: "MemoryFormat or None", found: other.kind() }),
@@ -121,8 +203,9 @@ pub trait OpArgs<'a>: Sized {
     const OP: &'static str;
     /// The argument names, in slot order.
     const NAMES: &'static [&'static str];
-    /// Slots after the arguments that hold return values.
-    const RETURNS: usize;
+    /// How many slots after the arguments hold return values (one count for most
+    /// ops: `N..=N`).
+    const RETURNS: RangeInclusive<usize>;
     /// Checks the argument count and every type, and reads the arguments.
     fn unpack(args: &'a Args<'_>) -> Result<Self, KernelError>;
 }
@@ -143,15 +226,22 @@ pub fn read_arg<'a, T: ArgValue<'a>>(
     })
 }
 
-/// Fails unless `args` holds exactly `n` slots, naming `op`.
+/// Fails unless `args` holds the `arguments` slots and a count of return slots within
+/// `returns`, naming `op` (and the smallest slot count accepted).
 #[inline]
-pub fn expect_slots(args: &Args<'_>, op: &'static str, n: usize) -> Result<(), KernelError> {
-    if args.len() == n {
+pub fn expect_slots(
+    args: &Args<'_>,
+    op: &'static str,
+    arguments: usize,
+    returns: &RangeInclusive<usize>,
+) -> Result<(), KernelError> {
+    let returned = args.len().checked_sub(arguments);
+    if returned.is_some_and(|r| returns.contains(&r)) {
         Ok(())
     } else {
         Err(KernelError::OpArgCount {
             op,
-            expected: n,
+            expected: arguments + returns.start(),
             got: args.len(),
         })
     }
@@ -164,7 +254,7 @@ macro_rules! op_args {
         $(#[$meta:meta])*
         $vis:vis struct $name:ident<$lt:lifetime> = $op:literal {
             $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)?
-        } returns $ret:literal
+        } returns $min:literal $(..= $max:literal)?
     ) => {
         $(#[$meta])*
         #[allow(dead_code)]
@@ -173,14 +263,14 @@ macro_rules! op_args {
         }
 
         impl<$lt> $crate::schema::OpArgs<$lt> for $name<$lt> {
-            $crate::schema::op_args!(@body $lt, $op, $ret, $($field),*);
+            $crate::schema::op_args!(@body $lt, $op, [$min $($max)?], $($field),*);
         }
     };
     (
         $(#[$meta:meta])*
         $vis:vis struct $name:ident = $op:literal {
             $($(#[$fmeta:meta])* $field:ident : $ty:ty),* $(,)?
-        } returns $ret:literal
+        } returns $min:literal $(..= $max:literal)?
     ) => {
         $(#[$meta])*
         #[allow(dead_code)]
@@ -189,17 +279,20 @@ macro_rules! op_args {
         }
 
         impl<'args> $crate::schema::OpArgs<'args> for $name {
-            $crate::schema::op_args!(@body 'args, $op, $ret, $($field),*);
+            $crate::schema::op_args!(@body 'args, $op, [$min $($max)?], $($field),*);
         }
     };
-    (@body $l:lifetime, $op:literal, $ret:literal, $($field:ident),*) => {
+    (@returns $n:literal) => { $n..=$n };
+    (@returns $min:literal $max:literal) => { $min..=$max };
+    (@body $l:lifetime, $op:literal, [$min:literal $($max:literal)?], $($field:ident),*) => {
         const OP: &'static str = $op;
         const NAMES: &'static [&'static str] = &[$(stringify!($field)),*];
-        const RETURNS: usize = $ret;
+        const RETURNS: ::core::ops::RangeInclusive<usize> =
+            $crate::schema::op_args!(@returns $min $($max)?);
 
         #[allow(unused_assignments, unused_mut)]
         fn unpack(args: &$l $crate::Args<'_>) -> Result<Self, $crate::KernelError> {
-            $crate::schema::expect_slots(args, $op, Self::NAMES.len() + $ret)?;
+            $crate::schema::expect_slots(args, $op, Self::NAMES.len(), &Self::RETURNS)?;
             let mut slot = 0usize;
             Ok(Self {
                 $($field: {

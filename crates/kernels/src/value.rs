@@ -105,9 +105,10 @@ impl Scalar {
 /// For `.out` ops the out tensor appears twice at the end (kwarg and return value).
 ///
 /// Kernels read their arguments through a declared schema ([`crate::schema`]: named,
-/// typed fields, errors naming the op and the argument). The positional accessors
-/// below (`expect_len`, `tensor(i)`, `int(i)`, ...) are the legacy path, kept for
-/// kernels not converted yet; the schema is built on them.
+/// typed fields, errors naming the op and the argument); the typed accessors the
+/// schema is built on are private to the crate. Delegates, whose arguments are their
+/// graph's inputs and outputs rather than a schema, read them by position with
+/// [`Args::len`], [`Args::tensor`] and [`Args::resize_tensor`].
 pub struct Args<'a> {
     values: &'a mut [EValue],
     indices: &'a [usize],
@@ -261,18 +262,6 @@ impl<'a> Args<'a> {
         self.indices.is_empty()
     }
 
-    /// Fails unless there are exactly `n` arguments.
-    pub fn expect_len(&self, n: usize) -> Result<(), KernelError> {
-        if self.len() == n {
-            Ok(())
-        } else {
-            Err(KernelError::ArgCount {
-                expected: n,
-                got: self.len(),
-            })
-        }
-    }
-
     fn slot(&self, i: usize) -> Result<usize, KernelError> {
         let idx = *self.indices.get(i).ok_or(KernelError::ArgCount {
             expected: i + 1,
@@ -288,14 +277,9 @@ impl<'a> Args<'a> {
     }
 
     /// Argument `i`.
-    pub fn value(&self, i: usize) -> Result<&EValue, KernelError> {
+    pub(crate) fn value(&self, i: usize) -> Result<&EValue, KernelError> {
         let idx = self.slot(i)?;
         Ok(&self.values[idx])
-    }
-
-    /// The value-table index of argument `i` (to detect two arguments naming one value).
-    pub fn value_index(&self, i: usize) -> Result<usize, KernelError> {
-        self.slot(i)
     }
 
     /// A tensor argument (copied metadata).
@@ -307,7 +291,7 @@ impl<'a> Args<'a> {
     }
 
     /// An optional tensor argument (`None` value → `None`).
-    pub fn opt_tensor(&self, i: usize) -> Result<Option<Tensor>, KernelError> {
+    pub(crate) fn opt_tensor(&self, i: usize) -> Result<Option<Tensor>, KernelError> {
         match self.value(i)? {
             EValue::Tensor(t) => Ok(Some(*t)),
             EValue::None => Ok(None),
@@ -316,7 +300,7 @@ impl<'a> Args<'a> {
     }
 
     /// An int argument.
-    pub fn int(&self, i: usize) -> Result<i64, KernelError> {
+    pub(crate) fn int(&self, i: usize) -> Result<i64, KernelError> {
         match self.value(i)? {
             EValue::Int(v) => Ok(*v),
             other => Err(type_error(i, "Int", other)),
@@ -324,7 +308,7 @@ impl<'a> Args<'a> {
     }
 
     /// An optional int argument.
-    pub fn opt_int(&self, i: usize) -> Result<Option<i64>, KernelError> {
+    pub(crate) fn opt_int(&self, i: usize) -> Result<Option<i64>, KernelError> {
         match self.value(i)? {
             EValue::Int(v) => Ok(Some(*v)),
             EValue::None => Ok(None),
@@ -333,7 +317,7 @@ impl<'a> Args<'a> {
     }
 
     /// A float argument (an Int is accepted and converted, as PyTorch does).
-    pub fn double(&self, i: usize) -> Result<f64, KernelError> {
+    pub(crate) fn double(&self, i: usize) -> Result<f64, KernelError> {
         match self.value(i)? {
             EValue::Double(v) => Ok(*v),
             EValue::Int(v) => Ok(*v as f64),
@@ -342,7 +326,7 @@ impl<'a> Args<'a> {
     }
 
     /// An optional float argument.
-    pub fn opt_double(&self, i: usize) -> Result<Option<f64>, KernelError> {
+    pub(crate) fn opt_double(&self, i: usize) -> Result<Option<f64>, KernelError> {
         match self.value(i)? {
             EValue::None => Ok(None),
             _ => self.double(i).map(Some),
@@ -350,7 +334,7 @@ impl<'a> Args<'a> {
     }
 
     /// A bool argument.
-    pub fn bool(&self, i: usize) -> Result<bool, KernelError> {
+    pub(crate) fn bool(&self, i: usize) -> Result<bool, KernelError> {
         match self.value(i)? {
             EValue::Bool(v) => Ok(*v),
             other => Err(type_error(i, "Bool", other)),
@@ -358,7 +342,7 @@ impl<'a> Args<'a> {
     }
 
     /// A `Scalar` argument (Int, Double or Bool).
-    pub fn scalar(&self, i: usize) -> Result<Scalar, KernelError> {
+    pub(crate) fn scalar(&self, i: usize) -> Result<Scalar, KernelError> {
         match self.value(i)? {
             EValue::Int(v) => Ok(Scalar::Int(*v)),
             EValue::Double(v) => Ok(Scalar::Double(*v)),
@@ -368,14 +352,14 @@ impl<'a> Args<'a> {
     }
 
     /// A `ScalarType` argument (an Int code).
-    pub fn dtype(&self, i: usize) -> Result<ScalarType, KernelError> {
+    pub(crate) fn dtype(&self, i: usize) -> Result<ScalarType, KernelError> {
         let code = self.int(i)?;
         ScalarType::from_code(code)
             .ok_or_else(|| KernelError::invalid(format!("argument {i}: unknown dtype code {code}")))
     }
 
     /// An optional `ScalarType` argument.
-    pub fn opt_dtype(&self, i: usize) -> Result<Option<ScalarType>, KernelError> {
+    pub(crate) fn opt_dtype(&self, i: usize) -> Result<Option<ScalarType>, KernelError> {
         match self.value(i)? {
             EValue::None => Ok(None),
             _ => self.dtype(i).map(Some),
@@ -383,7 +367,7 @@ impl<'a> Args<'a> {
     }
 
     /// An int list argument.
-    pub fn int_list(&self, i: usize) -> Result<IntList<'_>, KernelError> {
+    pub(crate) fn int_list(&self, i: usize) -> Result<IntList<'_>, KernelError> {
         match self.value(i)? {
             EValue::IntList(items) => Ok(IntList {
                 values: self.values,
@@ -394,7 +378,7 @@ impl<'a> Args<'a> {
     }
 
     /// An optional int list argument.
-    pub fn opt_int_list(&self, i: usize) -> Result<Option<IntList<'_>>, KernelError> {
+    pub(crate) fn opt_int_list(&self, i: usize) -> Result<Option<IntList<'_>>, KernelError> {
         match self.value(i)? {
             EValue::None => Ok(None),
             _ => self.int_list(i).map(Some),
@@ -402,7 +386,7 @@ impl<'a> Args<'a> {
     }
 
     /// A float list argument.
-    pub fn double_list(&self, i: usize) -> Result<&[f64], KernelError> {
+    pub(crate) fn double_list(&self, i: usize) -> Result<&[f64], KernelError> {
         match self.value(i)? {
             EValue::DoubleList(v) => Ok(v),
             other => Err(type_error(i, "DoubleList", other)),
@@ -410,7 +394,7 @@ impl<'a> Args<'a> {
     }
 
     /// A bool list argument.
-    pub fn bool_list(&self, i: usize) -> Result<&[bool], KernelError> {
+    pub(crate) fn bool_list(&self, i: usize) -> Result<&[bool], KernelError> {
         match self.value(i)? {
             EValue::BoolList(v) => Ok(v),
             other => Err(type_error(i, "BoolList", other)),
@@ -418,7 +402,7 @@ impl<'a> Args<'a> {
     }
 
     /// A tensor list (TensorList or OptionalTensorList) argument.
-    pub fn tensor_list(&self, i: usize) -> Result<TensorList<'_>, KernelError> {
+    pub(crate) fn tensor_list(&self, i: usize) -> Result<TensorList<'_>, KernelError> {
         match self.value(i)? {
             EValue::TensorList(items) => Ok(TensorList {
                 values: self.values,
@@ -433,7 +417,7 @@ impl<'a> Args<'a> {
     }
 
     /// Replaces argument `i`'s tensor metadata (e.g. a view re-pointing its data).
-    pub fn set_tensor(&mut self, i: usize, tensor: Tensor) -> Result<(), KernelError> {
+    pub(crate) fn set_tensor(&mut self, i: usize, tensor: Tensor) -> Result<(), KernelError> {
         let idx = self.slot(i)?;
         match &mut self.values[idx] {
             EValue::Tensor(t) => {
@@ -457,7 +441,7 @@ impl<'a> Args<'a> {
     }
 
     /// Resizes item `j` of tensor-list argument `i` (multi-output ops).
-    pub fn resize_list_item(
+    pub(crate) fn resize_list_item(
         &mut self,
         i: usize,
         j: usize,
@@ -481,7 +465,7 @@ impl<'a> Args<'a> {
     }
 
     /// Overwrites argument `i` with a new value (prim ops write their result this way).
-    pub fn set_value(&mut self, i: usize, value: EValue) -> Result<(), KernelError> {
+    pub(crate) fn set_value(&mut self, i: usize, value: EValue) -> Result<(), KernelError> {
         let idx = self.slot(i)?;
         self.values[idx] = value;
         Ok(())

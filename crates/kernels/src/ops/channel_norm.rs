@@ -9,6 +9,7 @@
 
 use etch_base::ScalarType;
 
+use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, GRAIN_SIZE, KernelContext, KernelError, Registry, Tensor};
 
 /// Registers this family's kernels.
@@ -48,17 +49,38 @@ fn per_channel(t: &Tensor, c: usize, what: &'static str) -> Result<(), KernelErr
     Ok(())
 }
 
-/// `_native_batch_norm_legit_no_training.out(input, weight?, bias?, running_mean,
-/// running_var, float momentum, float eps, *, out0, out1, out2)` plus the returned
-/// list of the three outs.
+op_args! {
+    /// `_native_batch_norm_legit_no_training.out(Tensor input, Tensor? weight,
+    /// Tensor? bias, Tensor running_mean, Tensor running_var, float momentum,
+    /// float eps, *, Tensor(a!) out0, Tensor(b!) out1, Tensor(c!) out2)`, returning the
+    /// three outs (one TensorList slot).
+    struct BatchNormArgs = "aten::_native_batch_norm_legit_no_training.out" {
+        input: Tensor,
+        weight: Option<Tensor>,
+        bias: Option<Tensor>,
+        running_mean: Tensor,
+        running_var: Tensor,
+        momentum: f64,
+        eps: f64,
+        out0: OutArg,
+        out1: OutArg,
+        out2: OutArg,
+    } returns 1
+}
+
 fn batch_norm_no_training(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(11)?;
-    let x = a.tensor(0)?;
-    let weight = a.opt_tensor(1)?;
-    let bias = a.opt_tensor(2)?;
-    let mean = a.tensor(3)?;
-    let var = a.tensor(4)?;
-    let eps = a.double(6)?;
+    let BatchNormArgs {
+        input: x,
+        weight,
+        bias,
+        running_mean: mean,
+        running_var: var,
+        eps,
+        out0,
+        out1,
+        out2,
+        ..
+    } = BatchNormArgs::unpack(a)?;
     f32_tensor(&x, "batch_norm input (f32, contiguous)")?;
     let c = if x.rank() >= 2 {
         x.sizes()[1]
@@ -77,9 +99,9 @@ fn batch_norm_no_training(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(
             per_channel(&t, c, what)?;
         }
     }
-    let out = a.resize_tensor(7, x.sizes())?;
-    a.resize_tensor(8, &[0])?;
-    a.resize_tensor(9, &[0])?;
+    let out = out0.resize(a, x.sizes())?;
+    out1.resize(a, &[0])?;
+    out2.resize(a, &[0])?;
     f32_tensor(&out, "batch_norm out (f32, contiguous)")?;
     let outer = if x.rank() >= 2 { x.sizes()[0] } else { 1 };
     let inner: usize = x.sizes().iter().skip(2).product();
@@ -114,19 +136,49 @@ fn batch_norm_no_training(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(
     Ok(())
 }
 
-/// `native_group_norm.out(input, weight?, bias?, SymInt N, SymInt C, SymInt HxW,
-/// int group, float eps, *, out0, out1, out2)` plus the returned list of outs.
+op_args! {
+    /// `native_group_norm.out(Tensor input, Tensor? weight, Tensor? bias, SymInt N,
+    /// SymInt C, SymInt HxW, int group, float eps, *, Tensor(a!) out0,
+    /// Tensor(b!) out1, Tensor(c!) out2)`, returning the three outs (one TensorList
+    /// slot).
+    struct GroupNormArgs = "aten::native_group_norm.out" {
+        input: Tensor,
+        weight: Option<Tensor>,
+        bias: Option<Tensor>,
+        n: i64,
+        c: i64,
+        hxw: i64,
+        group: i64,
+        eps: f64,
+        out0: OutArg,
+        out1: OutArg,
+        out2: OutArg,
+    } returns 1
+}
+
 fn group_norm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(12)?;
-    let x = a.tensor(0)?;
-    let weight = a.opt_tensor(1)?;
-    let bias = a.opt_tensor(2)?;
-    let dim = |i: usize, what: &str| -> Result<usize, KernelError> {
-        let v = a.int(i)?;
+    let GroupNormArgs {
+        input: x,
+        weight,
+        bias,
+        n,
+        c,
+        hxw,
+        group,
+        eps,
+        out0,
+        out1,
+        out2,
+    } = GroupNormArgs::unpack(a)?;
+    let dim = |v: i64, what: &str| -> Result<usize, KernelError> {
         usize::try_from(v).map_err(|_| KernelError::invalid(format!("group_norm: {what} {v}")))
     };
-    let (n, c, hw, groups) = (dim(3, "N")?, dim(4, "C")?, dim(5, "HxW")?, dim(6, "group")?);
-    let eps = a.double(7)?;
+    let (n, c, hw, groups) = (
+        dim(n, "N")?,
+        dim(c, "C")?,
+        dim(hxw, "HxW")?,
+        dim(group, "group")?,
+    );
     f32_tensor(&x, "group_norm input (f32, contiguous)")?;
     if groups == 0 || c % groups != 0 {
         return Err(KernelError::invalid(format!(
@@ -144,9 +196,9 @@ fn group_norm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
             per_channel(&t, c, what)?;
         }
     }
-    let out = a.resize_tensor(8, x.sizes())?;
-    let mean_t = a.resize_tensor(9, &[n, groups])?;
-    let rstd_t = a.resize_tensor(10, &[n, groups])?;
+    let out = out0.resize(a, x.sizes())?;
+    let mean_t = out1.resize(a, &[n, groups])?;
+    let rstd_t = out2.resize(a, &[n, groups])?;
     for (t, what) in [
         (&out, "group_norm out"),
         (&mean_t, "group_norm mean"),

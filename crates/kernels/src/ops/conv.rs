@@ -22,7 +22,8 @@ use etch_linalg::conv_nchw::{col2im_add_nchw, conv2d_plane_nchw, im2col_nchw};
 use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
 
 use super::window::{require_contiguous, spatial_list};
-use crate::{Args, KernelContext, KernelError, Registry, Tensor};
+use crate::schema::{OpArgs, OutArg, op_args};
+use crate::{Args, IntList, KernelContext, KernelError, Registry, Tensor};
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
@@ -66,8 +67,27 @@ fn f32_only(t: &Tensor, what: &'static str) -> Result<(), KernelError> {
     }
 }
 
+op_args! {
+    /// `convolution.out(Tensor input, Tensor weight, Tensor? bias, SymInt[] stride,
+    /// SymInt[] padding, SymInt[] dilation, bool transposed, SymInt[] output_padding,
+    /// SymInt groups, *, Tensor(a!) out)`.
+    struct ConvolutionArgs<'a> = "aten::convolution.out" {
+        input: Tensor,
+        weight: Tensor,
+        bias: Option<Tensor>,
+        stride: IntList<'a>,
+        padding: IntList<'a>,
+        dilation: IntList<'a>,
+        transposed: bool,
+        output_padding: IntList<'a>,
+        groups: i64,
+        out: OutArg,
+    } returns 1
+}
+
 /// Checks the arguments of a convolution and derives its geometry.
-fn plan(a: &Args<'_>, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Conv, KernelError> {
+fn plan(args: &ConvolutionArgs<'_>) -> Result<Conv, KernelError> {
+    let (x, w, bias) = (&args.input, &args.weight, args.bias.as_ref());
     let rank = x.rank();
     if !(rank == 3 || rank == 4) || w.rank() != rank {
         return Err(KernelError::invalid(format!(
@@ -77,12 +97,24 @@ fn plan(a: &Args<'_>, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<C
         )));
     }
     let dims = rank - 2;
-    let stride = spatial_list::<2>(a, 3, dims, None, 1, "convolution stride")?;
-    let padding = spatial_list::<2>(a, 4, dims, Some([0, 0]), 0, "convolution padding")?;
-    let dilation = spatial_list::<2>(a, 5, dims, Some([1, 1]), 1, "convolution dilation")?;
-    let transposed = a.bool(6)?;
-    let out_pad = spatial_list::<2>(a, 7, dims, Some([0, 0]), 0, "convolution output_padding")?;
-    let groups = a.int(8)?;
+    let stride = spatial_list::<2>(&args.stride, dims, None, 1, "convolution stride")?;
+    let padding = spatial_list::<2>(&args.padding, dims, Some([0, 0]), 0, "convolution padding")?;
+    let dilation = spatial_list::<2>(
+        &args.dilation,
+        dims,
+        Some([1, 1]),
+        1,
+        "convolution dilation",
+    )?;
+    let transposed = args.transposed;
+    let out_pad = spatial_list::<2>(
+        &args.output_padding,
+        dims,
+        Some([0, 0]),
+        0,
+        "convolution output_padding",
+    )?;
+    let groups = args.groups;
     let groups = usize::try_from(groups)
         .ok()
         .filter(|&g| g >= 1)
@@ -180,16 +212,18 @@ fn plan(a: &Args<'_>, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<C
     })
 }
 
-/// `convolution.out(input, weight, bias?, stride, padding, dilation, transposed,
-/// output_padding, groups, *, out)` (and the returned out).
 fn convolution(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(11)?;
-    let x = a.tensor(0)?;
-    let w = a.tensor(1)?;
-    let bias = a.opt_tensor(2)?;
-    let conv = plan(a, &x, &w, bias.as_ref())?;
+    let args = ConvolutionArgs::unpack(a)?;
+    let conv = plan(&args)?;
+    let ConvolutionArgs {
+        input: x,
+        weight: w,
+        bias,
+        out,
+        ..
+    } = args;
     let sizes = conv.out_sizes();
-    let out = a.resize_tensor(9, &sizes[..conv.rank])?;
+    let out = out.resize(a, &sizes[..conv.rank])?;
     for (t, what) in [
         (&x, "convolution input"),
         (&w, "convolution weight"),

@@ -16,6 +16,7 @@ use crate::ops::shape::common::{
     Bool8, MAX_DIMS, Strided, broadcast_strides, checked_numel, copy_tensor_cast, for_rows,
     gather_copy, require_contiguous, with_bits_type, with_cast_type, worth_parallel,
 };
+use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor, TensorList};
 
 /// Registers this family's kernels.
@@ -340,20 +341,29 @@ impl<'a> Plan<'a> {
     }
 }
 
-/// `index.Tensor_out(Tensor self, Tensor?[] indices, *, Tensor(a!) out)`.
+op_args! {
+    /// `index.Tensor_out(Tensor self, Tensor?[] indices, *, Tensor(a!) out)`.
+    struct IndexTensorArgs<'a> = "aten::index.Tensor_out" {
+        input: Tensor,
+        indices: TensorList<'a>,
+        out: OutArg,
+    } returns 1
+}
+
 fn index_tensor(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let input = a.tensor(0)?;
+    let IndexTensorArgs {
+        input,
+        indices,
+        out,
+    } = IndexTensorArgs::unpack(a)?;
     require_contiguous(&input, "input")?;
-    let out = a.tensor(2)?;
-    same_dtype(&input, &out)?;
-    require_contiguous(&out, "out")?;
-    let list = a.tensor_list(1)?;
-    let plan = Plan::build(ctx, &input, &list)?;
+    same_dtype(&input, &out.tensor())?;
+    require_contiguous(&out.tensor(), "out")?;
+    let plan = Plan::build(ctx, &input, &indices)?;
     let mut sizes = [0usize; MAX_RANK];
     let rank = plan.out_rank;
     sizes[..rank].copy_from_slice(plan.out_sizes());
-    let out = a.resize_tensor(2, &sizes[..rank])?;
+    let out = out.resize(a, &sizes[..rank])?;
     let q = plan.q_layout()?;
     let qn = q.numel()?;
     if out.numel() == 0 {
@@ -518,47 +528,77 @@ fn index_put_into(
     }
 }
 
-/// `index_put.out(Tensor self, Tensor?[] indices, Tensor values, bool accumulate=False,
-/// *, Tensor(a!) out)`.
+op_args! {
+    /// `index_put.out(Tensor self, Tensor?[] indices, Tensor values,
+    /// bool accumulate=False, *, Tensor(a!) out)`.
+    struct IndexPutArgs<'a> = "aten::index_put.out" {
+        input: Tensor,
+        indices: TensorList<'a>,
+        values: Tensor,
+        accumulate: bool,
+        out: OutArg,
+    } returns 1
+}
+
 fn index_put_out(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(6)?;
-    let input = a.tensor(0)?;
-    let values = a.tensor(2)?;
-    let accumulate = a.bool(3)?;
+    let IndexPutArgs {
+        input,
+        indices,
+        values,
+        accumulate,
+        out,
+    } = IndexPutArgs::unpack(a)?;
     require_contiguous(&input, "input")?;
-    let out = a.tensor(4)?;
-    same_dtype(&input, &out)?;
-    require_contiguous(&out, "out")?;
-    let out = a.resize_tensor(4, input.sizes())?;
-    let in_place = same_data(&input, &out);
-    let dst = ctx.write_bytes(&out)?;
+    same_dtype(&input, &out.tensor())?;
+    require_contiguous(&out.tensor(), "out")?;
+    // Stored once the index list (borrowed from `a`) is no longer read.
+    let resized = out.resized(input.sizes())?;
+    let in_place = same_data(&input, &resized);
+    let dst = ctx.write_bytes(&resized)?;
     if !in_place {
         dst.copy_from_slice(ctx.read_bytes(&input)?);
     }
-    let list = a.tensor_list(1)?;
-    index_put_into(ctx, &input, &list, &values, accumulate, dst)
+    index_put_into(ctx, &input, &indices, &values, accumulate, dst)?;
+    out.set(a, resized)
 }
 
-/// `index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values, bool accumulate=False)
-/// -> Tensor(a!)`.
+op_args! {
+    /// `index_put_(Tensor(a!) self, Tensor?[] indices, Tensor values,
+    /// bool accumulate=False) -> Tensor(a!)`.
+    struct IndexPutInplaceArgs<'a> = "aten::index_put_" {
+        input: Tensor,
+        indices: TensorList<'a>,
+        values: Tensor,
+        accumulate: bool,
+    } returns 1
+}
+
 fn index_put_inplace(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let input = a.tensor(0)?;
-    let values = a.tensor(2)?;
-    let accumulate = a.bool(3)?;
+    let IndexPutInplaceArgs {
+        input,
+        indices,
+        values,
+        accumulate,
+    } = IndexPutInplaceArgs::unpack(a)?;
     require_contiguous(&input, "self")?;
     let dst = ctx.write_bytes(&input)?;
-    let list = a.tensor_list(1)?;
-    index_put_into(ctx, &input, &list, &values, accumulate, dst)
+    index_put_into(ctx, &input, &indices, &values, accumulate, dst)
 }
 
-/// `copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)`: `src`
-/// broadcast to `self`'s shape and cast to its dtype.
+op_args! {
+    /// `copy_(Tensor(a!) self, Tensor src, bool non_blocking=False) -> Tensor(a!)`:
+    /// `src` broadcast to `self`'s shape and cast to its dtype.
+    struct CopyInplaceArgs = "aten::copy_" {
+        input: Tensor,
+        src: Tensor,
+        non_blocking: bool,
+    } returns 1
+}
+
 fn copy_inplace(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let dst = a.tensor(0)?;
-    let src = a.tensor(1)?;
-    a.bool(2)?;
+    let CopyInplaceArgs {
+        input: dst, src, ..
+    } = CopyInplaceArgs::unpack(a)?;
     require_contiguous(&dst, "self")?;
     require_contiguous(&src, "src")?;
     if same_data(&src, &dst) && src.dtype() == dst.dtype() && src.sizes() == dst.sizes() {
@@ -570,13 +610,25 @@ fn copy_inplace(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelE
     copy_tensor_cast(ctx, &src, &dst, 0, &layout, "copy_")
 }
 
-/// `index_select.out(Tensor self, int dim, Tensor index, *, Tensor(a!) out)`.
+op_args! {
+    /// `index_select.out(Tensor self, int dim, Tensor index, *, Tensor(a!) out)`.
+    struct IndexSelectArgs = "aten::index_select.out" {
+        input: Tensor,
+        dim: i64,
+        index: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
 fn index_select(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let input = a.tensor(0)?;
-    let index = a.tensor(2)?;
+    let IndexSelectArgs {
+        input,
+        dim,
+        index,
+        out,
+    } = IndexSelectArgs::unpack(a)?;
     let rank = input.rank();
-    let dim = input.normalize_dim(a.int(1)?)?;
+    let dim = input.normalize_dim(dim)?;
     if index.rank() > 1 {
         return Err(KernelError::invalid(
             "index_select index must be 0-d or 1-d",
@@ -596,10 +648,9 @@ fn index_select(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelE
     if rank > 0 {
         sizes[dim] = n;
     }
-    let out = a.tensor(3)?;
-    same_dtype(&input, &out)?;
-    require_contiguous(&out, "out")?;
-    let out = a.resize_tensor(3, &sizes[..rank])?;
+    same_dtype(&input, &out.tensor())?;
+    require_contiguous(&out.tensor(), "out")?;
+    let out = out.resize(a, &sizes[..rank])?;
     let idx = Indices::read(ctx, &index)?;
     for i in 0..idx.len() {
         let v = idx.get(i);
@@ -636,15 +687,28 @@ fn index_select(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelE
     })
 }
 
-/// `gather.out(Tensor self, int dim, Tensor index, *, bool sparse_grad=False,
-/// Tensor(a!) out)`.
+op_args! {
+    /// `gather.out(Tensor self, int dim, Tensor index, *, bool sparse_grad=False,
+    /// Tensor(a!) out)`.
+    struct GatherArgs = "aten::gather.out" {
+        input: Tensor,
+        dim: i64,
+        index: Tensor,
+        sparse_grad: bool,
+        out: OutArg,
+    } returns 1
+}
+
 fn gather(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(6)?;
-    let input = a.tensor(0)?;
-    let index = a.tensor(2)?;
-    a.bool(3)?;
+    let GatherArgs {
+        input,
+        dim,
+        index,
+        out,
+        ..
+    } = GatherArgs::unpack(a)?;
     let rank = input.rank();
-    let dim = input.normalize_dim(a.int(1)?)?;
+    let dim = input.normalize_dim(dim)?;
     require_contiguous(&input, "input")?;
     require_contiguous(&index, "index")?;
     let irank = index.rank();
@@ -664,10 +728,9 @@ fn gather(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
             )));
         }
     }
-    let out = a.tensor(4)?;
-    same_dtype(&input, &out)?;
-    require_contiguous(&out, "out")?;
-    let out = a.resize_tensor(4, index.sizes())?;
+    same_dtype(&input, &out.tensor())?;
+    require_contiguous(&out.tensor(), "out")?;
+    let out = out.resize(a, index.sizes())?;
     let idx = Indices::read(ctx, &index)?;
     let n = idx.len();
     if n == 0 {

@@ -9,6 +9,7 @@ use etch_base::ScalarType;
 
 use crate::ops::elementwise::broadcast::broadcast_shapes;
 use crate::ops::shape::common::{MAX_DIMS, broadcast_strides, require_contiguous};
+use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
 use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
 
@@ -99,16 +100,26 @@ fn run_products<'a>(
     }
 }
 
-/// `linear.out(Tensor input, Tensor weight, Tensor? bias=None, *, Tensor(a!) out)`:
-/// `out[..., n] = Σ_k input[..., k] · weight[n, k] + bias[n]`.
+op_args! {
+    /// `linear.out(Tensor input, Tensor weight, Tensor? bias=None, *, Tensor(a!) out)`:
+    /// `out[..., n] = Σ_k input[..., k] · weight[n, k] + bias[n]`.
+    struct LinearArgs = "aten::linear.out" {
+        input: Tensor,
+        weight: Tensor,
+        bias: Option<Tensor>,
+        out: OutArg,
+    } returns 1
+}
+
 fn linear(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let input = a.tensor(0)?;
-    let weight = a.tensor(1)?;
-    let bias = a.opt_tensor(2)?;
-    let out = a.tensor(3)?;
+    let LinearArgs {
+        input,
+        weight,
+        bias,
+        out,
+    } = LinearArgs::unpack(a)?;
     same_dtype(&input, &weight)?;
-    same_dtype(&input, &out)?;
+    same_dtype(&input, &out.tensor())?;
     if let Some(b) = &bias {
         same_dtype(&input, b)?;
     }
@@ -142,7 +153,7 @@ fn linear(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
     let mut sizes = [0usize; MAX_RANK];
     sizes[..rank - 1].copy_from_slice(&input.sizes()[..rank - 1]);
     sizes[rank - 1] = n;
-    let out = a.resize_tensor(3, &sizes[..rank])?;
+    let out = out.resize(a, &sizes[..rank])?;
     let x = elems(ctx, &input)?;
     let w = elems(ctx, &weight)?;
     let b = match &bias {
@@ -196,19 +207,30 @@ fn matrix(t: &Tensor, what: &str) -> Result<(usize, usize), KernelError> {
     Ok((t.sizes()[0], t.sizes()[1]))
 }
 
+op_args! {
+    /// `op.out(Tensor self, Tensor mat2, *, Tensor(a!) out)` (`mm`, `bmm`).
+    struct MatrixProductArgs = "aten::<mm|bmm>.out" {
+        input: Tensor,
+        mat2: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
 /// `mm.out(Tensor self, Tensor mat2, *, Tensor(a!) out)`.
 fn mm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let (x, y) = (a.tensor(0)?, a.tensor(1)?);
-    let out = a.tensor(2)?;
+    let MatrixProductArgs {
+        input: x,
+        mat2: y,
+        out,
+    } = MatrixProductArgs::unpack(a)?;
     same_dtype(&x, &y)?;
-    same_dtype(&x, &out)?;
+    same_dtype(&x, &out.tensor())?;
     let (m, k) = matrix(&x, "mm self")?;
     let (k2, n) = matrix(&y, "mm mat2")?;
     if k != k2 {
         return Err(KernelError::invalid(format!("mm of {m}x{k} and {k2}x{n}")));
     }
-    let out = a.resize_tensor(2, &[m, n])?;
+    let out = out.resize(a, &[m, n])?;
     let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
     let g = Gemm {
         a: MatRef {
@@ -239,18 +261,34 @@ fn scalar_f64(s: Scalar) -> f64 {
     s.to_f64()
 }
 
-/// `addmm.out(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1,
-/// Tensor(a!) out)`: `beta * self + alpha * mat1 · mat2`, `self` broadcast.
+op_args! {
+    /// `addmm.out(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1,
+    /// Scalar alpha=1, Tensor(a!) out)`: `beta * self + alpha * mat1 · mat2`, `self`
+    /// broadcast.
+    struct AddmmArgs = "aten::addmm.out" {
+        input: Tensor,
+        mat1: Tensor,
+        mat2: Tensor,
+        beta: Scalar,
+        alpha: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
 fn addmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(7)?;
-    let c = a.tensor(0)?;
-    let (x, y) = (a.tensor(1)?, a.tensor(2)?);
-    let beta = scalar_f64(a.scalar(3)?);
-    let alpha = scalar_f64(a.scalar(4)?);
-    let out = a.tensor(5)?;
+    let AddmmArgs {
+        input: c,
+        mat1: x,
+        mat2: y,
+        beta,
+        alpha,
+        out,
+    } = AddmmArgs::unpack(a)?;
+    let beta = scalar_f64(beta);
+    let alpha = scalar_f64(alpha);
     same_dtype(&x, &y)?;
     same_dtype(&x, &c)?;
-    same_dtype(&x, &out)?;
+    same_dtype(&x, &out.tensor())?;
     let (m, k) = matrix(&x, "addmm mat1")?;
     let (k2, n) = matrix(&y, "addmm mat2")?;
     if k != k2 {
@@ -264,7 +302,7 @@ fn addmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let mut sb = [0usize; MAX_DIMS];
     let cs = broadcast_strides(c.sizes(), c.strides(), &[m, n], &mut sb)?;
     let (crs, ccs) = (cs[0], cs[1]);
-    let out = a.resize_tensor(5, &[m, n])?;
+    let out = out.resize(a, &[m, n])?;
     let (xd, yd, cd) = (elems(ctx, &x)?, elems(ctx, &y)?, elems(ctx, &c)?);
     let g = Gemm {
         a: MatRef {
@@ -302,11 +340,13 @@ fn addmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
 
 /// `bmm.out(Tensor self, Tensor mat2, *, Tensor(a!) out)`.
 fn bmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let (x, y) = (a.tensor(0)?, a.tensor(1)?);
-    let out = a.tensor(2)?;
+    let MatrixProductArgs {
+        input: x,
+        mat2: y,
+        out,
+    } = MatrixProductArgs::unpack(a)?;
     same_dtype(&x, &y)?;
-    same_dtype(&x, &out)?;
+    same_dtype(&x, &out.tensor())?;
     if x.rank() != 3 || y.rank() != 3 {
         return Err(KernelError::invalid(format!(
             "bmm expects 3-d operands, got {:?} and {:?}",
@@ -323,7 +363,7 @@ fn bmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
             y.sizes()
         )));
     }
-    let out = a.resize_tensor(2, &[bx, m, n])?;
+    let out = out.resize(a, &[bx, m, n])?;
     let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
     run_products(ctx, &out, bx, m, n, 1.0, 0.0, |i| Gemm {
         a: MatRef {
@@ -358,14 +398,24 @@ fn batch_offset(mut i: usize, batch: &[usize], strides: &[usize]) -> usize {
     off
 }
 
-/// `matmul.out(Tensor self, Tensor other, *, Tensor(a!) out)`: `torch.matmul`, with
-/// 1-d operands promoted and batch dims broadcast.
+op_args! {
+    /// `matmul.out(Tensor self, Tensor other, *, Tensor(a!) out)`: `torch.matmul`, with
+    /// 1-d operands promoted and batch dims broadcast.
+    struct MatmulArgs = "aten::matmul.out" {
+        input: Tensor,
+        other: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
 fn matmul(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let (x, y) = (a.tensor(0)?, a.tensor(1)?);
-    let out = a.tensor(2)?;
+    let MatmulArgs {
+        input: x,
+        other: y,
+        out,
+    } = MatmulArgs::unpack(a)?;
     same_dtype(&x, &y)?;
-    same_dtype(&x, &out)?;
+    same_dtype(&x, &out.tensor())?;
     let (xr, yr) = (x.rank(), y.rank());
     if xr == 0 || yr == 0 {
         return Err(KernelError::invalid("matmul of a 0-d tensor"));
@@ -411,7 +461,7 @@ fn matmul(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
         return Err(KernelError::invalid("matmul result exceeds the rank limit"));
     }
     let count: usize = batch.iter().product();
-    let out = a.resize_tensor(2, &sizes[..r])?;
+    let out = out.resize(a, &sizes[..r])?;
     let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
     run_products(ctx, &out, count, m, n, 1.0, 0.0, |i| Gemm {
         a: MatRef {

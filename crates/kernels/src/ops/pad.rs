@@ -4,7 +4,8 @@
 
 use super::elementwise::dtype::{is_supported, unsupported, with_elem};
 use super::window::require_contiguous;
-use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
+use crate::schema::{OpArgs, OutArg, op_args};
+use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
 use etch_base::Element;
 
 /// Registers this family's kernels.
@@ -12,14 +13,26 @@ pub fn register(r: &mut Registry) {
     r.register("aten::constant_pad_nd.out", constant_pad_nd);
 }
 
-/// `constant_pad_nd.out(self, SymInt[] pad, Scalar value=0, *, out)` (and the
-/// returned out).
+op_args! {
+    /// `constant_pad_nd.out(Tensor self, SymInt[] pad, Scalar value=0, *,
+    /// Tensor(a!) out)`.
+    struct ConstantPadArgs<'a> = "aten::constant_pad_nd.out" {
+        input: Tensor,
+        pad: IntList<'a>,
+        value: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
 fn constant_pad_nd(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let x = a.tensor(0)?;
+    let ConstantPadArgs {
+        input: x,
+        pad,
+        value,
+        out,
+    } = ConstantPadArgs::unpack(a)?;
     let mut pbuf = [0i64; 2 * MAX_RANK];
-    let pad = a.int_list(1)?.read_into(&mut pbuf)?;
-    let value = a.scalar(2)?;
+    let pad = pad.read_into(&mut pbuf)?;
     let rank = x.rank();
     if pad.len() % 2 != 0 || pad.len() / 2 > rank {
         return Err(KernelError::invalid(format!(
@@ -47,7 +60,7 @@ fn constant_pad_nd(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kern
             .and_then(|s| s.checked_add(pair[1] as usize))
             .ok_or_else(|| KernelError::invalid("constant_pad_nd: padded size overflows"))?;
     }
-    let out = a.resize_tensor(3, &sizes[..rank])?;
+    let out = out.resize(a, &sizes[..rank])?;
     if out.dtype() != x.dtype() {
         return Err(KernelError::DtypeMismatch {
             expected: x.dtype(),

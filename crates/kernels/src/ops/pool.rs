@@ -14,7 +14,8 @@
 use etch_base::ScalarType;
 
 use super::window::{nchw_dims, output_len, spatial_list};
-use crate::{Args, GRAIN_SIZE, KernelContext, KernelError, Registry, Tensor};
+use crate::schema::{OpArgs, OutArg, op_args};
+use crate::{Args, GRAIN_SIZE, IntList, KernelContext, KernelError, Registry, Tensor};
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
@@ -57,21 +58,30 @@ fn pooled_shape(x: &Tensor, oh: usize, ow: usize) -> ([usize; 4], usize) {
     (s, r)
 }
 
-/// Reads kernel_size, stride, padding (and dilation at `dilation`) and derives the
-/// window of a pooling call.
+/// The `kernel_size`, `stride`, `padding` (and `dilation`) arguments of a pooling
+/// call.
+struct WindowLists<'a> {
+    kernel_size: IntList<'a>,
+    stride: IntList<'a>,
+    padding: IntList<'a>,
+    /// `None` for an op without dilation (a dilation of 1).
+    dilation: Option<IntList<'a>>,
+}
+
+/// Checks the window arguments of a pooling call over `x` and derives its window.
 fn window(
-    a: &Args<'_>,
+    lists: &WindowLists<'_>,
     x: &Tensor,
-    dilation: Option<usize>,
     ceil_mode: bool,
     what: &str,
 ) -> Result<Window, KernelError> {
     let (_, _, ih, iw) = nchw_dims(x, what)?;
-    let k = spatial_list::<2>(a, 1, 2, None, 1, "kernel_size")?;
-    let s = spatial_list::<2>(a, 2, 2, Some([k[0] as i64, k[1] as i64]), 1, "stride")?;
-    let p = spatial_list::<2>(a, 3, 2, Some([0, 0]), 0, "padding")?;
-    let d = match dilation {
-        Some(i) => spatial_list::<2>(a, i, 2, Some([1, 1]), 1, "dilation")?,
+    let k = spatial_list::<2>(&lists.kernel_size, 2, None, 1, "kernel_size")?;
+    let default_stride = Some([k[0] as i64, k[1] as i64]);
+    let s = spatial_list::<2>(&lists.stride, 2, default_stride, 1, "stride")?;
+    let p = spatial_list::<2>(&lists.padding, 2, Some([0, 0]), 0, "padding")?;
+    let d = match &lists.dilation {
+        Some(list) => spatial_list::<2>(list, 2, Some([1, 1]), 1, "dilation")?,
         None => [1, 1],
     };
     if p[0] > k[0] / 2 || p[1] > k[1] / 2 {
@@ -114,17 +124,45 @@ fn planes<T: Send>(
     ctx.pool().for_each_chunk_mut(out, plane, min, f);
 }
 
-/// `max_pool2d_with_indices.out(self, kernel_size, stride, padding, dilation,
-/// ceil_mode, *, out, indices)` plus the returned list of both.
+op_args! {
+    /// `max_pool2d_with_indices.out(Tensor self, int[2] kernel_size, int[2] stride=[],
+    /// int[2] padding=0, int[2] dilation=1, bool ceil_mode=False, *, Tensor(a!) out,
+    /// Tensor(b!) indices) -> (Tensor(a!), Tensor(b!))`, returning both outs (one
+    /// TensorList slot).
+    struct MaxPoolArgs<'a> = "aten::max_pool2d_with_indices.out" {
+        input: Tensor,
+        kernel_size: IntList<'a>,
+        stride: IntList<'a>,
+        padding: IntList<'a>,
+        dilation: IntList<'a>,
+        ceil_mode: bool,
+        out: OutArg,
+        indices: OutArg,
+    } returns 1
+}
+
 fn max_pool2d_with_indices(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(9)?;
-    let x = a.tensor(0)?;
+    let MaxPoolArgs {
+        input: x,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        ceil_mode,
+        out,
+        indices,
+    } = MaxPoolArgs::unpack(a)?;
     f32_only(&x, "max_pool2d (f32 only)")?;
-    let ceil_mode = a.bool(5)?;
-    let w = window(a, &x, Some(4), ceil_mode, "max_pool2d")?;
+    let lists = WindowLists {
+        kernel_size,
+        stride,
+        padding,
+        dilation: Some(dilation),
+    };
+    let w = window(&lists, &x, ceil_mode, "max_pool2d")?;
     let (shape, rank) = pooled_shape(&x, w.out_h, w.out_w);
-    let out = a.resize_tensor(6, &shape[..rank])?;
-    let idx = a.resize_tensor(7, &shape[..rank])?;
+    let out = out.resize(a, &shape[..rank])?;
+    let idx = indices.resize(a, &shape[..rank])?;
     f32_only(&out, "max_pool2d out (f32 only)")?;
     if idx.dtype() != ScalarType::Long {
         return Err(KernelError::UnsupportedDtype {
@@ -216,23 +254,48 @@ fn max_row(
     }
 }
 
-/// `avg_pool2d.out(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-/// divisor_override?, *, out)` (and the returned out).
+op_args! {
+    /// `avg_pool2d.out(Tensor self, int[2] kernel_size, int[2] stride=[],
+    /// int[2] padding=0, bool ceil_mode=False, bool count_include_pad=True,
+    /// int? divisor_override=None, *, Tensor(a!) out)`.
+    struct AvgPoolArgs<'a> = "aten::avg_pool2d.out" {
+        input: Tensor,
+        kernel_size: IntList<'a>,
+        stride: IntList<'a>,
+        padding: IntList<'a>,
+        ceil_mode: bool,
+        count_include_pad: bool,
+        divisor_override: Option<i64>,
+        out: OutArg,
+    } returns 1
+}
+
 fn avg_pool2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(9)?;
-    let x = a.tensor(0)?;
+    let AvgPoolArgs {
+        input: x,
+        kernel_size,
+        stride,
+        padding,
+        ceil_mode,
+        count_include_pad: include_pad,
+        divisor_override: divisor,
+        out,
+    } = AvgPoolArgs::unpack(a)?;
     f32_only(&x, "avg_pool2d (f32 only)")?;
-    let ceil_mode = a.bool(4)?;
-    let include_pad = a.bool(5)?;
-    let divisor = a.opt_int(6)?;
     if divisor == Some(0) {
         return Err(KernelError::invalid(
             "avg_pool2d: divisor_override must not be 0",
         ));
     }
-    let w = window(a, &x, None, ceil_mode, "avg_pool2d")?;
+    let lists = WindowLists {
+        kernel_size,
+        stride,
+        padding,
+        dilation: None,
+    };
+    let w = window(&lists, &x, ceil_mode, "avg_pool2d")?;
     let (shape, rank) = pooled_shape(&x, w.out_h, w.out_w);
-    let out = a.resize_tensor(7, &shape[..rank])?;
+    let out = out.resize(a, &shape[..rank])?;
     f32_only(&out, "avg_pool2d out (f32 only)")?;
     nchw_dims(&out, "avg_pool2d out")?;
     let xs = ctx.read::<f32>(&x)?;
@@ -278,16 +341,28 @@ fn avg_pool2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
     Ok(())
 }
 
-/// `_adaptive_avg_pool2d.out(self, output_size, *, out)` (and the returned out).
+op_args! {
+    /// `_adaptive_avg_pool2d.out(Tensor self, SymInt[2] output_size, *,
+    /// Tensor(a!) out)`.
+    struct AdaptiveAvgPoolArgs<'a> = "aten::_adaptive_avg_pool2d.out" {
+        input: Tensor,
+        output_size: IntList<'a>,
+        out: OutArg,
+    } returns 1
+}
+
 fn adaptive_avg_pool2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let x = a.tensor(0)?;
+    let AdaptiveAvgPoolArgs {
+        input: x,
+        output_size,
+        out,
+    } = AdaptiveAvgPoolArgs::unpack(a)?;
     f32_only(&x, "adaptive_avg_pool2d (f32 only)")?;
     let (_, _, ih, iw) = nchw_dims(&x, "adaptive_avg_pool2d")?;
-    let size = spatial_list::<2>(a, 1, 2, None, 1, "adaptive_avg_pool2d output_size")?;
+    let size = spatial_list::<2>(&output_size, 2, None, 1, "adaptive_avg_pool2d output_size")?;
     let (oh, ow) = (size[0], size[1]);
     let (shape, rank) = pooled_shape(&x, oh, ow);
-    let out = a.resize_tensor(2, &shape[..rank])?;
+    let out = out.resize(a, &shape[..rank])?;
     f32_only(&out, "adaptive_avg_pool2d out (f32 only)")?;
     nchw_dims(&out, "adaptive_avg_pool2d out")?;
     let xs = ctx.read::<f32>(&x)?;

@@ -4,7 +4,10 @@
 use etch_base::ScalarType;
 use half::{bf16, f16};
 
-use crate::{Args, EValue, KernelContext, KernelError, MAX_RANK, Registry, Scalar};
+use crate::schema::{OpArgs, OutArg, ResultSlot, op_args};
+use crate::{
+    Args, EValue, IntList, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor,
+};
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
@@ -56,25 +59,44 @@ pub fn register(r: &mut Registry) {
     });
 }
 
-/// `sym_size.int(self, dim) -> SymInt`.
+op_args! {
+    /// `sym_size.int(Tensor self, int dim) -> SymInt`.
+    struct SymSizeArgs = "aten::sym_size.int" {
+        input: Tensor,
+        dim: i64,
+        result: ResultSlot,
+    } returns 0
+}
+
 fn sym_size(_: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(3)?;
-    let t = a.tensor(0)?;
-    let size = t.size(a.int(1)?)?;
-    a.set_value(2, EValue::Int(size as i64))
+    let SymSizeArgs { input, dim, result } = SymSizeArgs::unpack(a)?;
+    let size = input.size(dim)?;
+    result.set(a, EValue::Int(size as i64))
 }
 
-/// `sym_numel(self) -> SymInt`.
+op_args! {
+    /// `sym_numel(Tensor self) -> SymInt`.
+    struct SymNumelArgs = "aten::sym_numel" {
+        input: Tensor,
+        result: ResultSlot,
+    } returns 0
+}
+
 fn sym_numel(_: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(2)?;
-    let n = a.tensor(0)?.numel();
-    a.set_value(1, EValue::Int(n as i64))
+    let SymNumelArgs { input, result } = SymNumelArgs::unpack(a)?;
+    result.set(a, EValue::Int(input.numel() as i64))
 }
 
-/// `_local_scalar_dense(self) -> Scalar`: element 0 as a scalar (`.item()`).
+op_args! {
+    /// `_local_scalar_dense(Tensor self) -> Scalar`: element 0 as a scalar (`.item()`).
+    struct LocalScalarDenseArgs = "aten::_local_scalar_dense" {
+        input: Tensor,
+        result: ResultSlot,
+    } returns 0
+}
+
 fn local_scalar_dense(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(2)?;
-    let t = a.tensor(0)?;
+    let LocalScalarDenseArgs { input: t, result } = LocalScalarDenseArgs::unpack(a)?;
     if t.numel() == 0 {
         return Err(KernelError::invalid("item() of an empty tensor"));
     }
@@ -96,35 +118,42 @@ fn local_scalar_dense(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), K
             });
         }
     };
-    a.set_value(1, v)
+    result.set(a, v)
 }
 
-/// `et_view.default(self, size, out)`: `out` aliases `self`'s bytes with new sizes.
+op_args! {
+    /// `et_view.default(Tensor self, int[] size) -> Tensor`: the returned tensor (`out`,
+    /// planned by the emitter) aliases `self`'s bytes with new sizes.
+    struct EtViewArgs<'a> = "executorch_prim::et_view.default" {
+        input: Tensor,
+        size: IntList<'a>,
+        out: OutArg,
+    } returns 0
+}
+
 fn et_view(_: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(3)?;
-    let input = a.tensor(0)?;
-    let list = a.int_list(1)?;
+    let EtViewArgs { input, size, out } = EtViewArgs::unpack(a)?;
     let mut buf = [0i64; MAX_RANK];
-    let requested = list.read_into(&mut buf)?;
+    let requested = size.read_into(&mut buf)?;
     let mut sizes = [0usize; MAX_RANK];
     let sizes = infer_view_sizes(requested, input.numel(), &mut sizes)?;
-    let mut out = a.tensor(2)?;
-    if out.dtype() != input.dtype() {
+    let mut view = out.tensor();
+    if view.dtype() != input.dtype() {
         return Err(KernelError::DtypeMismatch {
-            expected: out.dtype(),
+            expected: view.dtype(),
             found: input.dtype(),
         });
     }
-    out.resize(sizes)?;
-    if out.numel() != input.numel() {
+    view.resize(sizes)?;
+    if view.numel() != input.numel() {
         return Err(KernelError::invalid(format!(
             "view of {} elements as {:?}",
             input.numel(),
             sizes
         )));
     }
-    out.set_data(input.data());
-    a.set_tensor(2, out)
+    view.set_data(input.data());
+    out.set(a, view)
 }
 
 /// Resolves one `-1` in a view's sizes from the element count.
@@ -172,11 +201,28 @@ enum Op {
     Min,
 }
 
+op_args! {
+    /// `op.Scalar(Scalar a, Scalar b) -> Scalar` (`add`, `sub`, `mul`, `floordiv`,
+    /// `truediv`, `sym_max`, `sym_min`; `floordiv.int` and `mod` take `SymInt`s, which
+    /// read as Scalars) and the comparisons `op.Scalar(Scalar a, Scalar b) -> bool`.
+    struct BinaryScalarArgs = "executorch_prim::<binary>.Scalar" {
+        a: Scalar,
+        b: Scalar,
+        result: ResultSlot,
+    } returns 0
+}
+
+op_args! {
+    /// `op.Scalar(Scalar a) -> Scalar` (`neg`, `sym_float`, `ceil`, `round`, `trunc`).
+    struct UnaryScalarArgs = "executorch_prim::<unary>.Scalar" {
+        a: Scalar,
+        result: ResultSlot,
+    } returns 0
+}
+
 fn binary(a: &mut Args<'_>, op: Op) -> Result<(), KernelError> {
-    a.expect_len(3)?;
-    let x = a.scalar(0)?;
-    let y = a.scalar(1)?;
-    let result = match (x, y, op) {
+    let BinaryScalarArgs { a: x, b: y, result } = BinaryScalarArgs::unpack(a)?;
+    let value = match (x, y, op) {
         (_, _, Op::TrueDiv) => EValue::Double(x.to_f64() / y.to_f64()),
         (Scalar::Double(_), _, _) | (_, Scalar::Double(_), _) => {
             let (p, q) = (x.to_f64(), y.to_f64());
@@ -221,13 +267,11 @@ fn binary(a: &mut Args<'_>, op: Op) -> Result<(), KernelError> {
             })
         }
     };
-    a.set_value(2, result)
+    result.set(a, value)
 }
 
 fn compare(a: &mut Args<'_>, pick: fn(std::cmp::Ordering) -> bool) -> Result<(), KernelError> {
-    a.expect_len(3)?;
-    let x = a.scalar(0)?;
-    let y = a.scalar(1)?;
+    let BinaryScalarArgs { a: x, b: y, result } = BinaryScalarArgs::unpack(a)?;
     let ord = match (x, y) {
         (Scalar::Double(_), _) | (_, Scalar::Double(_)) => x
             .to_f64()
@@ -236,31 +280,30 @@ fn compare(a: &mut Args<'_>, pick: fn(std::cmp::Ordering) -> bool) -> Result<(),
             .unwrap_or(false),
         _ => pick(x.to_i64().cmp(&y.to_i64())),
     };
-    a.set_value(2, EValue::Bool(ord))
+    result.set(a, EValue::Bool(ord))
 }
 
 fn neg(_: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(2)?;
-    let v = match a.scalar(0)? {
+    let UnaryScalarArgs { a: x, result } = UnaryScalarArgs::unpack(a)?;
+    let v = match x {
         Scalar::Double(d) => EValue::Double(-d),
         s => EValue::Int(s.to_i64().wrapping_neg()),
     };
-    a.set_value(1, v)
+    result.set(a, v)
 }
 
 fn sym_float(_: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(2)?;
-    let v = a.scalar(0)?.to_f64();
-    a.set_value(1, EValue::Double(v))
+    let UnaryScalarArgs { a: x, result } = UnaryScalarArgs::unpack(a)?;
+    result.set(a, EValue::Double(x.to_f64()))
 }
 
 fn rounding(a: &mut Args<'_>, f: fn(f64) -> f64) -> Result<(), KernelError> {
-    a.expect_len(2)?;
-    let v = match a.scalar(0)? {
+    let UnaryScalarArgs { a: x, result } = UnaryScalarArgs::unpack(a)?;
+    let v = match x {
         Scalar::Double(d) => EValue::Int(f(d) as i64),
         s => EValue::Int(s.to_i64()),
     };
-    a.set_value(1, v)
+    result.set(a, v)
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 use etch_base::ScalarType;
 
 use super::window::nchw_dims;
-use crate::{Args, EValue, GRAIN_SIZE, KernelContext, KernelError, Registry, Tensor};
+use crate::schema::{OpArgs, OutArg, op_args};
+use crate::{Args, GRAIN_SIZE, IntList, KernelContext, KernelError, Registry, Tensor};
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
@@ -29,11 +30,12 @@ struct Target {
     scale_w: f64,
 }
 
+/// Checks the input and the `output_size` / `scale_factors` pair (exactly one given)
+/// and derives the target.
 fn target(
-    a: &Args<'_>,
     x: &Tensor,
-    size_at: usize,
-    scales_at: usize,
+    output_size: Option<IntList<'_>>,
+    scale_factors: Option<&[f64]>,
 ) -> Result<Target, KernelError> {
     let (_, _, ih, iw) = nchw_dims(x, "upsample")?;
     if x.rank() != 4 || x.dtype() != ScalarType::Float {
@@ -43,18 +45,17 @@ fn target(
             x.dtype()
         )));
     }
-    let scales: Option<[f64; 2]> = match a.value(scales_at)? {
-        EValue::None => None,
-        EValue::DoubleList(v) if v.len() == 2 => Some([v[0], v[1]]),
-        other => {
+    let scales: Option<[f64; 2]> = match scale_factors {
+        None => None,
+        Some(&[h, w]) => Some([h, w]),
+        Some(v) => {
             return Err(KernelError::invalid(format!(
-                "upsample: scale_factors must be None or 2 floats, got {}",
-                other.kind()
+                "upsample: scale_factors must be None or 2 floats, got {} floats",
+                v.len()
             )));
         }
     };
-    let size = a.opt_int_list(size_at)?;
-    let t = match (size, scales) {
+    let t = match (output_size, scales) {
         (Some(s), None) if s.len() == 2 => {
             let (oh, ow) = (s.get(0)?, s.get(1)?);
             if oh <= 0 || ow <= 0 || ih == 0 || iw == 0 {
@@ -100,10 +101,10 @@ fn target(
     Ok(t)
 }
 
-/// Resizes `out` to the target and returns its checked f32 storage pair.
-fn out_for(a: &mut Args<'_>, i: usize, x: &Tensor, t: &Target) -> Result<Tensor, KernelError> {
+/// Resizes `out` to the target and checks it is a contiguous f32 tensor.
+fn out_for(a: &mut Args<'_>, out: OutArg, x: &Tensor, t: &Target) -> Result<Tensor, KernelError> {
     let s = x.sizes();
-    let out = a.resize_tensor(i, &[s[0], s[1], t.out_h, t.out_w])?;
+    let out = out.resize(a, &[s[0], s[1], t.out_h, t.out_w])?;
     if out.dtype() != ScalarType::Float {
         return Err(KernelError::UnsupportedDtype {
             dtype: out.dtype(),
@@ -150,14 +151,28 @@ fn bilinear_ratio(in_size: usize, out_size: usize, align: bool, scale: f64) -> f
     }
 }
 
-/// `upsample_bilinear2d.vec_out(input, output_size?, align_corners, scale_factors?, *,
-/// out)` (and the returned out).
+op_args! {
+    /// `upsample_bilinear2d.vec_out(Tensor input, SymInt[]? output_size,
+    /// bool align_corners, float[]? scale_factors, *, Tensor(a!) out)`.
+    struct BilinearArgs<'a> = "aten::upsample_bilinear2d.vec_out" {
+        input: Tensor,
+        output_size: Option<IntList<'a>>,
+        align_corners: bool,
+        scale_factors: Option<&'a [f64]>,
+        out: OutArg,
+    } returns 1
+}
+
 fn upsample_bilinear2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(6)?;
-    let x = a.tensor(0)?;
-    let align = a.bool(2)?;
-    let t = target(a, &x, 1, 3)?;
-    let out = out_for(a, 4, &x, &t)?;
+    let BilinearArgs {
+        input: x,
+        output_size,
+        align_corners: align,
+        scale_factors,
+        out,
+    } = BilinearArgs::unpack(a)?;
+    let t = target(&x, output_size, scale_factors)?;
+    let out = out_for(a, out, &x, &t)?;
     let (ih, iw) = (x.sizes()[2], x.sizes()[3]);
     let (oh, ow) = (t.out_h, t.out_w);
     let rh = bilinear_ratio(ih, oh, align, t.scale_h);
@@ -201,13 +216,26 @@ fn upsample_bilinear2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), 
     Ok(())
 }
 
-/// `upsample_nearest2d.vec_out(input, output_size?, scale_factors?, *, out)` (and the
-/// returned out).
+op_args! {
+    /// `upsample_nearest2d.vec_out(Tensor input, SymInt[]? output_size,
+    /// float[]? scale_factors, *, Tensor(a!) out)`.
+    struct NearestArgs<'a> = "aten::upsample_nearest2d.vec_out" {
+        input: Tensor,
+        output_size: Option<IntList<'a>>,
+        scale_factors: Option<&'a [f64]>,
+        out: OutArg,
+    } returns 1
+}
+
 fn upsample_nearest2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let x = a.tensor(0)?;
-    let t = target(a, &x, 1, 2)?;
-    let out = out_for(a, 3, &x, &t)?;
+    let NearestArgs {
+        input: x,
+        output_size,
+        scale_factors,
+        out,
+    } = NearestArgs::unpack(a)?;
+    let t = target(&x, output_size, scale_factors)?;
+    let out = out_for(a, out, &x, &t)?;
     let (ih, iw) = (x.sizes()[2], x.sizes()[3]);
     let (oh, ow) = (t.out_h, t.out_w);
     let (rh, rw) = ((1.0 / t.scale_h) as f32, (1.0 / t.scale_w) as f32);

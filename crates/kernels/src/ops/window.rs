@@ -3,20 +3,18 @@
 //! every spatial dim, as PyTorch accepts), and the output-size rule of
 //! ExecuTorch's `calculate_kernel_output_sizes`.
 
-use crate::{Args, KernelError, Tensor};
+use crate::{IntList, KernelError, Tensor};
 
-/// The values of int-list argument `i` for `dims` spatial dimensions: a list of `dims`
-/// values as is, one value repeated, and an empty list as `default` (`None`: empty is
-/// an error). Every value must be at least `min`.
+/// The values of int-list argument `list` for `dims` spatial dimensions: a list of
+/// `dims` values as is, one value repeated, and an empty list as `default` (`None`:
+/// empty is an error). Every value must be at least `min`.
 pub fn spatial_list<const D: usize>(
-    a: &Args<'_>,
-    i: usize,
+    list: &IntList<'_>,
     dims: usize,
     default: Option<[i64; D]>,
     min: i64,
     what: &str,
 ) -> Result<[usize; D], KernelError> {
-    let list = a.int_list(i)?;
     let mut out = [0usize; D];
     for d in 0..dims.min(D) {
         let v = match list.len() {

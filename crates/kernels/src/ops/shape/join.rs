@@ -12,8 +12,10 @@ use crate::ops::shape::common::{
     worth_parallel,
 };
 use crate::ops::shape::slice::{DimSlice, copy_slice};
+use crate::schema::{OpArgs, OutArg, OutListArg, op_args};
 use crate::{
-    Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor, TensorList, normalize_dim,
+    Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tensor, TensorList,
+    normalize_dim,
 };
 
 pub(super) fn register(r: &mut Registry) {
@@ -116,12 +118,23 @@ fn join_rows(
     Ok(())
 }
 
+op_args! {
+    /// `op.out(Tensor[] tensors, int dim=0, *, Tensor(a!) out)` (`cat`, `stack`).
+    struct JoinArgs<'a> = "aten::<cat|stack>.out" {
+        tensors: TensorList<'a>,
+        dim: i64,
+        out: OutArg,
+    } returns 1
+}
+
 /// `cat.out(Tensor[] tensors, int dim=0, *, Tensor(a!) out)`.
 fn cat(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let dim_arg = a.int(1)?;
+    let JoinArgs {
+        tensors: list,
+        dim: dim_arg,
+        out,
+    } = JoinArgs::unpack(a)?;
     let (sizes, rank, dim) = {
-        let list = a.tensor_list(0)?;
         if list.is_empty() {
             return Err(KernelError::invalid("cat of an empty list"));
         }
@@ -136,13 +149,12 @@ fn cat(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
         }
         let Some(reference) = reference else {
             // Every input is [0]: the result is [0].
-            let out = a.tensor(2)?;
-            if out.rank() != 1 {
+            if out.tensor().rank() != 1 {
                 return Err(KernelError::invalid(
                     "cat of empty tensors into a non-1-d out",
                 ));
             }
-            a.resize_tensor(2, &[0])?;
+            out.resize(a, &[0])?;
             return Ok(());
         };
         let rank = reference.rank();
@@ -177,21 +189,23 @@ fn cat(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
         }
         (sizes, rank, dim)
     };
-    let out = a.tensor(2)?;
-    require_contiguous(&out, "out")?;
-    let out = a.resize_tensor(2, &sizes[..rank])?;
+    require_contiguous(&out.tensor(), "out")?;
+    // Stored once the input list (borrowed from `a`) is no longer read.
+    let resized = out.resized(&sizes[..rank])?;
     let leading: usize = sizes[..dim].iter().product();
     let row: usize = sizes[dim..rank].iter().product();
-    let list = a.tensor_list(0)?;
-    join_rows(ctx, &list, &out, leading, row, true)
+    join_rows(ctx, &list, &resized, leading, row, true)?;
+    out.set(a, resized)
 }
 
 /// `stack.out(Tensor[] tensors, int dim=0, *, Tensor(a!) out)`.
 fn stack(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let dim_arg = a.int(1)?;
+    let JoinArgs {
+        tensors: list,
+        dim: dim_arg,
+        out,
+    } = JoinArgs::unpack(a)?;
     let (sizes, rank, dim) = {
-        let list = a.tensor_list(0)?;
         if list.is_empty() {
             return Err(KernelError::invalid("stack of an empty list"));
         }
@@ -217,27 +231,27 @@ fn stack(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
         sizes[dim + 1..=rank].copy_from_slice(&first.sizes()[dim..]);
         (sizes, rank + 1, dim)
     };
-    let out = a.tensor(2)?;
-    require_contiguous(&out, "out")?;
-    let out = a.resize_tensor(2, &sizes[..rank])?;
+    require_contiguous(&out.tensor(), "out")?;
+    // Stored once the input list (borrowed from `a`) is no longer read.
+    let resized = out.resized(&sizes[..rank])?;
     let leading: usize = sizes[..dim].iter().product();
     let row: usize = sizes[dim..rank].iter().product();
-    let list = a.tensor_list(0)?;
-    join_rows(ctx, &list, &out, leading, row, false)
+    join_rows(ctx, &list, &resized, leading, row, false)?;
+    out.set(a, resized)
 }
 
-/// Splits `input` along `dim` into the outputs of list argument `list_arg`, output `j`
-/// taking `size_of(j)` indices.
+/// Splits `input` along `dim` into the tensors of `outs`, output `j` taking
+/// `size_of(j)` indices.
 fn split_into(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
     input: &Tensor,
     dim: usize,
-    list_arg: usize,
+    outs: OutListArg,
     count: usize,
     size_of: impl Fn(usize) -> Result<usize, KernelError>,
 ) -> Result<(), KernelError> {
-    let n = a.tensor_list(list_arg)?.len();
+    let n = outs.len();
     if n != count {
         return Err(KernelError::invalid(format!(
             "split into {count} pieces but {n} out tensors"
@@ -249,14 +263,14 @@ fn split_into(
         let mut sizes = [0usize; MAX_RANK];
         sizes[..input.rank()].copy_from_slice(input.sizes());
         sizes[dim] = len;
-        let o = a.tensor_list(list_arg)?.get(j)?;
+        let o = outs.item(a, j)?;
         if o.dtype() != input.dtype() {
             return Err(KernelError::DtypeMismatch {
                 expected: input.dtype(),
                 found: o.dtype(),
             });
         }
-        let o = a.resize_list_item(list_arg, j, &sizes[..input.rank()])?;
+        let o = outs.resize_item(a, j, &sizes[..input.rank()])?;
         let s = DimSlice {
             dim,
             start,
@@ -271,29 +285,29 @@ fn split_into(
     Ok(())
 }
 
-/// Accepts the schema's 4 arguments, or 5 with a trailing copy of the out list.
-fn expect_split_len(a: &Args<'_>) -> Result<(), KernelError> {
-    if a.len() == 4 || a.len() == 5 {
-        Ok(())
-    } else {
-        Err(KernelError::ArgCount {
-            expected: 4,
-            got: a.len(),
-        })
-    }
+op_args! {
+    /// `split_with_sizes_copy.out(Tensor self, SymInt[] split_sizes, int dim=0, *,
+    /// Tensor(a!)[] out) -> ()`, emitted with or without a trailing copy of `out`.
+    struct SplitWithSizesArgs<'a> = "aten::split_with_sizes_copy.out" {
+        input: Tensor,
+        split_sizes: IntList<'a>,
+        dim: i64,
+        out: OutListArg,
+    } returns 0..=1
 }
 
-/// `split_with_sizes_copy.out(Tensor self, SymInt[] split_sizes, int dim=0, *,
-/// Tensor(a!)[] out) -> ()`.
 fn split_with_sizes_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    expect_split_len(a)?;
-    let input = a.tensor(0)?;
+    let SplitWithSizesArgs {
+        input,
+        split_sizes: list,
+        dim,
+        out,
+    } = SplitWithSizesArgs::unpack(a)?;
     if input.rank() == 0 {
         return Err(KernelError::invalid("split of a 0-d tensor"));
     }
-    let dim = input.normalize_dim(a.int(2)?)?;
+    let dim = input.normalize_dim(dim)?;
     let mut splits = [0i64; 256];
-    let list = a.int_list(1)?;
     if list.len() > splits.len() {
         return Err(KernelError::invalid("too many split sizes"));
     }
@@ -316,26 +330,38 @@ fn split_with_sizes_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<()
         *b = s as usize;
     }
     let count = splits.len();
-    split_into(ctx, a, &input, dim, 3, count, |j| Ok(buf[j]))
+    split_into(ctx, a, &input, dim, out, count, |j| Ok(buf[j]))
 }
 
-/// `split_copy.Tensor_out(Tensor self, SymInt split_size, int dim=0, *,
-/// Tensor(a!)[] out) -> ()`.
+op_args! {
+    /// `split_copy.Tensor_out(Tensor self, SymInt split_size, int dim=0, *,
+    /// Tensor(a!)[] out) -> ()`, emitted with or without a trailing copy of `out`.
+    struct SplitArgs = "aten::split_copy.Tensor_out" {
+        input: Tensor,
+        split_size: i64,
+        dim: i64,
+        out: OutListArg,
+    } returns 0..=1
+}
+
 fn split_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    expect_split_len(a)?;
-    let input = a.tensor(0)?;
+    let SplitArgs {
+        input,
+        split_size: split,
+        dim,
+        out,
+    } = SplitArgs::unpack(a)?;
     if input.rank() == 0 {
         return Err(KernelError::invalid("split of a 0-d tensor"));
     }
-    let dim = input.normalize_dim(a.int(2)?)?;
-    let split = a.int(1)?;
+    let dim = input.normalize_dim(dim)?;
     let size = input.sizes()[dim];
     if split < 0 || (split == 0 && size != 0) {
         return Err(KernelError::invalid(format!("invalid split size {split}")));
     }
     let split = split as usize;
     let count = if size == 0 { 1 } else { size.div_ceil(split) };
-    split_into(ctx, a, &input, dim, 3, count, |j| {
+    split_into(ctx, a, &input, dim, out, count, |j| {
         Ok(split.min(size - (j * split).min(size)))
     })
 }
@@ -345,8 +371,8 @@ mod tests {
     use etch_base::ScalarType;
     use proptest::prelude::*;
 
-    use crate::ThreadPool;
     use crate::testing::Harness;
+    use crate::{KernelError, ThreadPool};
 
     fn cat_ref(inputs: &[(Vec<usize>, Vec<f32>)], dim: usize) -> (Vec<usize>, Vec<f32>) {
         let rank = inputs[0].0.len();
@@ -472,6 +498,27 @@ mod tests {
             h.call("aten::split_copy.Tensor_out", &[x, zero, d, outs3])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn split_accepts_one_optional_return_slot() {
+        let mut h = Harness::new();
+        let x = h.tensor(&[4], &[0f32, 1., 2., 3.]);
+        let two = h.int(2);
+        let d = h.int(0);
+        let o1 = h.out(ScalarType::Float, &[2]);
+        let o2 = h.out(ScalarType::Float, &[2]);
+        let outs = h.tensor_list(&[o1, o2]);
+        let op = "aten::split_copy.Tensor_out";
+        h.call(op, &[x, two, d, outs]).unwrap();
+        h.call(op, &[x, two, d, outs, outs]).unwrap();
+        assert_eq!(h.read::<f32>(o2), vec![2., 3.]);
+        for slots in [&[x, two, d][..], &[x, two, d, outs, outs, outs]] {
+            assert!(matches!(
+                h.call(op, slots),
+                Err(KernelError::OpArgCount { expected: 4, .. })
+            ));
+        }
     }
 
     proptest! {

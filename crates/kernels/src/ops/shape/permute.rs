@@ -3,7 +3,8 @@
 //! dims) and runs the shared gather-copy engine.
 
 use crate::ops::shape::common::{MAX_DIMS, Strided, copy_tensor, require_contiguous};
-use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor, normalize_dim};
+use crate::schema::{OpArgs, OutArg, op_args};
+use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tensor, normalize_dim};
 
 pub(super) fn register(r: &mut Registry) {
     r.register("aten::permute_copy.out", permute_copy);
@@ -13,17 +14,17 @@ pub(super) fn register(r: &mut Registry) {
     r.register("aten::repeat.out", repeat);
 }
 
-/// Checks dtypes and layouts, resizes argument `out` to `sizes` and gathers `input`
-/// through `layout` into it.
+/// Checks dtypes and layouts, resizes `out` to `sizes` and gathers `input` through
+/// `layout` into it.
 fn gather_into(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
     input: &Tensor,
-    out: usize,
+    out: OutArg,
     sizes: &[usize],
     layout: &Strided,
 ) -> Result<(), KernelError> {
-    let o = a.tensor(out)?;
+    let o = out.tensor();
     if o.dtype() != input.dtype() {
         return Err(KernelError::DtypeMismatch {
             expected: input.dtype(),
@@ -32,7 +33,7 @@ fn gather_into(
     }
     require_contiguous(input, "input")?;
     require_contiguous(&o, "out")?;
-    let o = a.resize_tensor(out, sizes)?;
+    let o = out.resize(a, sizes)?;
     copy_tensor(ctx, input, &o, 0, layout)
 }
 
@@ -48,12 +49,22 @@ fn permuted(input: &Tensor, perm: &[usize]) -> Result<([usize; MAX_RANK], Stride
     Ok((sizes, Strided::new(&sizes[..n], &strides[..n])?))
 }
 
-/// `permute_copy.out(Tensor self, int[] dims, *, Tensor(a!) out)`.
+op_args! {
+    /// `permute_copy.out(Tensor self, int[] dims, *, Tensor(a!) out)`.
+    struct PermuteArgs<'a> = "aten::permute_copy.out" {
+        input: Tensor,
+        dims: IntList<'a>,
+        out: OutArg,
+    } returns 1
+}
+
 fn permute_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let input = a.tensor(0)?;
+    let PermuteArgs {
+        input,
+        dims: list,
+        out,
+    } = PermuteArgs::unpack(a)?;
     let rank = input.rank();
-    let list = a.int_list(1)?;
     if list.len() != rank {
         return Err(KernelError::invalid(format!(
             "permute of rank {rank} with {} dims",
@@ -70,16 +81,29 @@ fn permute_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelE
         *p = d;
     }
     let (sizes, layout) = permuted(&input, &perm[..rank])?;
-    gather_into(ctx, a, &input, 2, &sizes[..rank], &layout)
+    gather_into(ctx, a, &input, out, &sizes[..rank], &layout)
 }
 
-/// `transpose_copy.int_out(Tensor self, int dim0, int dim1, *, Tensor(a!) out)`.
+op_args! {
+    /// `transpose_copy.int_out(Tensor self, int dim0, int dim1, *, Tensor(a!) out)`.
+    struct TransposeArgs = "aten::transpose_copy.int_out" {
+        input: Tensor,
+        dim0: i64,
+        dim1: i64,
+        out: OutArg,
+    } returns 1
+}
+
 fn transpose_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let input = a.tensor(0)?;
+    let TransposeArgs {
+        input,
+        dim0,
+        dim1,
+        out,
+    } = TransposeArgs::unpack(a)?;
     let rank = input.rank();
-    let d0 = input.normalize_dim(a.int(1)?)?;
-    let d1 = input.normalize_dim(a.int(2)?)?;
+    let d0 = input.normalize_dim(dim0)?;
+    let d1 = input.normalize_dim(dim1)?;
     let mut perm = [0usize; MAX_RANK];
     for (i, p) in perm.iter_mut().enumerate().take(rank) {
         *p = i;
@@ -88,14 +112,20 @@ fn transpose_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kerne
         perm.swap(d0, d1);
     }
     let (sizes, layout) = permuted(&input, &perm[..rank])?;
-    gather_into(ctx, a, &input, 3, &sizes[..rank], &layout)
+    gather_into(ctx, a, &input, out, &sizes[..rank], &layout)
 }
 
-/// `t_copy.out(Tensor self, *, Tensor(a!) out)`: transposes a matrix; 0-d and 1-d
-/// tensors are copied.
+op_args! {
+    /// `t_copy.out(Tensor self, *, Tensor(a!) out)`: transposes a matrix; 0-d and 1-d
+    /// tensors are copied.
+    struct TArgs = "aten::t_copy.out" {
+        input: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
 fn t_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(3)?;
-    let input = a.tensor(0)?;
+    let TArgs { input, out } = TArgs::unpack(a)?;
     let perm: &[usize] = match input.rank() {
         0 => &[],
         1 => &[0],
@@ -107,17 +137,26 @@ fn t_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
         }
     };
     let (sizes, layout) = permuted(&input, perm)?;
-    gather_into(ctx, a, &input, 1, &sizes[..perm.len()], &layout)
+    gather_into(ctx, a, &input, out, &sizes[..perm.len()], &layout)
 }
 
-/// `expand_copy.out(Tensor self, SymInt[] size, *, bool implicit=False,
-/// Tensor(a!) out)`.
+op_args! {
+    /// `expand_copy.out(Tensor self, SymInt[] size, *, bool implicit=False,
+    /// Tensor(a!) out)`.
+    struct ExpandArgs<'a> = "aten::expand_copy.out" {
+        input: Tensor,
+        size: IntList<'a>,
+        implicit: bool,
+        out: OutArg,
+    } returns 1
+}
+
 fn expand_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let input = a.tensor(0)?;
-    a.bool(2)?;
+    let ExpandArgs {
+        input, size, out, ..
+    } = ExpandArgs::unpack(a)?;
     let mut req = [0i64; MAX_RANK];
-    let req = a.int_list(1)?.read_into(&mut req)?;
+    let req = size.read_into(&mut req)?;
     let rank = input.rank();
     let n = req.len();
     if n < rank {
@@ -158,15 +197,26 @@ fn expand_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
         }
     }
     let layout = Strided::new(&sizes[..n], &strides[..n])?;
-    gather_into(ctx, a, &input, 3, &sizes[..n], &layout)
+    gather_into(ctx, a, &input, out, &sizes[..n], &layout)
 }
 
-/// `repeat.out(Tensor self, SymInt[] repeats, *, Tensor(a!) out)`.
+op_args! {
+    /// `repeat.out(Tensor self, SymInt[] repeats, *, Tensor(a!) out)`.
+    struct RepeatArgs<'a> = "aten::repeat.out" {
+        input: Tensor,
+        repeats: IntList<'a>,
+        out: OutArg,
+    } returns 1
+}
+
 fn repeat(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let input = a.tensor(0)?;
+    let RepeatArgs {
+        input,
+        repeats,
+        out,
+    } = RepeatArgs::unpack(a)?;
     let mut reps = [0i64; MAX_RANK];
-    let reps = a.int_list(1)?.read_into(&mut reps)?;
+    let reps = repeats.read_into(&mut reps)?;
     let rank = input.rank();
     let n = reps.len();
     if n < rank {
@@ -197,7 +247,7 @@ fn repeat(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
         gstrides[2 * d + 1] = st;
     }
     let layout = Strided::new(&gsizes[..2 * n], &gstrides[..2 * n])?;
-    gather_into(ctx, a, &input, 2, &sizes[..n], &layout)
+    gather_into(ctx, a, &input, out, &sizes[..n], &layout)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! each leading row with one `memcpy`.
 
 use crate::ops::shape::common::{for_rows, require_contiguous, with_bits_type, worth_parallel};
+use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
 pub(super) fn register(r: &mut Registry) {
@@ -128,19 +129,35 @@ fn slice_rows<T: Copy + Send + Sync>(
     for_rows(ctx.pool(), dst, out_row, leading, 8, parallel, run);
 }
 
-/// `slice_copy.Tensor_out(Tensor self, int dim=0, SymInt? start=None, SymInt? end=None,
-/// SymInt step=1, *, Tensor(a!) out)`.
+op_args! {
+    /// `slice_copy.Tensor_out(Tensor self, int dim=0, SymInt? start=None,
+    /// SymInt? end=None, SymInt step=1, *, Tensor(a!) out)`.
+    struct SliceArgs = "aten::slice_copy.Tensor_out" {
+        input: Tensor,
+        dim: i64,
+        start: Option<i64>,
+        end: Option<i64>,
+        step: i64,
+        out: OutArg,
+    } returns 1
+}
+
 fn slice_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(7)?;
-    let input = a.tensor(0)?;
+    let SliceArgs {
+        input,
+        dim,
+        start,
+        end,
+        step,
+        out,
+    } = SliceArgs::unpack(a)?;
     if input.rank() == 0 {
         return Err(KernelError::invalid("slice_copy of a 0-d tensor"));
     }
-    let dim = input.normalize_dim(a.int(1)?)?;
+    let dim = input.normalize_dim(dim)?;
     let size = input.sizes()[dim];
-    let start = a.opt_int(2)?.unwrap_or(0);
-    let end = a.opt_int(3)?.unwrap_or(size as i64);
-    let step = a.int(4)?;
+    let start = start.unwrap_or(0);
+    let end = end.unwrap_or(size as i64);
     if step <= 0 {
         return Err(KernelError::invalid(format!(
             "slice step must be positive, got {step}"
@@ -150,14 +167,13 @@ fn slice_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
     let mut sizes = [0usize; MAX_RANK];
     sizes[..input.rank()].copy_from_slice(input.sizes());
     sizes[dim] = length;
-    let out = a.tensor(5)?;
-    if out.dtype() != input.dtype() {
+    if out.tensor().dtype() != input.dtype() {
         return Err(KernelError::DtypeMismatch {
             expected: input.dtype(),
-            found: out.dtype(),
+            found: out.tensor().dtype(),
         });
     }
-    let out = a.resize_tensor(5, &sizes[..input.rank()])?;
+    let out = out.resize(a, &sizes[..input.rank()])?;
     let s = DimSlice {
         dim,
         start,
@@ -167,16 +183,28 @@ fn slice_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
     copy_slice(ctx, &input, &out, s)
 }
 
-/// `select_copy.int_out(Tensor self, int dim, SymInt index, *, Tensor(a!) out)`.
+op_args! {
+    /// `select_copy.int_out(Tensor self, int dim, SymInt index, *, Tensor(a!) out)`.
+    struct SelectArgs = "aten::select_copy.int_out" {
+        input: Tensor,
+        dim: i64,
+        index: i64,
+        out: OutArg,
+    } returns 1
+}
+
 fn select_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(5)?;
-    let input = a.tensor(0)?;
+    let SelectArgs {
+        input,
+        dim,
+        index,
+        out,
+    } = SelectArgs::unpack(a)?;
     if input.rank() == 0 {
         return Err(KernelError::invalid("select_copy of a 0-d tensor"));
     }
-    let dim = input.normalize_dim(a.int(1)?)?;
+    let dim = input.normalize_dim(dim)?;
     let size = input.sizes()[dim];
-    let index = a.int(2)?;
     let i = if index < 0 {
         index + size as i64
     } else {
@@ -191,14 +219,13 @@ fn select_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
     let rank = input.rank();
     sizes[..dim].copy_from_slice(&input.sizes()[..dim]);
     sizes[dim..rank - 1].copy_from_slice(&input.sizes()[dim + 1..]);
-    let out = a.tensor(3)?;
-    if out.dtype() != input.dtype() {
+    if out.tensor().dtype() != input.dtype() {
         return Err(KernelError::DtypeMismatch {
             expected: input.dtype(),
-            found: out.dtype(),
+            found: out.tensor().dtype(),
         });
     }
-    let out = a.resize_tensor(3, &sizes[..rank - 1])?;
+    let out = out.resize(a, &sizes[..rank - 1])?;
     let s = DimSlice {
         dim,
         start: i as usize,

@@ -3,7 +3,8 @@
 
 use crate::ops::prim::infer_view_sizes;
 use crate::ops::shape::common::{Strided, copy_tensor, require_contiguous};
-use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor, normalize_dim};
+use crate::schema::{OpArgs, OutArg, op_args};
+use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tensor, normalize_dim};
 
 pub(super) fn register(r: &mut Registry) {
     r.register("aten::view_copy.out", view_copy);
@@ -14,15 +15,15 @@ pub(super) fn register(r: &mut Registry) {
     r.register("aten::squeeze_copy.out", squeeze_copy_all);
 }
 
-/// Resizes argument `out` to `sizes` and copies `input`'s elements into it in order.
-pub(crate) fn reshape_into(
+/// Resizes `out` to `sizes` and copies `input`'s elements into it in order.
+fn reshape_into(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
     input: &Tensor,
-    out: usize,
+    out: OutArg,
     sizes: &[usize],
 ) -> Result<(), KernelError> {
-    let o = a.tensor(out)?;
+    let o = out.tensor();
     if o.dtype() != input.dtype() {
         return Err(KernelError::DtypeMismatch {
             expected: input.dtype(),
@@ -31,7 +32,7 @@ pub(crate) fn reshape_into(
     }
     require_contiguous(input, "input")?;
     require_contiguous(&o, "out")?;
-    let o = a.resize_tensor(out, sizes)?;
+    let o = out.resize(a, sizes)?;
     if o.numel() != input.numel() {
         return Err(KernelError::invalid(format!(
             "cannot reshape {} elements to {sizes:?}",
@@ -42,38 +43,58 @@ pub(crate) fn reshape_into(
     copy_tensor(ctx, input, &o, 0, &Strided::new(&[n], &[1])?)
 }
 
-/// `view_copy.out(Tensor self, SymInt[] size, *, Tensor(a!) out)`.
+op_args! {
+    /// `view_copy.out(Tensor self, SymInt[] size, *, Tensor(a!) out)`.
+    struct ViewCopyArgs<'a> = "aten::view_copy.out" {
+        input: Tensor,
+        size: IntList<'a>,
+        out: OutArg,
+    } returns 1
+}
+
 fn view_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let input = a.tensor(0)?;
+    let ViewCopyArgs { input, size, out } = ViewCopyArgs::unpack(a)?;
     let mut req = [0i64; MAX_RANK];
-    let req = a.int_list(1)?.read_into(&mut req)?;
+    let req = size.read_into(&mut req)?;
     let mut buf = [0usize; MAX_RANK];
     let sizes = infer_view_sizes(req, input.numel(), &mut buf)?;
-    reshape_into(ctx, a, &input, 2, sizes)
+    reshape_into(ctx, a, &input, out, sizes)
 }
 
-/// `alias_copy.out(Tensor self, *, Tensor(a!) out)`.
+op_args! {
+    /// `alias_copy.out(Tensor self, *, Tensor(a!) out)`.
+    struct AliasCopyArgs = "aten::alias_copy.out" {
+        input: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
 fn alias_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(3)?;
-    let input = a.tensor(0)?;
-    reshape_into(ctx, a, &input, 1, input.sizes())
+    let AliasCopyArgs { input, out } = AliasCopyArgs::unpack(a)?;
+    reshape_into(ctx, a, &input, out, input.sizes())
 }
 
-/// `unsqueeze_copy.out(Tensor self, int dim, *, Tensor(a!) out)`.
+op_args! {
+    /// `unsqueeze_copy.out(Tensor self, int dim, *, Tensor(a!) out)`.
+    struct UnsqueezeArgs = "aten::unsqueeze_copy.out" {
+        input: Tensor,
+        dim: i64,
+        out: OutArg,
+    } returns 1
+}
+
 fn unsqueeze_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let input = a.tensor(0)?;
+    let UnsqueezeArgs { input, dim, out } = UnsqueezeArgs::unpack(a)?;
     let rank = input.rank();
     if rank >= MAX_RANK {
         return Err(KernelError::invalid("unsqueeze beyond the rank limit"));
     }
-    let dim = normalize_dim(a.int(1)?, rank + 1)?;
+    let dim = normalize_dim(dim, rank + 1)?;
     let mut sizes = [0usize; MAX_RANK];
     sizes[..dim].copy_from_slice(&input.sizes()[..dim]);
     sizes[dim] = 1;
     sizes[dim + 1..=rank].copy_from_slice(&input.sizes()[dim..]);
-    reshape_into(ctx, a, &input, 2, &sizes[..=rank])
+    reshape_into(ctx, a, &input, out, &sizes[..=rank])
 }
 
 /// Sizes of `input` without the dims flagged in `drop` whose size is 1.
@@ -92,11 +113,21 @@ fn squeezed<'b>(
     &buf[..n]
 }
 
-/// `squeeze_copy.dims_out(Tensor self, int[] dim, *, Tensor(a!) out)`.
+op_args! {
+    /// `squeeze_copy.dims_out(Tensor self, int[] dim, *, Tensor(a!) out)`.
+    struct SqueezeDimsArgs<'a> = "aten::squeeze_copy.dims_out" {
+        input: Tensor,
+        dim: IntList<'a>,
+        out: OutArg,
+    } returns 1
+}
+
 fn squeeze_copy_dims(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let input = a.tensor(0)?;
-    let list = a.int_list(1)?;
+    let SqueezeDimsArgs {
+        input,
+        dim: list,
+        out,
+    } = SqueezeDimsArgs::unpack(a)?;
     let mut drop = [false; MAX_RANK];
     for j in 0..list.len() {
         let d = normalize_dim(list.get(j)?, input.rank())?;
@@ -108,28 +139,41 @@ fn squeeze_copy_dims(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Ke
     }
     let mut buf = [0usize; MAX_RANK];
     let sizes = squeezed(&input, &drop, &mut buf);
-    reshape_into(ctx, a, &input, 2, sizes)
+    reshape_into(ctx, a, &input, out, sizes)
 }
 
-/// `squeeze_copy.dim_out(Tensor self, int dim, *, Tensor(a!) out)`.
+op_args! {
+    /// `squeeze_copy.dim_out(Tensor self, int dim, *, Tensor(a!) out)`.
+    struct SqueezeDimArgs = "aten::squeeze_copy.dim_out" {
+        input: Tensor,
+        dim: i64,
+        out: OutArg,
+    } returns 1
+}
+
 fn squeeze_copy_dim(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(4)?;
-    let input = a.tensor(0)?;
+    let SqueezeDimArgs { input, dim, out } = SqueezeDimArgs::unpack(a)?;
     let mut drop = [false; MAX_RANK];
-    drop[normalize_dim(a.int(1)?, input.rank())?] = true;
+    drop[normalize_dim(dim, input.rank())?] = true;
     let mut buf = [0usize; MAX_RANK];
     let sizes = squeezed(&input, &drop, &mut buf);
-    reshape_into(ctx, a, &input, 2, sizes)
+    reshape_into(ctx, a, &input, out, sizes)
 }
 
-/// `squeeze_copy.out(Tensor self, *, Tensor(a!) out)`: drops every size-1 dim.
+op_args! {
+    /// `squeeze_copy.out(Tensor self, *, Tensor(a!) out)`: drops every size-1 dim.
+    struct SqueezeAllArgs = "aten::squeeze_copy.out" {
+        input: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
 fn squeeze_copy_all(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    a.expect_len(3)?;
-    let input = a.tensor(0)?;
+    let SqueezeAllArgs { input, out } = SqueezeAllArgs::unpack(a)?;
     let drop = [true; MAX_RANK];
     let mut buf = [0usize; MAX_RANK];
     let sizes = squeezed(&input, &drop, &mut buf);
-    reshape_into(ctx, a, &input, 1, sizes)
+    reshape_into(ctx, a, &input, out, sizes)
 }
 
 #[cfg(test)]
