@@ -84,7 +84,16 @@ fn output(py: Python<'_>, method: &mut RustMethod, index: usize) -> PyResult<PyO
     let is_tensor = matches!(method.meta().outputs.get(index), Some(ValueInfo::Tensor(_)));
     if is_tensor {
         let view = method.output_tensor(index).map_err(runtime_error)?;
-        let array = tensor_to_numpy(py, view.tensor.dtype(), view.tensor.sizes(), view.bytes)?;
+        // A channels-last (or other non-default dim order) output is handed over in
+        // row-major logical order, as numpy expects.
+        let logical;
+        let bytes = if view.tensor.is_contiguous() {
+            view.bytes
+        } else {
+            logical = view.to_host();
+            &logical.data
+        };
+        let array = tensor_to_numpy(py, view.tensor.dtype(), view.tensor.sizes(), bytes)?;
         return Ok(array.unbind());
     }
     Ok(match method.output(index).map_err(runtime_error)? {

@@ -185,6 +185,21 @@ impl Tensor {
             .all(|(i, &d)| i == d as usize)
     }
 
+    /// Where the element at row-major logical position `logical` (the order of a
+    /// contiguous tensor of these sizes) sits in this tensor's storage, in elements.
+    /// For a contiguous tensor it is `logical` itself.
+    pub fn storage_index(&self, logical: usize) -> usize {
+        let (sizes, strides) = (self.sizes(), self.strides());
+        let mut rem = logical;
+        let mut at = 0;
+        for d in (0..sizes.len()).rev() {
+            let size = sizes[d].max(1);
+            at += (rem % size) * strides[d];
+            rem /= size;
+        }
+        at
+    }
+
     /// Changes the sizes following ExecuTorch's rules: the rank never changes; a static
     /// tensor must keep its sizes; a dynamic one may take any sizes whose element count
     /// fits its bound. Strides are recomputed; the data never moves.

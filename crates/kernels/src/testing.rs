@@ -152,6 +152,53 @@ impl Harness {
         self.push(EValue::Tensor(t))
     }
 
+    /// A static tensor with `sizes` and the given dim order, holding `data` given in
+    /// row-major logical order (stored permuted into the dim order).
+    pub fn tensor_with_order<T: Element>(
+        &mut self,
+        sizes: &[usize],
+        dim_order: &[u8],
+        data: &[T],
+    ) -> usize {
+        let bytes = std::mem::size_of_val(data);
+        let span = self.region(bytes);
+        let t = Tensor::with_layout(
+            T::DTYPE,
+            sizes,
+            dim_order,
+            ShapeDynamism::Static,
+            Some(span),
+        )
+        .expect("valid test shape");
+        assert_eq!(t.nbytes(), bytes, "data length must match the shape");
+        let mem: &mut [T] =
+            bytemuck::cast_slice_mut(self.storage.bytes_mut(span).expect("fresh region"));
+        for (logical, &v) in data.iter().enumerate() {
+            mem[t.storage_index(logical)] = v;
+        }
+        self.push(EValue::Tensor(t))
+    }
+
+    /// A zero-filled, resizable output tensor with `bound` sizes and the given dim order.
+    pub fn out_with_order(
+        &mut self,
+        dtype: ScalarType,
+        bound: &[usize],
+        dim_order: &[u8],
+    ) -> usize {
+        let numel: usize = bound.iter().product();
+        let span = self.region(numel * dtype.element_size());
+        let t = Tensor::with_layout(
+            dtype,
+            bound,
+            dim_order,
+            ShapeDynamism::DynamicBound,
+            Some(span),
+        )
+        .expect("valid test shape");
+        self.push(EValue::Tensor(t))
+    }
+
     /// Runs a registered kernel on the given value indices.
     pub fn call(&mut self, op: &str, args: &[usize]) -> Result<(), KernelError> {
         let kernel = self
@@ -183,6 +230,14 @@ impl Harness {
     pub fn read<T: Element>(&mut self, idx: usize) -> Vec<T> {
         let bytes = self.read_bytes(idx);
         bytemuck::pod_collect_to_vec(&bytes)
+    }
+
+    /// A tensor's elements (current shape) in row-major logical order, whatever its
+    /// dim order.
+    pub fn read_logical<T: Element>(&mut self, idx: usize) -> Vec<T> {
+        let t = self.tensor_meta(idx);
+        let mem = self.read::<T>(idx);
+        (0..t.numel()).map(|i| mem[t.storage_index(i)]).collect()
     }
 
     /// A tensor's bytes (current shape).

@@ -65,6 +65,7 @@ pub mod dense;
 mod error;
 pub mod gemm;
 mod isa;
+pub mod layout;
 pub mod pool;
 pub mod quant;
 pub mod resize;

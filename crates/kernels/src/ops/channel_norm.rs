@@ -6,9 +6,12 @@
 //!   portable kernel; the mean/invstd outputs are resized to `[0]`.
 //! * `native_group_norm`: statistics of each (image, group) block of `C / group`
 //!   channels (two-pass, in f64), `mean` and `rstd` of shape `[N, group]`.
+//!
+//! 4-d inputs and outputs may be channels-last (see [`super::layout`]).
 
 use etch_base::ScalarType;
 
+use super::layout::{NchwOut, read_nchw, require_nchw_or_channels_last};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, GRAIN_SIZE, KernelContext, KernelError, Registry, Tensor};
 
@@ -28,13 +31,7 @@ fn f32_tensor(t: &Tensor, what: &'static str) -> Result<(), KernelError> {
             what,
         });
     }
-    if !t.is_contiguous() {
-        return Err(KernelError::invalid(format!(
-            "{what}: dim order {:?} is not supported (contiguous only)",
-            t.dim_order()
-        )));
-    }
-    Ok(())
+    require_nchw_or_channels_last(t, what)
 }
 
 /// Fails unless `t` is a 1-d tensor of `c` values.
@@ -81,7 +78,7 @@ fn batch_norm_no_training(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(
         out2,
         ..
     } = BatchNormArgs::unpack(a)?;
-    f32_tensor(&x, "batch_norm input (f32, contiguous)")?;
+    f32_tensor(&x, "batch_norm input")?;
     let c = if x.rank() >= 2 {
         x.sizes()[1]
     } else if x.rank() == 1 {
@@ -102,15 +99,16 @@ fn batch_norm_no_training(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(
     let out = out0.resize(a, x.sizes())?;
     out1.resize(a, &[0])?;
     out2.resize(a, &[0])?;
-    f32_tensor(&out, "batch_norm out (f32, contiguous)")?;
+    f32_tensor(&out, "batch_norm out")?;
     let outer = if x.rank() >= 2 { x.sizes()[0] } else { 1 };
     let inner: usize = x.sizes().iter().skip(2).product();
-    let xs = ctx.read::<f32>(&x)?;
+    let xs = read_nchw::<f32>(ctx, &x, "batch_norm input")?;
     let m = ctx.read::<f32>(&mean)?;
     let v = ctx.read::<f32>(&var)?;
     let w = weight.map(|t| ctx.read::<f32>(&t)).transpose()?;
     let b = bias.map(|t| ctx.read::<f32>(&t)).transpose()?;
-    let os = ctx.write::<f32>(&out)?;
+    let mut staged = NchwOut::<f32>::new(ctx, &out, "batch_norm out")?;
+    let os = staged.data();
     if xs.len() != outer * c * inner || os.len() != xs.len() {
         return Err(KernelError::invalid(
             "batch_norm: unexpected storage length",
@@ -133,7 +131,7 @@ fn batch_norm_no_training(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(
     };
     let min_planes = (GRAIN_SIZE / inner).max(1);
     ctx.pool().for_each_chunk_mut(os, inner, min_planes, plane);
-    Ok(())
+    staged.finish("batch_norm out")
 }
 
 op_args! {
@@ -206,10 +204,11 @@ fn group_norm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
     ] {
         f32_tensor(t, what)?;
     }
-    let xs = ctx.read::<f32>(&x)?;
+    let xs = read_nchw::<f32>(ctx, &x, "group_norm input")?;
     let w = weight.map(|t| ctx.read::<f32>(&t)).transpose()?;
     let b = bias.map(|t| ctx.read::<f32>(&t)).transpose()?;
-    let os = ctx.write::<f32>(&out)?;
+    let mut staged = NchwOut::<f32>::new(ctx, &out, "group_norm out")?;
+    let os = staged.data();
     let block = (c / groups) * hw;
     let lead = n * groups;
     // Statistics per (image, group): mean, rstd.
@@ -250,7 +249,7 @@ fn group_norm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
         ms[i] = stats[2 * i] as f32;
         rs[i] = stats[2 * i + 1] as f32;
     }
-    Ok(())
+    staged.finish("group_norm out")
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! `convolution.out`: 1-d and 2-d convolutions of NCHW (or NCL) f32 tensors with
+//! `convolution.out`: 1-d and 2-d convolutions of NCHW (or NCL) f32 tensors, contiguous or
+//! channels-last (see [`super::layout`]), with
 //! stride, padding, dilation and groups, plain or transposed (with `output_padding`),
 //! bias or none.
 //!
@@ -21,7 +22,8 @@ use etch_linalg::conv::ConvGeometry;
 use etch_linalg::conv_nchw::{col2im_add_nchw, conv2d_plane_nchw, im2col_nchw};
 use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
 
-use super::window::{require_contiguous, spatial_list};
+use super::layout::{NchwOut, read_nchw, require_nchw_or_channels_last};
+use super::window::spatial_list;
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, IntList, KernelContext, KernelError, Registry, Tensor};
 
@@ -230,25 +232,27 @@ fn convolution(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
         (&out, "convolution out"),
     ] {
         f32_only(t, "convolution (f32 only)")?;
-        require_contiguous(t, what)?;
+        require_nchw_or_channels_last(t, what)?;
     }
     if let Some(b) = &bias {
         f32_only(b, "convolution bias (f32 only)")?;
     }
-    let xs = ctx.read::<f32>(&x)?;
-    let ws = ctx.read::<f32>(&w)?;
-    let bs = bias.as_ref().map(|b| ctx.read::<f32>(b)).transpose()?;
-    let os = ctx.write::<f32>(&out)?;
     if out.numel() == 0 {
         return Ok(());
     }
+    let xs = read_nchw::<f32>(ctx, &x, "convolution input")?;
+    let ws = read_nchw::<f32>(ctx, &w, "convolution weight")?;
+    let bs = bias.as_ref().map(|b| ctx.read::<f32>(b)).transpose()?;
+    let mut staged = NchwOut::<f32>::new(ctx, &out, "convolution out")?;
+    let os = staged.data();
     if conv.transposed {
-        transposed(ctx, &conv, xs, ws, bs, os)
+        transposed(ctx, &conv, xs, ws, bs, os)?;
     } else if conv.g.group_in == 1 && conv.g.groups > 1 {
-        depthwise(ctx, &conv, xs, ws, bs, os)
+        depthwise(ctx, &conv, xs, ws, bs, os)?;
     } else {
-        im2col_gemm(ctx, &conv, xs, ws, bs, os)
+        im2col_gemm(ctx, &conv, xs, ws, bs, os)?;
     }
+    staged.finish("convolution out")
 }
 
 fn geometry_error() -> KernelError {

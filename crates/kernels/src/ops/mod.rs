@@ -9,6 +9,7 @@ pub mod create;
 pub mod elementwise;
 pub mod embedding;
 pub mod index;
+pub mod layout;
 pub mod llama;
 pub mod matmul;
 pub mod norm;

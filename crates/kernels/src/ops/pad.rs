@@ -3,7 +3,7 @@
 //! non-negative (as ExecuTorch's portable kernel requires).
 
 use super::elementwise::dtype::{is_supported, unsupported, with_elem};
-use super::window::require_contiguous;
+use super::layout::{NchwOut, read_nchw, require_nchw_or_channels_last};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
 use etch_base::Element;
@@ -67,8 +67,8 @@ fn constant_pad_nd(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kern
             found: out.dtype(),
         });
     }
-    require_contiguous(&x, "constant_pad_nd input")?;
-    require_contiguous(&out, "constant_pad_nd out")?;
+    require_nchw_or_channels_last(&x, "constant_pad_nd input")?;
+    require_nchw_or_channels_last(&out, "constant_pad_nd out")?;
     with_elem!(
         x.dtype(),
         E => copy_padded::<E>(ctx, &x, &out, value.cast::<E>(), &before[..rank]),
@@ -76,7 +76,8 @@ fn constant_pad_nd(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kern
     )
 }
 
-/// Fills `out` with `value` and copies `x` into it, shifted by `before` per dim.
+/// Fills `out` with `value` and copies `x` into it, shifted by `before` per dim (in
+/// row-major logical order; channels-last tensors pass through NCHW scratch).
 fn copy_padded<E: Element>(
     ctx: &KernelContext<'_>,
     x: &Tensor,
@@ -84,19 +85,24 @@ fn copy_padded<E: Element>(
     value: E,
     before: &[usize],
 ) -> Result<(), KernelError> {
-    let src = ctx.read_raw::<E>(x)?;
-    let dst = ctx.write_raw::<E>(out)?;
+    let src = read_nchw::<E>(ctx, x, "constant_pad_nd input")?;
+    let mut staged = NchwOut::<E>::new(ctx, out, "constant_pad_nd out")?;
+    let dst = staged.data();
     dst.fill(value);
     let rank = x.rank();
     if x.numel() == 0 {
-        return Ok(());
+        return staged.finish("constant_pad_nd out");
     }
     if rank == 0 {
         dst[0] = src[0];
-        return Ok(());
+        return staged.finish("constant_pad_nd out");
     }
     let row = x.sizes()[rank - 1];
-    let out_strides = out.strides();
+    // Row-major strides of out's logical sizes.
+    let mut out_strides = [1usize; MAX_RANK];
+    for d in (0..rank - 1).rev() {
+        out_strides[d] = out_strides[d + 1] * out.sizes()[d + 1];
+    }
     for (r, chunk) in src.chunks_exact(row).enumerate() {
         // Coordinates of input row r over dims 0..rank-1, shifted by the padding.
         let mut rem = r;
@@ -108,7 +114,7 @@ fn copy_padded<E: Element>(
         }
         dst[at..at + row].copy_from_slice(chunk);
     }
-    Ok(())
+    staged.finish("constant_pad_nd out")
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 
 use etch_base::ScalarType;
 
+use super::layout::{NchwOut, read_nchw};
 use super::window::{nchw_dims, output_len, spatial_list};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, GRAIN_SIZE, IntList, KernelContext, KernelError, Registry, Tensor};
@@ -172,9 +173,10 @@ fn max_pool2d_with_indices(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<
     }
     nchw_dims(&out, "max_pool2d out")?;
     nchw_dims(&idx, "max_pool2d indices")?;
-    let xs = ctx.read::<f32>(&x)?;
-    let os = ctx.write::<f32>(&out)?;
-    let is = ctx.write::<i64>(&idx)?;
+    let xs = read_nchw::<f32>(ctx, &x, "max_pool2d input")?;
+    let mut staged_out = NchwOut::<f32>::new(ctx, &out, "max_pool2d out")?;
+    let mut staged_idx = NchwOut::<i64>::new(ctx, &idx, "max_pool2d indices")?;
+    let (os, is) = (staged_out.data(), staged_idx.data());
     let (in_plane, out_plane) = (w.in_h * w.in_w, w.out_h * w.out_w);
     let n_planes = xs.len() / in_plane.max(1);
     if os.len() != n_planes * out_plane || is.len() != os.len() {
@@ -199,7 +201,8 @@ fn max_pool2d_with_indices(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<
             }
         }
     });
-    Ok(())
+    staged_out.finish("max_pool2d out")?;
+    staged_idx.finish("max_pool2d indices")
 }
 
 /// Max pooling of one plane into `o`.
@@ -298,8 +301,9 @@ fn avg_pool2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
     let out = out.resize(a, &shape[..rank])?;
     f32_only(&out, "avg_pool2d out (f32 only)")?;
     nchw_dims(&out, "avg_pool2d out")?;
-    let xs = ctx.read::<f32>(&x)?;
-    let os = ctx.write::<f32>(&out)?;
+    let xs = read_nchw::<f32>(ctx, &x, "avg_pool2d input")?;
+    let mut staged = NchwOut::<f32>::new(ctx, &out, "avg_pool2d out")?;
+    let os = staged.data();
     let (in_plane, out_plane) = (w.in_h * w.in_w, w.out_h * w.out_w);
     if os.len() != (xs.len() / in_plane.max(1)) * out_plane {
         return Err(KernelError::invalid(
@@ -338,7 +342,7 @@ fn avg_pool2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
             }
         }
     });
-    Ok(())
+    staged.finish("avg_pool2d out")
 }
 
 op_args! {
@@ -365,8 +369,9 @@ fn adaptive_avg_pool2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), 
     let out = out.resize(a, &shape[..rank])?;
     f32_only(&out, "adaptive_avg_pool2d out (f32 only)")?;
     nchw_dims(&out, "adaptive_avg_pool2d out")?;
-    let xs = ctx.read::<f32>(&x)?;
-    let os = ctx.write::<f32>(&out)?;
+    let xs = read_nchw::<f32>(ctx, &x, "adaptive_avg_pool2d input")?;
+    let mut staged = NchwOut::<f32>::new(ctx, &out, "adaptive_avg_pool2d out")?;
+    let os = staged.data();
     let (in_plane, out_plane) = (ih * iw, oh * ow);
     if in_plane == 0 || os.len() != (xs.len() / in_plane) * out_plane {
         return Err(KernelError::invalid(
@@ -391,7 +396,7 @@ fn adaptive_avg_pool2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), 
             }
         }
     });
-    Ok(())
+    staged.finish("adaptive_avg_pool2d out")
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 
 use etch_base::ScalarType;
 
+use super::layout::{NchwOut, read_nchw};
 use super::window::nchw_dims;
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, GRAIN_SIZE, IntList, KernelContext, KernelError, Registry, Tensor};
@@ -101,7 +102,8 @@ fn target(
     Ok(t)
 }
 
-/// Resizes `out` to the target and checks it is a contiguous f32 tensor.
+/// Resizes `out` to the target and checks it is an f32 tensor, contiguous or
+/// channels-last.
 fn out_for(a: &mut Args<'_>, out: OutArg, x: &Tensor, t: &Target) -> Result<Tensor, KernelError> {
     let s = x.sizes();
     let out = out.resize(a, &[s[0], s[1], t.out_h, t.out_w])?;
@@ -177,8 +179,9 @@ fn upsample_bilinear2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), 
     let (oh, ow) = (t.out_h, t.out_w);
     let rh = bilinear_ratio(ih, oh, align, t.scale_h);
     let rw = bilinear_ratio(iw, ow, align, t.scale_w);
-    let xs = ctx.read::<f32>(&x)?;
-    let os = ctx.write::<f32>(&out)?;
+    let xs = read_nchw::<f32>(ctx, &x, "upsample_bilinear2d input")?;
+    let mut staged = NchwOut::<f32>::new(ctx, &out, "upsample_bilinear2d out")?;
+    let os = staged.data();
     let (in_plane, out_plane) = (ih * iw, oh * ow);
     if in_plane == 0 || os.len() != xs.len() / in_plane * out_plane {
         return Err(KernelError::invalid(
@@ -213,7 +216,7 @@ fn upsample_bilinear2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), 
     let min = (GRAIN_SIZE / out_plane.max(1)).max(1);
     ctx.pool()
         .for_each_chunk_mut(os, out_plane.max(1), min, plane);
-    Ok(())
+    staged.finish("upsample_bilinear2d out")
 }
 
 op_args! {
@@ -240,8 +243,9 @@ fn upsample_nearest2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), K
     let (oh, ow) = (t.out_h, t.out_w);
     let (rh, rw) = ((1.0 / t.scale_h) as f32, (1.0 / t.scale_w) as f32);
     let source = |o: usize, r: f32, n: usize| ((o as f32 * r).floor() as usize).min(n - 1);
-    let xs = ctx.read::<f32>(&x)?;
-    let os = ctx.write::<f32>(&out)?;
+    let xs = read_nchw::<f32>(ctx, &x, "upsample_nearest2d input")?;
+    let mut staged = NchwOut::<f32>::new(ctx, &out, "upsample_nearest2d out")?;
+    let os = staged.data();
     let (in_plane, out_plane) = (ih * iw, oh * ow);
     if in_plane == 0 || os.len() != xs.len() / in_plane * out_plane {
         return Err(KernelError::invalid(
@@ -265,7 +269,7 @@ fn upsample_nearest2d(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), K
     let min = (GRAIN_SIZE / out_plane.max(1)).max(1);
     ctx.pool()
         .for_each_chunk_mut(os, out_plane.max(1), min, plane);
-    Ok(())
+    staged.finish("upsample_nearest2d out")
 }
 
 #[cfg(test)]

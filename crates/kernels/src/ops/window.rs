@@ -71,9 +71,9 @@ pub fn output_len(
 }
 
 /// Fails unless `t` has rank 3 or 4 (`[C, H, W]` / `[N, C, H, W]`) and the contiguous
-/// dim order; returns `(batch, channels, h, w)`.
+/// or (4-d) channels-last dim order; returns `(batch, channels, h, w)`.
 pub fn nchw_dims(t: &Tensor, what: &str) -> Result<(usize, usize, usize, usize), KernelError> {
-    require_contiguous(t, what)?;
+    super::layout::require_nchw_or_channels_last(t, what)?;
     match *t.sizes() {
         [c, h, w] => Ok((1, c, h, w)),
         [n, c, h, w] => Ok((n, c, h, w)),

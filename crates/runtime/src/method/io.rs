@@ -8,7 +8,9 @@ use super::Method;
 use crate::{HostTensor, RuntimeError, Value};
 
 /// A read-only view of an output tensor in the method's memory, valid until the next
-/// `execute`.
+/// `execute`. `bytes` are in the tensor's storage order (its dim order: a
+/// channels-last output is stored pixel by pixel); [`TensorView::to_host`] gives
+/// row-major logical order.
 #[derive(Debug, Clone, Copy)]
 pub struct TensorView<'a> {
     pub tensor: Tensor,
@@ -16,7 +18,8 @@ pub struct TensorView<'a> {
 }
 
 impl TensorView<'_> {
-    /// The elements as `T` (None if `T` is not the dtype or the bytes are misaligned).
+    /// The elements as `T` in storage order (None if `T` is not the dtype or the bytes
+    /// are misaligned).
     pub fn as_slice<T: etch_kernels::Element>(&self) -> Option<&[T]> {
         if T::DTYPE != self.tensor.dtype() {
             return None;
@@ -24,12 +27,48 @@ impl TensorView<'_> {
         bytemuck::try_cast_slice(self.bytes).ok()
     }
 
-    /// An owned copy.
+    /// An owned copy in row-major logical order (as numpy's C order), whatever the
+    /// tensor's dim order.
     pub fn to_host(&self) -> HostTensor {
+        let data = if self.tensor.is_contiguous() {
+            self.bytes.to_vec()
+        } else {
+            let mut data = vec![0u8; self.bytes.len()];
+            permute_elements(&self.tensor, self.bytes, &mut data, Direction::ToLogical);
+            data
+        };
         HostTensor {
             dtype: self.tensor.dtype(),
             sizes: self.tensor.sizes().to_vec(),
-            data: self.bytes.to_vec(),
+            data,
+        }
+    }
+}
+
+/// Which way [`permute_elements`] moves elements.
+#[derive(Clone, Copy)]
+enum Direction {
+    /// Row-major logical order into the tensor's storage (dim) order.
+    ToStorage,
+    /// The tensor's storage order into row-major logical order.
+    ToLogical,
+}
+
+/// Copies the elements of `t` between row-major logical order and its storage order.
+/// Both slices hold `t.nbytes()` bytes (the caller checks).
+fn permute_elements(t: &Tensor, src: &[u8], dst: &mut [u8], direction: Direction) {
+    let size = t.dtype().element_size().max(1);
+    for logical in 0..t.numel() {
+        let stored = t.storage_index(logical);
+        let (from, to) = match direction {
+            Direction::ToStorage => (logical, stored),
+            Direction::ToLogical => (stored, logical),
+        };
+        if let (Some(s), Some(d)) = (
+            src.get(from * size..(from + 1) * size),
+            dst.get_mut(to * size..(to + 1) * size),
+        ) {
+            d.copy_from_slice(s);
         }
     }
 }
@@ -57,9 +96,11 @@ impl Method {
             })
     }
 
-    /// Sets tensor input `index` from raw little-endian bytes: the dtype must match,
-    /// the shape must fit the input's dynamism rules, and the bytes are copied into
-    /// the method's memory (so the caller's buffer need not outlive the call).
+    /// Sets tensor input `index` from raw little-endian bytes in row-major logical
+    /// order (numpy's C order): the dtype must match, the shape must fit the input's
+    /// dynamism rules, and the bytes are copied into the method's memory (so the
+    /// caller's buffer need not outlive the call), permuted into the input's dim order
+    /// when the program declares another one (a channels-last image input).
     /// Allocates nothing.
     pub fn set_input_tensor(
         &mut self,
@@ -129,7 +170,11 @@ impl Method {
                 index,
                 what: e.to_string(),
             })?;
-        dst.copy_from_slice(bytes);
+        if t.is_contiguous() {
+            dst.copy_from_slice(bytes);
+        } else {
+            permute_elements(&t, bytes, dst, Direction::ToStorage);
+        }
         t.set_data(Some(span));
         self.values[slot] = EValue::Tensor(t);
         self.input_set[index] = true;
