@@ -11,18 +11,22 @@
 #                             Python per token: the fair official figure
 #   official (python)         executorch.runtime's Method in a Python loop
 #                             (bench/official_bench.py), the same ids as etch
-# for model.pte (not delegated) and model_xnnpack.pte (XNNPACK-delegated, official only).
+# for each file of --files present in the model directory: model.pte (not delegated),
+# model_xnnpack.pte (fp32 through the XNNPACK delegate) and model_8da4w.pte (8da4w through
+# XNNPACK), built by tools/models/smollm2.sh [--xnnpack] [--8da4w]. The mmap row runs for
+# model.pte only.
 # Heap allocations per decoded token: etch from its counting allocator; official from an
 # LD_PRELOAD malloc counter (bench/official_allocs.sh), difference of 64 and 16 tokens.
 # The physical limits come from hwlimits (triad bandwidth, FMA peak).
 # Prints markdown for BENCHMARKS.md on stdout; progress on stderr.
 #
 # Usage: bench/compare.sh [--runs 3] [--threads "1 2"] [--settle 5] [--no-allocs] [--no-python] [--no-build]
-#                         [--model-dir DIR]
+#                         [--model-dir DIR] [--files "model model_xnnpack model_8da4w"] [--no-mmap]
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PY:-$ROOT/tools/fixtures/.venv/bin/python}"
-RUNS=3; THREADS="1 2"; ALLOCS=1; PYTHON=1; BUILD=1; SETTLE=5
+RUNS=3; THREADS="1 2"; ALLOCS=1; PYTHON=1; BUILD=1; SETTLE=5; MMAP=1
+FILES="model model_xnnpack model_8da4w"
 DIR="$ROOT/models/smollm2-135m-instruct"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,10 +37,16 @@ while [ $# -gt 0 ]; do
     --no-build) BUILD=0; shift;;
     --model-dir) DIR="$2"; shift 2;;
     --settle) SETTLE="$2"; shift 2;;
+    --files) FILES="$2"; shift 2;;
+    --no-mmap) MMAP=0; shift;;
     *) echo "unknown arg $1" >&2; exit 2;;
   esac
 done
-PTE="$DIR/model.pte"; XPTE="$DIR/model_xnnpack.pte"; TOK="$DIR/tokenizer.json"
+PTE="$DIR/model.pte"; TOK="$DIR/tokenizer.json"
+PRESENT=""
+for b in $FILES; do
+  if [ -f "$DIR/$b.pte" ]; then PRESENT="$PRESENT $b"; else echo "[compare] missing $DIR/$b.pte, skipped" >&2; fi
+done
 ETCH="$ROOT/target/release/etch"; HW="$ROOT/target/release/hwlimits"
 OUT="$(mktemp -d)"; trap 'rm -rf "$OUT"' EXIT
 cd "$ROOT"
@@ -52,26 +62,25 @@ say() { echo "[compare $(date +%H:%M:%S)] $*" >&2; sleep "$SETTLE"; }
 # (a shared VM: its speed moves by 20% within minutes) spreads over all rows alike.
 for r in $(seq "$RUNS"); do
   for t in $THREADS; do
-    say "run $r/$RUNS, $t thread(s): etch"
-    "$ETCH" bench --model "$PTE" --tokenizer "$TOK" -p 128 -n 64 -r 1 --warmup 0 -t "$t" --json \
-      >"$OUT/etch_model_t${t}_r$r.json" 2>"$OUT/etch_t${t}_r$r.err" \
-      || say "etch run failed: $(tail -3 "$OUT/etch_t${t}_r$r.err")"
-    say "run $r/$RUNS, $t thread(s): etch --load mmap"
-    "$ETCH" bench --model "$PTE" --tokenizer "$TOK" -p 128 -n 64 -r 1 --warmup 0 -t "$t" --load mmap --json \
-      >"$OUT/etchmmap_model_t${t}_r$r.json" 2>/dev/null || say "etch --load mmap run failed"
-    for f in "$PTE" "$XPTE"; do
-      [ -f "$f" ] || continue
-      b="$(basename "$f" .pte)"
+    for b in $PRESENT; do
+      say "run $r/$RUNS, $t thread(s): etch, $b"
+      "$ETCH" bench --model "$DIR/$b.pte" --tokenizer "$TOK" -p 128 -n 64 -r 1 --warmup 0 -t "$t" --json \
+        >"$OUT/etch_${b}_t${t}_r$r.json" 2>"$OUT/etch_${b}_t${t}_r$r.err" \
+        || say "etch run failed ($b): $(tail -3 "$OUT/etch_${b}_t${t}_r$r.err")"
+      if [ "$b" = model ] && [ "$MMAP" = 1 ]; then
+        say "run $r/$RUNS, $t thread(s): etch --load mmap, $b"
+        "$ETCH" bench --model "$DIR/$b.pte" --tokenizer "$TOK" -p 128 -n 64 -r 1 --warmup 0 -t "$t" --load mmap --json \
+          >"$OUT/etchmmap_${b}_t${t}_r$r.json" 2>/dev/null || say "etch --load mmap run failed"
+      fi
       say "run $r/$RUNS, $t thread(s): official C++ runner, $b"
-      "$PY" "$ROOT/bench/official_runner_bench.py" --pte "$f" --tokenizer "$TOK" --prompt-len 128 --decode 64 \
+      "$PY" "$ROOT/bench/official_runner_bench.py" --pte "$DIR/$b.pte" --tokenizer "$TOK" --prompt-len 128 --decode 64 \
         --threads "$t" >"$OUT/runner_${b}_t${t}_r$r.json" 2>/dev/null || say "official runner failed ($b)"
     done
   done
 done
 for t in $THREADS; do
-  for f in "$PTE" "$XPTE"; do
-    [ -f "$f" ] || { say "missing $f, skipped"; continue; }
-    b="$(basename "$f" .pte)"
+  for b in $PRESENT; do
+    f="$DIR/$b.pte"
     if [ "$PYTHON" = 1 ]; then
       say "official python loop, $b, $t thread(s), $RUNS runs"
       "$PY" "$ROOT/bench/official_bench.py" --pte "$f" --prompt-len 128 --decode 64 --threads "$t" --runs "$RUNS" \
@@ -92,9 +101,10 @@ if [ -x "$HW" ]; then
   for t in $THREADS; do say "hwlimits $t"; "$HW" "$t" >"$OUT/hw_t$t.json" 2>/dev/null || true; done
 fi
 
-"$PY" - "$OUT" "$DIR" "$THREADS" "$RUNS" <<'PYEOF'
+"$PY" - "$OUT" "$DIR" "$THREADS" "$RUNS" "$PRESENT" <<'PYEOF'
 import datetime, glob, json, os, statistics, subprocess, sys
 out, model_dir, threads, runs = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys.argv[4]
+files = sys.argv[5].split()
 
 def load(p):
     try:
@@ -127,10 +137,11 @@ def summary(jsons, allocs=None):
 
 rows = {}  # (runtime, file, threads) -> summary
 for t in threads:
-    rows[("etch", "model.pte", t)] = summary([load(p) for p in sorted(glob.glob(f"{out}/etch_model_t{t}_r*.json"))])
-    rows[("etch --load mmap", "model.pte", t)] = summary(
-        [load(p) for p in sorted(glob.glob(f"{out}/etchmmap_model_t{t}_r*.json"))])
-    for b in ("model", "model_xnnpack"):
+    for b in files:
+        rows[("etch", f"{b}.pte", t)] = summary([load(p) for p in sorted(glob.glob(f"{out}/etch_{b}_t{t}_r*.json"))])
+        mm = sorted(glob.glob(f"{out}/etchmmap_{b}_t{t}_r*.json"))
+        if mm:
+            rows[("etch --load mmap", f"{b}.pte", t)] = summary([load(p) for p in mm])
         rows[("official (C++ runner)", f"{b}.pte", t)] = summary(
             [load(p) for p in sorted(glob.glob(f"{out}/runner_{b}_t{t}_r*.json"))], load(f"{out}/alloc_runner_{b}_t{t}.json"))
         py = load(f"{out}/python_{b}_t{t}.json")
@@ -161,49 +172,57 @@ for (rt, f, t), s in rows.items():
 print()
 print("Ratios, etch / official (above 1: etch faster; RSS below 1: etch smaller):")
 print()
-print("| threads | against | prefill | decode | peak RSS |")
+print("| threads | etch file vs | prefill | decode | peak RSS |")
 print("|---|---|---|---|---|")
 def ratio(a, b, k):
     return f"{a[k] / b[k]:.2f}x" if a and b and a.get(k) and b.get(k) else "n/a"
 for t in threads:
-    e = rows.get(("etch", "model.pte", t))
-    for key in (("official (C++ runner)", "model.pte"), ("official (python loop)", "model.pte"),
-                ("official (C++ runner)", "model_xnnpack.pte")):
-        o = rows.get((key[0], key[1], t))
-        if o is None:
-            continue
-        print(f"| {t} | {key[0]}, {key[1]} | {ratio(e, o, 'prefill_tokens_per_second')} | "
-              f"{ratio(e, o, 'decode_tokens_per_second')} | {ratio(e, o, 'peak_rss_bytes')} |")
+    for b in files:
+        e = rows.get(("etch", f"{b}.pte", t))
+        against = [("official (C++ runner)", f"{b}.pte"), ("official (python loop)", f"{b}.pte")]
+        if b == "model":
+            against.append(("official (C++ runner)", "model_xnnpack.pte"))
+        else:
+            against.append(("etch", "model.pte"))
+        for key in against:
+            o = rows.get((key[0], key[1], t))
+            if e is None or o is None:
+                continue
+            print(f"| {t} | etch {b}.pte vs {key[0]}, {key[1]} | {ratio(e, o, 'prefill_tokens_per_second')} | "
+                  f"{ratio(e, o, 'decode_tokens_per_second')} | {ratio(e, o, 'peak_rss_bytes')} |")
 print()
 
-# physical limits: decode streams every weight once per token; prefill does 2 FLOPs per
-# weight of the layers per token (the output head runs for the last position only)
+# physical limits: decode streams every weight of the file once per token (the file
+# size stands for its weights); prefill does 2 FLOPs per weight of the layers per token
+# (the output head runs for the last position only), counted from the fp32 model.
 p = load(os.path.join(model_dir, "params.json")) or {}
-pte = os.path.join(model_dir, "model.pte")
-weight_bytes = os.path.getsize(pte) if os.path.exists(pte) else None
+fp32 = os.path.join(model_dir, "model.pte")
 layer_params = None
-if p and weight_bytes:
-    layer_params = weight_bytes / 4 - p["vocab_size"] * p["dim"]
+if p and os.path.exists(fp32):
+    layer_params = os.path.getsize(fp32) / 4 - p["vocab_size"] * p["dim"]
 for t in threads:
     hw = load(f"{out}/hw_t{t}.json")
-    if not hw or not weight_bytes:
+    if not hw:
         continue
     bw, flops = hw["triad_bytes_per_second"], hw["fma_f32_flops"]
     read = hw.get("read_bytes_per_second")
-    dec_limit = bw / weight_bytes
-    line = (f"- {t} thread(s): triad {bw / 1e9:.1f} GB/s"
-            + (f" (read-only {read / 1e9:.1f} GB/s, bound {read / weight_bytes:.1f} tok/s)" if read else "")
-            + f", FMA peak {flops / 1e9:.1f} GFLOP/s. Decode bound from the triad "
-            f"{dec_limit:.1f} tok/s ({weight_bytes / 2**20:.0f} MiB of weights per token)")
     pre_limit = flops / (2 * layer_params) if layer_params else None
-    if pre_limit:
-        line += f", prefill bound {pre_limit:.0f} tok/s ({2 * layer_params / 1e6:.0f} MFLOP per token)"
-    for name, key in (("etch", ("etch", "model.pte")), ("official runner", ("official (C++ runner)", "model.pte")),
-                      ("official XNNPACK", ("official (C++ runner)", "model_xnnpack.pte"))):
-        s = rows.get((key[0], key[1], t))
-        if s and s.get("decode_tokens_per_second"):
-            line += f"; {name}: decode {100 * s['decode_tokens_per_second'] / dec_limit:.0f}%"
-            if pre_limit and s.get("prefill_tokens_per_second"):
-                line += f", prefill {100 * s['prefill_tokens_per_second'] / pre_limit:.0f}%"
-    print(line + ".")
+    line = (f"- {t} thread(s): triad {bw / 1e9:.1f} GB/s"
+            + (f" (read-only {read / 1e9:.1f} GB/s)" if read else "")
+            + f", FMA peak {flops / 1e9:.1f} GFLOP/s"
+            + (f", fp32 prefill bound {pre_limit:.0f} tok/s ({2 * layer_params / 1e6:.0f} MFLOP per token)"
+               if pre_limit else "") + ".")
+    print(line)
+    for b in files:
+        weight_bytes = os.path.getsize(os.path.join(model_dir, f"{b}.pte"))
+        dec_limit = bw / weight_bytes
+        line = (f"  - {b}.pte: {weight_bytes / 2**20:.0f} MiB per token, decode bound from the triad "
+                f"{dec_limit:.1f} tok/s" + (f" (read-only {read / weight_bytes:.1f})" if read else ""))
+        for rt in ("etch", "official (C++ runner)"):
+            s = rows.get((rt, f"{b}.pte", t))
+            if s and s.get("decode_tokens_per_second"):
+                line += f"; {rt}: decode {100 * s['decode_tokens_per_second'] / dec_limit:.0f}%"
+                if pre_limit and b != "model_8da4w" and s.get("prefill_tokens_per_second"):
+                    line += f", prefill {100 * s['prefill_tokens_per_second'] / pre_limit:.0f}%"
+        print(line + ".")
 PYEOF
