@@ -87,6 +87,10 @@ pub struct IoSummary {
     pub shape: Vec<usize>,
     /// True when the tensor's shape may change (`shape_dynamism != Static`).
     pub dynamic: bool,
+    /// The tensor's dim order when it is not the default `[0, 1, ..]` (`[0, 2, 3, 1]`
+    /// is channels-last); `None` otherwise and for non-tensors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dim_order: Option<Vec<u8>>,
 }
 
 /// A delegate call target.
@@ -293,13 +297,23 @@ impl MethodSummary {
             }
             let _ = writeln!(out, "  {label}:");
             for (i, io) in list.iter().enumerate() {
+                let order = match &io.dim_order {
+                    Some(o) if o.as_slice() == [0, 2, 3, 1] => "channels-last".to_string(),
+                    Some(o) => format!("dim order {o:?}"),
+                    None => String::new(),
+                };
                 let _ = writeln!(
                     out,
                     "    {i:>3}  {:<8} {:<6} {:<20} {}",
                     io.kind,
                     io.dtype.as_deref().unwrap_or("-"),
                     format!("{:?}", io.shape),
-                    if io.dynamic { "dynamic" } else { "" }
+                    [if io.dynamic { "dynamic" } else { "" }, order.as_str()]
+                        .iter()
+                        .filter(|s| !s.is_empty())
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 );
             }
         }
@@ -350,12 +364,19 @@ impl IoSummary {
                 dtype: Some(t.scalar_type.name().into()),
                 shape: t.sizes.clone(),
                 dynamic: t.shape_dynamism != ShapeDynamism::Static,
+                dim_order: (!t
+                    .dim_order
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &d)| i == d as usize))
+                .then(|| t.dim_order.clone()),
             },
             other => IoSummary {
                 kind: other.map_or("Null", Value::kind).into(),
                 dtype: None,
                 shape: Vec::new(),
                 dynamic: false,
+                dim_order: None,
             },
         }
     }

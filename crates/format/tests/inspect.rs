@@ -31,7 +31,8 @@ fn summary_of_sample_program() {
             kind: "Tensor".into(),
             dtype: Some("f32".into()),
             shape: vec![2, 3],
-            dynamic: false
+            dynamic: false,
+            dim_order: None,
         }]
     );
     assert_eq!(m.outputs.len(), 1);
@@ -110,4 +111,24 @@ fn summary_of_tiny_llama() {
     assert!(forward.constants_bytes > 0);
     assert!(forward.constants_bytes as usize <= s.constant_data_bytes);
     assert!(s.methods.iter().any(|m| m.name == "get_max_seq_len"));
+}
+
+#[test]
+fn channels_last_inputs_are_shown() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/vision_channels_last.pte");
+    let file = ProgramFile::read(&path).expect("the channels-last fixture");
+    let s = ProgramSummary::new(&file);
+    let forward = &s.methods[0];
+    assert_eq!(
+        forward.inputs[0].dim_order.as_deref(),
+        Some(&[0u8, 2, 3, 1][..])
+    );
+    assert!(
+        s.render_text().contains("channels-last"),
+        "{}",
+        s.render_text()
+    );
+    let json = serde_json::to_string(&s).unwrap();
+    assert!(json.contains("\"dim_order\":[0,2,3,1]"), "{json}");
 }
