@@ -9,6 +9,7 @@
 
 use super::elementwise::dtype::{is_supported, unsupported, with_elem};
 use super::elementwise::{Operand, Spec, Src, map, zip1};
+use super::same_dtype;
 use super::shape::common::{
     MAX_DIMS, Strided, broadcast_strides, copy_tensor_cast, require_contiguous,
 };
@@ -92,14 +93,19 @@ op_args! {
 
 fn clone(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let CloneArgs { input, out, .. } = CloneArgs::unpack(a)?;
+    copy_same_dtype(ctx, a, &input, out)
+}
+
+/// Resizes `out` to `input`'s shape and copies `input` into it (the dtypes must match).
+fn copy_same_dtype(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
+    input: &Tensor,
+    out: OutArg,
+) -> Result<(), KernelError> {
     let out = out.resize(a, input.sizes())?;
-    if out.dtype() != input.dtype() {
-        return Err(KernelError::DtypeMismatch {
-            expected: input.dtype(),
-            found: out.dtype(),
-        });
-    }
-    copy_cast(ctx, &input, &out)
+    same_dtype(input, &out)?;
+    copy_cast(ctx, input, &out)
 }
 
 op_args! {
@@ -113,14 +119,7 @@ op_args! {
 /// `detach_copy` and `lift_fresh_copy`: a copy of the same dtype.
 fn same_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let SameCopyArgs { input, out } = SameCopyArgs::unpack(a)?;
-    let out = out.resize(a, input.sizes())?;
-    if out.dtype() != input.dtype() {
-        return Err(KernelError::DtypeMismatch {
-            expected: input.dtype(),
-            found: out.dtype(),
-        });
-    }
-    copy_cast(ctx, &input, &out)
+    copy_same_dtype(ctx, a, &input, out)
 }
 
 op_args! {
@@ -139,12 +138,7 @@ fn copy_out(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError
         input, src, out, ..
     } = CopyArgs::unpack(a)?;
     let out = out.resize(a, input.sizes())?;
-    if out.dtype() != input.dtype() {
-        return Err(KernelError::DtypeMismatch {
-            expected: input.dtype(),
-            found: out.dtype(),
-        });
-    }
+    same_dtype(&input, &out)?;
     broadcast_copy(ctx, &src, &out, "copy")
 }
 

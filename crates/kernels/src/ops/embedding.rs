@@ -2,6 +2,7 @@
 
 use etch_base::ScalarType;
 
+use crate::ops::same_dtype;
 use crate::ops::shape::common::{for_rows, require_contiguous, with_bits_type, worth_parallel};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
@@ -85,12 +86,7 @@ fn embedding(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErro
     sizes[..rank].copy_from_slice(indices.sizes());
     sizes[rank] = dim;
     let out = out_arg.tensor();
-    if out.dtype() != weight.dtype() {
-        return Err(KernelError::DtypeMismatch {
-            expected: weight.dtype(),
-            found: out.dtype(),
-        });
-    }
+    same_dtype(&weight, &out)?;
     require_contiguous(&weight, "weight")?;
     require_contiguous(&indices, "indices")?;
     require_contiguous(&out, "out")?;

@@ -10,6 +10,7 @@
 use etch_base::ScalarType;
 use half::{bf16, f16};
 
+use super::same_dtype;
 use crate::ops::elementwise::broadcast::broadcast_shapes;
 use crate::ops::embedding::Indices;
 use crate::ops::shape::common::{
@@ -27,17 +28,6 @@ pub fn register(r: &mut Registry) {
     r.register("aten::index_put_", index_put_inplace);
     r.register("aten::copy_", copy_inplace);
     r.register("aten::gather.out", gather);
-}
-
-fn same_dtype(expected: &Tensor, found: &Tensor) -> Result<(), KernelError> {
-    if expected.dtype() == found.dtype() {
-        Ok(())
-    } else {
-        Err(KernelError::DtypeMismatch {
-            expected: expected.dtype(),
-            found: found.dtype(),
-        })
-    }
 }
 
 /// True when both tensors start at the same bytes.

@@ -7,6 +7,7 @@
 
 use etch_base::ScalarType;
 
+use super::same_dtype;
 use crate::ops::elementwise::broadcast::broadcast_shapes;
 use crate::ops::shape::common::{MAX_DIMS, broadcast_strides, require_contiguous};
 use crate::schema::{OpArgs, OutArg, op_args};
@@ -20,17 +21,6 @@ pub fn register(r: &mut Registry) {
     r.register("aten::addmm.out", addmm);
     r.register("aten::bmm.out", bmm);
     r.register("aten::matmul.out", matmul);
-}
-
-fn same_dtype(expected: &Tensor, found: &Tensor) -> Result<(), KernelError> {
-    if expected.dtype() == found.dtype() {
-        Ok(())
-    } else {
-        Err(KernelError::DtypeMismatch {
-            expected: expected.dtype(),
-            found: found.dtype(),
-        })
-    }
 }
 
 /// The elements of a float tensor.

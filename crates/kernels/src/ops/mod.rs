@@ -25,7 +25,19 @@ pub mod unary_math;
 pub mod upsample;
 pub mod window;
 
-use crate::Registry;
+use crate::{KernelError, Registry, Tensor};
+
+/// Fails with [`KernelError::DtypeMismatch`] unless `found` has `expected`'s dtype.
+pub(crate) fn same_dtype(expected: &Tensor, found: &Tensor) -> Result<(), KernelError> {
+    if expected.dtype() == found.dtype() {
+        Ok(())
+    } else {
+        Err(KernelError::DtypeMismatch {
+            expected: expected.dtype(),
+            found: found.dtype(),
+        })
+    }
+}
 
 /// Registers every kernel etch ships.
 pub fn register_all(r: &mut Registry) {

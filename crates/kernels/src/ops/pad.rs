@@ -4,6 +4,7 @@
 
 use super::elementwise::dtype::{is_supported, unsupported, with_elem};
 use super::layout::{NchwOut, read_nchw, require_nchw_or_channels_last};
+use crate::ops::same_dtype;
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
 use etch_base::Element;
@@ -61,12 +62,7 @@ fn constant_pad_nd(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kern
             .ok_or_else(|| KernelError::invalid("constant_pad_nd: padded size overflows"))?;
     }
     let out = out.resize(a, &sizes[..rank])?;
-    if out.dtype() != x.dtype() {
-        return Err(KernelError::DtypeMismatch {
-            expected: x.dtype(),
-            found: out.dtype(),
-        });
-    }
+    same_dtype(&x, &out)?;
     require_nchw_or_channels_last(&x, "constant_pad_nd input")?;
     require_nchw_or_channels_last(&out, "constant_pad_nd out")?;
     with_elem!(

@@ -4,6 +4,7 @@
 use etch_base::ScalarType;
 use half::{bf16, f16};
 
+use crate::ops::same_dtype;
 use crate::schema::{OpArgs, OutArg, ResultSlot, op_args};
 use crate::{
     Args, EValue, IntList, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor,
@@ -138,12 +139,7 @@ fn et_view(_: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let mut sizes = [0usize; MAX_RANK];
     let sizes = infer_view_sizes(requested, input.numel(), &mut sizes)?;
     let mut view = out.tensor();
-    if view.dtype() != input.dtype() {
-        return Err(KernelError::DtypeMismatch {
-            expected: view.dtype(),
-            found: input.dtype(),
-        });
-    }
+    same_dtype(&view, &input)?;
     view.resize(sizes)?;
     if view.numel() != input.numel() {
         return Err(KernelError::invalid(format!(

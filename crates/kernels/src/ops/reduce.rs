@@ -15,6 +15,7 @@ use etch_base::ScalarType;
 use super::elementwise::BLOCK;
 use super::elementwise::dtype::{Bool8, Element, In, Out, narrow_slice, narrows, with_compute};
 use super::elementwise::num::Num;
+use crate::ops::same_dtype;
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{
     Args, GRAIN_SIZE, IntList, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor,
@@ -656,12 +657,7 @@ fn extremum(ctx: &KernelContext<'_>, a: &mut Args<'_>, max: bool) -> Result<(), 
     let dims = read_dims(dim, &mut buf)?;
     let (mask, out) = setup(a, x, dims, keepdim, out)?;
     supported(x.dtype(), "amax/amin")?;
-    if out.dtype() != x.dtype() {
-        return Err(KernelError::DtypeMismatch {
-            expected: x.dtype(),
-            found: out.dtype(),
-        });
-    }
+    same_dtype(&x, &out)?;
     check_nonempty(&x, &mask, &out)?;
     let r = Extremum { max };
     with_compute!(x.dtype(), A => reduce::<A, _>(ctx, &x, &mask, keepdim, &out, None, &r))

@@ -7,6 +7,7 @@
 //! [`crate::GRAIN_SIZE`] elements). Inputs of another dtype are cast when PyTorch's
 //! `canCast` allows it.
 
+use crate::ops::same_dtype;
 use crate::ops::shape::common::{
     can_cast, for_rows, require_contiguous, typed_mut, with_bits_type, with_cast_type,
     worth_parallel,
@@ -264,12 +265,7 @@ fn split_into(
         sizes[..input.rank()].copy_from_slice(input.sizes());
         sizes[dim] = len;
         let o = outs.item(a, j)?;
-        if o.dtype() != input.dtype() {
-            return Err(KernelError::DtypeMismatch {
-                expected: input.dtype(),
-                found: o.dtype(),
-            });
-        }
+        same_dtype(&input, &o)?;
         let o = outs.resize_item(a, j, &sizes[..input.rank()])?;
         let s = DimSlice {
             dim,

@@ -2,6 +2,7 @@
 //! and `repeat`. Each builds a source layout (sizes and strides, 0 for broadcast
 //! dims) and runs the shared gather-copy engine.
 
+use crate::ops::same_dtype;
 use crate::ops::shape::common::{MAX_DIMS, Strided, copy_tensor, require_contiguous};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tensor, normalize_dim};
@@ -25,12 +26,7 @@ fn gather_into(
     layout: &Strided,
 ) -> Result<(), KernelError> {
     let o = out.tensor();
-    if o.dtype() != input.dtype() {
-        return Err(KernelError::DtypeMismatch {
-            expected: input.dtype(),
-            found: o.dtype(),
-        });
-    }
+    same_dtype(&input, &o)?;
     require_contiguous(input, "input")?;
     require_contiguous(&o, "out")?;
     let o = out.resize(a, sizes)?;

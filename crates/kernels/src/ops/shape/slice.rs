@@ -6,6 +6,7 @@
 //! [`crate::GRAIN_SIZE`] elements, in chunks of at least 8 rows, and a step of 1 copies
 //! each leading row with one `memcpy`.
 
+use crate::ops::same_dtype;
 use crate::ops::shape::common::{for_rows, require_contiguous, with_bits_type, worth_parallel};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
@@ -47,12 +48,7 @@ pub(crate) fn copy_slice(
     out: &Tensor,
     s: DimSlice,
 ) -> Result<(), KernelError> {
-    if input.dtype() != out.dtype() {
-        return Err(KernelError::DtypeMismatch {
-            expected: input.dtype(),
-            found: out.dtype(),
-        });
-    }
+    same_dtype(&input, &out)?;
     require_contiguous(input, "input")?;
     require_contiguous(out, "out")?;
     let sizes = input.sizes();
@@ -167,12 +163,7 @@ fn slice_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
     let mut sizes = [0usize; MAX_RANK];
     sizes[..input.rank()].copy_from_slice(input.sizes());
     sizes[dim] = length;
-    if out.tensor().dtype() != input.dtype() {
-        return Err(KernelError::DtypeMismatch {
-            expected: input.dtype(),
-            found: out.tensor().dtype(),
-        });
-    }
+    same_dtype(&input, &out.tensor())?;
     let out = out.resize(a, &sizes[..input.rank()])?;
     let s = DimSlice {
         dim,
@@ -219,12 +210,7 @@ fn select_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
     let rank = input.rank();
     sizes[..dim].copy_from_slice(&input.sizes()[..dim]);
     sizes[dim..rank - 1].copy_from_slice(&input.sizes()[dim + 1..]);
-    if out.tensor().dtype() != input.dtype() {
-        return Err(KernelError::DtypeMismatch {
-            expected: input.dtype(),
-            found: out.tensor().dtype(),
-        });
-    }
+    same_dtype(&input, &out.tensor())?;
     let out = out.resize(a, &sizes[..rank - 1])?;
     let s = DimSlice {
         dim,

@@ -2,6 +2,7 @@
 //! output holds the input's elements in the same order under new sizes.
 
 use crate::ops::prim::infer_view_sizes;
+use crate::ops::same_dtype;
 use crate::ops::shape::common::{Strided, copy_tensor, require_contiguous};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tensor, normalize_dim};
@@ -24,12 +25,7 @@ fn reshape_into(
     sizes: &[usize],
 ) -> Result<(), KernelError> {
     let o = out.tensor();
-    if o.dtype() != input.dtype() {
-        return Err(KernelError::DtypeMismatch {
-            expected: input.dtype(),
-            found: o.dtype(),
-        });
-    }
+    same_dtype(&input, &o)?;
     require_contiguous(input, "input")?;
     require_contiguous(&o, "out")?;
     let o = out.resize(a, sizes)?;
