@@ -265,7 +265,7 @@ fn split_into(
         sizes[..input.rank()].copy_from_slice(input.sizes());
         sizes[dim] = len;
         let o = outs.item(a, j)?;
-        same_dtype(&input, &o)?;
+        same_dtype(input, &o)?;
         let o = outs.resize_item(a, j, &sizes[..input.rank()])?;
         let s = DimSlice {
             dim,

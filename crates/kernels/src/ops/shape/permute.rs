@@ -26,7 +26,7 @@ fn gather_into(
     layout: &Strided,
 ) -> Result<(), KernelError> {
     let o = out.tensor();
-    same_dtype(&input, &o)?;
+    same_dtype(input, &o)?;
     require_contiguous(input, "input")?;
     require_contiguous(&o, "out")?;
     let o = out.resize(a, sizes)?;

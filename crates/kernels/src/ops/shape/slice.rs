@@ -48,7 +48,7 @@ pub(crate) fn copy_slice(
     out: &Tensor,
     s: DimSlice,
 ) -> Result<(), KernelError> {
-    same_dtype(&input, &out)?;
+    same_dtype(input, out)?;
     require_contiguous(input, "input")?;
     require_contiguous(out, "out")?;
     let sizes = input.sizes();

@@ -25,7 +25,7 @@ fn reshape_into(
     sizes: &[usize],
 ) -> Result<(), KernelError> {
     let o = out.tensor();
-    same_dtype(&input, &o)?;
+    same_dtype(input, &o)?;
     require_contiguous(input, "input")?;
     require_contiguous(&o, "out")?;
     let o = out.resize(a, sizes)?;
