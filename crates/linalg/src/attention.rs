@@ -135,6 +135,7 @@ trait Arith: Copy + Send + Sync + 'static {
 
     /// `acc += Σ_j p[j] * tile_row(j)` (see [`accumulate`]).
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86 kernels only
     fn accumulate(p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
         accumulate_with::<Self>(p, tile, stride, acc)
     }
@@ -190,6 +191,7 @@ impl Arith for Avx2Fma {
     }
 
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86 kernels only
     fn accumulate(p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
         // SAFETY: as for `dot4`: only reached after AVX2 and FMA were detected.
         unsafe { avx2::accumulate(p, tile, stride, acc) }

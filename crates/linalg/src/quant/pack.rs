@@ -53,6 +53,7 @@ pub struct Qd8Weights {
     scales: Vec<f32>,
     /// The same scales as bf16 bits when every one is exactly a bf16 (block-quantized
     /// weights always are): half the scale traffic for the kernels that read them.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // read by the x86 kernels only
     scales_bf16: Option<Vec<u16>>,
     /// `[panels * PANEL]`: `Σ_b scale[j, b] · Σ_{k in b} code[j, k]`.
     channel_sums: Vec<f32>,
@@ -255,6 +256,7 @@ impl Qd8Weights {
     }
 
     /// The `[block][PANEL]` scales of panel `p` as bf16 bits, when they all are bf16.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86 kernels only
     pub(crate) fn panel_scales_bf16(&self, p: usize) -> Option<&[u16]> {
         let n = self.blocks * PANEL;
         self.scales_bf16.as_ref().map(|s| &s[p * n..(p + 1) * n])
