@@ -91,10 +91,29 @@ fn type_str_of(dtype: ScalarType) -> Option<&'static str> {
 pub fn read_npy(bytes: &[u8], path: &str) -> Result<HostTensor, NpyError> {
     check_header(bytes, path)?;
     let mut rest = bytes;
-    let header = npyz::NpyHeader::from_reader(&mut rest).map_err(|e| NpyError::Header {
-        path: path.to_string(),
-        message: e.to_string(),
-    })?;
+    // npyz multiplies the shape's dimensions unchecked: with overflow checks on (debug
+    // builds, the fuzzers) a shape whose product overflows u64 panics inside it (found by
+    // fuzz/fuzz_targets/npy.rs). Any panic of the parser is an invalid file; in builds
+    // without overflow checks the product wraps and the checked size below rejects it.
+    let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        npyz::NpyHeader::from_reader(&mut rest)
+    }));
+    let header = match parsed {
+        Ok(Ok(header)) => header,
+        Ok(Err(e)) => {
+            return Err(NpyError::Header {
+                path: path.to_string(),
+                message: e.to_string(),
+            });
+        }
+        Err(_) => {
+            return Err(NpyError::Header {
+                path: path.to_string(),
+                message: "the header parser failed on it (a shape whose size overflows?)"
+                    .to_string(),
+            });
+        }
+    };
     let file = npyz::NpyFile::with_header(header, &[][..]);
     let type_str = match file.dtype() {
         npyz::DType::Plain(t) => t.to_string(),

@@ -45,3 +45,12 @@ fn npy_headers_nested_up_to_the_limit_still_reach_the_parser() {
         .expect_err("9 levels");
     assert!(err.to_string().contains("nests brackets"), "{err}");
 }
+
+#[test]
+fn an_npy_shape_whose_size_overflows_u64_is_an_error() {
+    // 'shape': (7192828238425955439, 2, 7, 8): npyz's unchecked product panicked with
+    // overflow checks on.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fuzz_npy_shape_overflow.npy");
+    let bytes = std::fs::read(&path).expect("regression file");
+    assert!(etch_runtime::npy::read_npy(&bytes, "x.npy").is_err());
+}
