@@ -2,7 +2,7 @@
 //! `tokenizer.json`, tiktoken, llama2.c `tokenizer.bin`, or detection from the
 //! contents as `etch generate` does), the rest is the file. Whatever loads encodes
 //! and decodes text and ids (out-of-range ones included) and builds its token-bytes
-//! table. Every input must end in an `LlmError`, never a panic.
+//! table. Every input must end in an `LlmError`, never a panic that escapes etch.
 
 #![no_main]
 
@@ -40,21 +40,38 @@ fn exercise(t: &dyn Tokenizer, file: &[u8]) {
     }
 }
 
-/// libfuzzer-sys installs a panic hook that aborts before unwinding, which would turn
-/// the panics etch deliberately catches around the `tokenizers` crate's parser into
-/// findings. Replace it with a silent hook: a panic that escapes etch still reaches
-/// libfuzzer-sys's own `catch_unwind` around this target and aborts there.
-fn quiet_caught_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| std::panic::set_hook(Box::new(|_| {})));
+thread_local! {
+    /// The message and place of the latest panic on this thread, kept by the hook.
+    static LAST_PANIC: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
 }
 
-fuzz_target!(|data: &[u8]| {
-    quiet_caught_panics();
+/// libfuzzer-sys's panic hook aborts at once, before unwinding, so a panic that etch
+/// deliberately catches (the `tokenizers` crate panics on some malformed tokenizer.json
+/// files; `HfTokenizer` turns that into an error) would still end the run as a crash.
+/// This hook only remembers the panic; `one_input` prints it and re-raises it if it
+/// escapes etch, and libfuzzer-sys's `catch_unwind` around the target then aborts.
+fn install_quiet_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let text = info.to_string();
+        LAST_PANIC.with(|last| *last.borrow_mut() = Some(text));
+    }));
+}
+
+fn one_input(data: &[u8]) {
     let Some((&selector, file)) = data.split_first() else {
         return;
     };
     if let Ok(t) = load(selector, file) {
         exercise(t.as_ref(), file);
+    }
+}
+
+fuzz_target!(init: install_quiet_panic_hook(), |data: &[u8]| {
+    let run = std::panic::catch_unwind(|| one_input(data));
+    if let Err(payload) = run {
+        // Escaped etch: a real finding. Say what it was, then let libfuzzer-sys abort.
+        let text = LAST_PANIC.with(|last| last.borrow_mut().take());
+        eprintln!("panic escaped etch: {}", text.as_deref().unwrap_or("(no message)"));
+        std::panic::resume_unwind(payload);
     }
 });

@@ -89,12 +89,31 @@ fn type_str_of(dtype: ScalarType) -> Option<&'static str> {
 /// assert!(etch_runtime::npy::read_npy(&bytes[..bytes.len() - 1], "x.npy").is_err());
 /// ```
 pub fn read_npy(bytes: &[u8], path: &str) -> Result<HostTensor, NpyError> {
-    check_header_len(bytes, path)?;
+    check_header(bytes, path)?;
     let mut rest = bytes;
-    let header = npyz::NpyHeader::from_reader(&mut rest).map_err(|e| NpyError::Header {
-        path: path.to_string(),
-        message: e.to_string(),
-    })?;
+    // npyz multiplies the shape's dimensions unchecked: with overflow checks on (debug
+    // builds, the fuzzers) a shape whose product overflows u64 panics inside it (found by
+    // fuzz/fuzz_targets/npy.rs). Any panic of the parser is an invalid file; in builds
+    // without overflow checks the product wraps and the checked size below rejects it.
+    let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        npyz::NpyHeader::from_reader(&mut rest)
+    }));
+    let header = match parsed {
+        Ok(Ok(header)) => header,
+        Ok(Err(e)) => {
+            return Err(NpyError::Header {
+                path: path.to_string(),
+                message: e.to_string(),
+            });
+        }
+        Err(_) => {
+            return Err(NpyError::Header {
+                path: path.to_string(),
+                message: "the header parser failed on it (a shape whose size overflows?)"
+                    .to_string(),
+            });
+        }
+    };
     let file = npyz::NpyFile::with_header(header, &[][..]);
     let type_str = match file.dtype() {
         npyz::DType::Plain(t) => t.to_string(),
@@ -151,25 +170,56 @@ pub fn read_npy(bytes: &[u8], path: &str) -> Result<HostTensor, NpyError> {
     })
 }
 
-/// Fails unless the header length the preamble claims fits in the file (the parser
-/// would allocate whatever the preamble claims, up to 4 GiB, before reading it).
-fn check_header_len(bytes: &[u8], path: &str) -> Result<(), NpyError> {
+/// Deepest nesting of brackets (`{`, `[`, `(`) an `.npy` header may have. NumPy writes
+/// 2 (the dict and the shape tuple); structured dtypes, which etch does not read, nest a
+/// few levels more. The parser behind `npyz` takes time exponential in the depth: a
+/// 249-byte header of 118 nested `{` kept it busy for more than 25 minutes (found by
+/// fuzz/fuzz_targets/npy.rs).
+const MAX_NPY_HEADER_NESTING: usize = 8;
+
+/// Checks the header before the parser sees it: the header length the preamble claims
+/// must fit in the file (the parser would allocate whatever the preamble claims, up to
+/// 4 GiB, before reading it), and brackets must not nest deeper than
+/// [`MAX_NPY_HEADER_NESTING`].
+fn check_header(bytes: &[u8], path: &str) -> Result<(), NpyError> {
     if !bytes.starts_with(b"\x93NUMPY") {
         return Ok(());
     }
-    let claimed = match (bytes.get(6), bytes.get(8..12)) {
-        (Some(1), Some(b)) => u64::from(u16::from_le_bytes([b[0], b[1]])) + 10,
-        (Some(_), Some(b)) => u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])) + 12,
+    let (start, claimed) = match (bytes.get(6), bytes.get(8..12)) {
+        (Some(1), Some(b)) => (10, u64::from(u16::from_le_bytes([b[0], b[1]])) + 10),
+        (Some(_), Some(b)) => (
+            12,
+            u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])) + 12,
+        ),
         _ => return Ok(()),
     };
-    if claimed > bytes.len() as u64 {
-        return Err(NpyError::Header {
-            path: path.to_string(),
-            message: format!(
+    let header_error = |message: String| NpyError::Header {
+        path: path.to_string(),
+        message,
+    };
+    let end = match usize::try_from(claimed) {
+        Ok(end) if end <= bytes.len() => end,
+        _ => {
+            return Err(header_error(format!(
                 "the header claims {claimed} bytes but the file has {}",
                 bytes.len()
-            ),
-        });
+            )));
+        }
+    };
+    let mut depth = 0usize;
+    for &b in bytes.get(start..end).unwrap_or_default() {
+        match b {
+            b'{' | b'[' | b'(' => {
+                depth += 1;
+                if depth > MAX_NPY_HEADER_NESTING {
+                    return Err(header_error(format!(
+                        "the header nests brackets more than {MAX_NPY_HEADER_NESTING} deep"
+                    )));
+                }
+            }
+            b'}' | b']' | b')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
     }
     Ok(())
 }
