@@ -1,7 +1,7 @@
-//! `convolution.out`: 1-d and 2-d convolutions of NCHW (or NCL) f32 tensors, contiguous or
-//! channels-last (see [`super::layout`]), with
-//! stride, padding, dilation and groups, plain or transposed (with `output_padding`),
-//! bias or none.
+//! `convolution.out`: 1-d and 2-d convolutions of NCHW (or NCL) f32 tensors, contiguous
+//! or channels-last (see [`super::layout`]), with stride, padding, dilation and groups,
+//! plain or transposed (with `output_padding`), bias or none. A channels-last weight is
+//! transposed into scratch on every call, as the image is.
 //!
 //! * A group of a plain convolution is one GEMM, `filter[group_out, group_in * kh * kw]`
 //!   times its im2col matrix `[group_in * kh * kw, out_pixels]` (built in parallel in
