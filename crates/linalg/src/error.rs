@@ -29,6 +29,9 @@ pub enum LinalgError {
         need: usize,
         len: usize,
     },
+    /// Memory for packed weights could not be had.
+    #[error("packing weights: {0}")]
+    Alloc(#[from] etch_memory::AllocError),
     /// A combination of operand types the kernel does not implement.
     #[error("unsupported operands: {0}")]
     Unsupported(&'static str),

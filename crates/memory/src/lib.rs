@@ -10,7 +10,8 @@
 //! * [`TempScope`]: per-kernel scratch from the temp allocator;
 //! * [`counting`]: a counting global allocator, to prove hot paths allocation-free;
 //! * [`AlignedBuffer`] and [`SharedBytes`]: owned and shared byte sources (including
-//!   memory-mapped files).
+//!   memory-mapped files);
+//! * [`WeightBuffer`]: packed weights, on transparent huge pages when large.
 //!
 //! All of etch's `unsafe` outside SIMD kernels lives in this crate.
 
@@ -24,6 +25,7 @@ mod planned;
 mod scratch;
 mod shared_bytes;
 pub mod storage;
+mod weight_buffer;
 
 pub use align::{align_up, check_alignment};
 pub use allocator::{
@@ -36,3 +38,4 @@ pub use planned::{PLANNED_ALIGNMENT, PlanError, PlannedMemory};
 pub use scratch::{ScratchStats, TempScope};
 pub use shared_bytes::{FILE_ALIGNMENT, MappedFile, SharedBytes};
 pub use storage::{Access, RegionId, Span, Storage};
+pub use weight_buffer::{HUGE_PAGE_THRESHOLD, WeightBuffer};

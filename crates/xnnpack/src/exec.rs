@@ -462,11 +462,11 @@ fn run_op(
                 Bias::Packed(b) => Some(b.as_slice()),
                 Bias::Value(_) => Some(match filter {
                     Filter::Value { .. } => ins[2],
-                    Filter::Packed { .. } => ins[1],
+                    Filter::Packed(_) => ins[1],
                 }),
             };
             let w = match filter {
-                Filter::Packed { w, .. } => RhsF32::NK(w),
+                Filter::Packed(p) => RhsF32::Packed(p),
                 Filter::Value {
                     transposed: false, ..
                 } => RhsF32::NK(ins[1]),
@@ -619,10 +619,11 @@ fn gemm_scratch_len(plan: &Plan, shapes: &[Dims], threads: usize) -> usize {
                 let (n, k) = filter.dims(shapes);
                 let m = shapes[*x].numel().unwrap_or(0).checked_div(k).unwrap_or(0);
                 let w = match filter {
+                    Filter::Packed(p) => RhsF32::Packed(p),
                     Filter::Value {
                         transposed: true, ..
                     } => RhsF32::KN(&[]),
-                    _ => RhsF32::NK(&[]),
+                    Filter::Value { .. } => RhsF32::NK(&[]),
                 };
                 Some(
                     fc_gemm(m, n, k, &[], w, None, f32::NEG_INFINITY, f32::INFINITY)

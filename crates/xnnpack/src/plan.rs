@@ -4,7 +4,7 @@
 //! by lifetime, so a call needs one scratch block.
 
 use etch_kernels::BackendError;
-use etch_linalg::PackedB;
+use etch_linalg::{PackedB, dispatch};
 
 use crate::dims::Dims;
 use crate::parse::{GraphDef, NodeDef, Params, Window, invalid};
@@ -62,8 +62,8 @@ pub enum BinaryOp {
 /// The weights of a fully connected node.
 #[derive(Debug, Clone)]
 pub enum Filter {
-    /// Packed at init: `[n, k]` row-major (output channel rows).
-    Packed { w: Vec<f32>, n: usize, k: usize },
+    /// Packed at init into the GEMM's panels (a decode step streams them whole).
+    Packed(PackedB),
     /// A runtime value: `[n, k]`, or `[k, n]` when `transposed`.
     Value { v: usize, transposed: bool },
 }
@@ -72,7 +72,7 @@ impl Filter {
     /// `(n, k)`: output and input channels.
     pub fn dims(&self, shapes: &[Dims]) -> (usize, usize) {
         match self {
-            Filter::Packed { n, k, .. } => (*n, *k),
+            Filter::Packed(p) => (p.n(), p.k()),
             Filter::Value { v, transposed } => {
                 let d = shapes.get(*v).copied().unwrap_or_default();
                 let (a, b) = (d.get(0), d.get(1));
@@ -596,20 +596,13 @@ impl<'g> Builder<'g> {
                 };
                 let filter = match self.constant(fv) {
                     Some(bytes) => {
-                        let raw = f32_data(bytes);
-                        let w = if transposed {
-                            let mut w = vec![0f32; n * k];
-                            for (kk, row) in raw.chunks_exact(n.max(1)).enumerate().take(k) {
-                                for (nn, &v) in row.iter().enumerate() {
-                                    w[nn * k + kk] = v;
-                                }
-                            }
-                            w
-                        } else {
-                            raw
-                        };
-                        self.packed_bytes += w.len() * 4;
-                        Filter::Packed { w, n, k }
+                        // Stored `[k, n]` when transposed, else `[n, k]`.
+                        let p = PackedB::pack(dispatch().gemm, &f32_data(bytes), n, k, !transposed)
+                            .map_err(|e| {
+                                invalid(self.field(i, node, "filter_id"), e.to_string())
+                            })?;
+                        self.packed_bytes += p.packed_bytes();
+                        Filter::Packed(p)
                     }
                     None => Filter::Value {
                         v: self.operand(fv),

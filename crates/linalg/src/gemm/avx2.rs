@@ -71,6 +71,50 @@ fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// One row of A against one packed 16-column panel: `out[c] = Σ_k x[k] · b[k*16 + c]`,
+/// four steps per iteration into separate accumulators (8 registers).
+///
+/// # Safety
+/// Needs AVX2 and FMA. `x` must hold `k` floats, `b` `k*16` and `out` 16.
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn panel_dot_16(k: usize, x: *const f32, b: *const f32, out: *mut f32) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    let mut kk = 0;
+    while kk + 4 <= k {
+        for (u, pair) in acc.iter_mut().enumerate() {
+            // SAFETY: kk + u < k: x[kk+u] and the 16 weights of that step are inside.
+            unsafe {
+                let xv = _mm256_set1_ps(*x.add(kk + u));
+                let bk = b.add((kk + u) * NR);
+                pair[0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(bk), pair[0]);
+                pair[1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(bk.add(8)), pair[1]);
+            }
+        }
+        kk += 4;
+    }
+    while kk < k {
+        // SAFETY: kk < k, as above.
+        unsafe {
+            let xv = _mm256_set1_ps(*x.add(kk));
+            let bk = b.add(kk * NR);
+            acc[0][0] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(bk), acc[0][0]);
+            acc[0][1] = _mm256_fmadd_ps(xv, _mm256_loadu_ps(bk.add(8)), acc[0][1]);
+        }
+        kk += 1;
+    }
+    let sum = |h: usize| {
+        _mm256_add_ps(
+            _mm256_add_ps(acc[0][h], acc[1][h]),
+            _mm256_add_ps(acc[2][h], acc[3][h]),
+        )
+    };
+    // SAFETY: out holds 16 floats.
+    unsafe {
+        _mm256_storeu_ps(out, sum(0));
+        _mm256_storeu_ps(out.add(8), sum(1));
+    }
+}
+
 /// Loads 8 weights as f32.
 ///
 /// # Safety

@@ -2,7 +2,8 @@
 //!
 //! The micro-kernel computes an `AVX512_MR x 32` tile: two 16-lane accumulators per
 //! row, the A values broadcast one at a time. The dot-product rows read 16 weights per
-//! load and run 4 rows at once with two accumulators each.
+//! load and run 4 rows at once with two accumulators each. The panel product streams one
+//! packed 32-column panel against one row (the matrix-vector product over a packed B).
 
 use std::any::TypeId;
 use std::arch::x86_64::*;
@@ -62,6 +63,51 @@ pub(super) unsafe fn kernel_mrx32(
             _mm512_storeu_ps(cr, v0);
             _mm512_storeu_ps(cr.add(16), v1);
         }
+    }
+}
+
+/// One row of A against one packed 32-column panel: `out[c] = Σ_k x[k] · b[k*32 + c]`.
+/// Four steps per iteration into separate accumulators (8 registers), so the FMA
+/// latency never stalls the weight stream.
+///
+/// # Safety
+/// Needs AVX-512 F. `x` must hold `k` floats, `b` `k*32` and `out` 32.
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn panel_dot_32(k: usize, x: *const f32, b: *const f32, out: *mut f32) {
+    let mut acc = [[_mm512_setzero_ps(); 2]; 4];
+    let mut kk = 0;
+    while kk + 4 <= k {
+        for (u, pair) in acc.iter_mut().enumerate() {
+            // SAFETY: kk + u < k: x[kk+u] and the 32 weights of that step are inside.
+            unsafe {
+                let xv = _mm512_set1_ps(*x.add(kk + u));
+                let bk = b.add((kk + u) * NR);
+                pair[0] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(bk), pair[0]);
+                pair[1] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(bk.add(16)), pair[1]);
+            }
+        }
+        kk += 4;
+    }
+    while kk < k {
+        // SAFETY: kk < k, as above.
+        unsafe {
+            let xv = _mm512_set1_ps(*x.add(kk));
+            let bk = b.add(kk * NR);
+            acc[0][0] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(bk), acc[0][0]);
+            acc[0][1] = _mm512_fmadd_ps(xv, _mm512_loadu_ps(bk.add(16)), acc[0][1]);
+        }
+        kk += 1;
+    }
+    let sum = |h: usize| {
+        _mm512_add_ps(
+            _mm512_add_ps(acc[0][h], acc[1][h]),
+            _mm512_add_ps(acc[2][h], acc[3][h]),
+        )
+    };
+    // SAFETY: out holds 32 floats.
+    unsafe {
+        _mm512_storeu_ps(out, sum(0));
+        _mm512_storeu_ps(out.add(16), sum(1));
     }
 }
 

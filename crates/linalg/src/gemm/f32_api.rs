@@ -4,6 +4,8 @@
 
 use super::kernels::Tile;
 use super::{Elems, Gemm, MatRef, scratch_len, scratch_len_tiled};
+use etch_memory::WeightBuffer;
+
 use crate::{Isa, LinalgError, ThreadPool, dispatch};
 
 /// How the right-hand matrix `B` (`k x n`) of [`gemm_f32`] is stored.
@@ -49,6 +51,8 @@ impl GemmF32<'_> {
 
     pub(super) fn scratch_len_with(&self, isa: Isa, threads: usize) -> usize {
         match self.b {
+            // One row streams the panels directly: it only copies A's row.
+            RhsF32::Packed(_) if self.m == 1 && self.n > 0 => self.k,
             RhsF32::Packed(_) if self.m > 0 && self.n > 0 => {
                 scratch_len_tiled(isa, self.m, self.n, self.k, threads)
             }
@@ -186,8 +190,9 @@ pub struct PackedB {
     isa: Isa,
     nr: usize,
     /// Panel `q` (columns `q*nr..`), step `kk`, column `c` at `q*k*nr + kk*nr + c`;
-    /// columns past `n` are zero.
-    data: Vec<f32>,
+    /// columns past `n` are zero. On huge pages when large: a decode step streams it
+    /// whole.
+    data: WeightBuffer<f32>,
 }
 
 impl PackedB {
@@ -217,7 +222,12 @@ impl PackedB {
         }
         let nr = Tile::of(isa).nr;
         let panels = n.div_ceil(nr);
-        let mut data = vec![0f32; panels * k * nr];
+        let len = panels.checked_mul(k * nr).ok_or_else(|| {
+            LinalgError::Shape(format!(
+                "a {k}x{n} packed matrix overflows the address space"
+            ))
+        })?;
+        let mut data = WeightBuffer::<f32>::zeroed(len)?;
         for (q, panel) in data
             .chunks_exact_mut((k * nr).max(1))
             .enumerate()

@@ -30,6 +30,8 @@ const TILE_AVX512: Tile = Tile {
 };
 /// Elements of the largest tile of any instruction set.
 pub(crate) const MAX_TILE: usize = 8 * 32;
+/// Columns of the widest tile of any instruction set.
+pub(crate) const MAX_NR: usize = 32;
 
 impl Tile {
     /// The tile the micro-kernel of `isa` computes.
@@ -126,6 +128,48 @@ pub(crate) fn kernel_scalar(kc: usize, t: Tile, a: &[f32], b: &[f32], tile: &mut
             for (o, &bv) in row.iter_mut().zip(bk) {
                 *o += av * bv;
             }
+        }
+    }
+}
+
+/// A SIMD panel product: `(k, x, panel, out)`, see [`panel_dot`].
+pub(crate) type SimdPanelDot = unsafe fn(usize, *const f32, *const f32, *mut f32);
+
+/// `out[c] = Σ_kk x[kk] · panel[kk*nr + c]` for one packed panel of `nr = out.len()`
+/// columns (the tile width of `isa`): one row of A against a panel of a packed B.
+///
+/// The panel is one contiguous stream, the layout in which a matrix-vector product
+/// reads its weight fastest from memory.
+///
+/// # Panics
+/// When `out` is not one tile wide or `panel` holds fewer than `x.len() * nr` values.
+pub(crate) fn panel_dot(isa: Isa, x: &[f32], panel: &[f32], out: &mut [f32]) {
+    let (k, nr) = (x.len(), Tile::of(isa).nr);
+    assert!(out.len() == nr && panel.len() >= k * nr);
+    let simd: Option<SimdPanelDot> = match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2(_) => Some(super::avx2::panel_dot_16),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::panel_dot_32),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon(_) => Some(super::neon::panel_dot_16),
+        Isa::Scalar => None,
+    };
+    match simd {
+        // SAFETY: the Isa variant carries the proof that its instructions exist on this
+        // CPU; x holds k values, panel k*nr and out nr (checked above).
+        Some(kernel) => unsafe { kernel(k, x.as_ptr(), panel.as_ptr(), out.as_mut_ptr()) },
+        None => panel_dot_scalar(x, panel, out),
+    }
+}
+
+/// The scalar panel product (the twin the SIMD versions are tested against).
+pub(crate) fn panel_dot_scalar(x: &[f32], panel: &[f32], out: &mut [f32]) {
+    let nr = out.len();
+    out.fill(0.0);
+    for (&xv, row) in x.iter().zip(panel.chunks_exact(nr)) {
+        for (o, &w) in out.iter_mut().zip(row) {
+            *o += xv * w;
         }
     }
 }

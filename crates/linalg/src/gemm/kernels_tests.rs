@@ -45,6 +45,28 @@ fn micro_kernels_agree() {
     }
 }
 
+/// Every panel product against the scalar twin, over depths around the unrolling.
+#[test]
+fn panel_dots_agree() {
+    for &isa in Isa::available() {
+        let nr = Tile::of(isa).nr;
+        for k in [0usize, 1, 3, 4, 5, 8, 63, 576] {
+            let x = rand_vec(k, 5);
+            let panel = rand_vec(k * nr, 6);
+            let mut want = vec![0f32; nr];
+            panel_dot_scalar(&x, &panel, &mut want);
+            let mut got = vec![f32::NAN; nr];
+            panel_dot(isa, &x, &panel, &mut got);
+            for (c, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + k as f32),
+                    "{isa:?} k={k} column {c}: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn dot_rows_agree() {
     for k in [0usize, 1, 7, 8, 15, 16, 31, 33, 63, 64, 65, 576] {

@@ -26,7 +26,7 @@ use half::{bf16, f16};
 
 use crate::{GRAIN_SIZE, Isa, LinalgError, ThreadPool};
 pub use f32_api::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_with};
-use kernels::{Tile, micro_kernel};
+use kernels::{MAX_NR, Tile, micro_kernel, panel_dot};
 pub use kernels::{WeightElem, dot_rows};
 
 /// Depth of one packed block (k).
@@ -288,7 +288,7 @@ fn run<O: OutElem>(
         return Ok(());
     }
     let gemv = packed.is_none() && g.is_gemv();
-    let need = if gemv {
+    let need = if gemv || (packed.is_some() && m == 1) {
         k
     } else {
         scratch_len_tiled(isa, m, n, k, pool.threads())
@@ -311,6 +311,12 @@ fn run<O: OutElem>(
     }
     if gemv {
         return gemv_rows(pool, isa, g, out, scratch);
+    }
+    if let Some(packed) = packed
+        && m == 1
+    {
+        gemv_packed(pool, g, packed, out, scratch);
+        return Ok(());
     }
     let plan = Plan::new(Tile::of(isa), m, n, pool.threads());
     let (apack, rest) = scratch.split_at_mut(plan.a_len(k));
@@ -679,6 +685,44 @@ fn task(
             }
         }
         k0 += kc;
+    }
+}
+
+/// One row of A against a packed B (a decode step through a weight packed at load):
+/// each thread streams one contiguous run of panels, which is how a matrix-vector
+/// product reads memory fastest. `scratch` holds at least `k` values.
+fn gemv_packed<O: OutElem>(
+    pool: &ThreadPool,
+    g: &Gemm<'_>,
+    packed: &PackedB,
+    out: &mut [O],
+    scratch: &mut [f32],
+) {
+    let (_, n, k) = g.dims();
+    let (isa, nr) = (packed.isa(), Tile::of(packed.isa()).nr);
+    let xs = &mut scratch[..k];
+    for (kk, v) in xs.iter_mut().enumerate() {
+        *v = get(&g.a.data, g.a.offset + kk * g.a.cs);
+    }
+    let xs = &*xs;
+    let run = |first: usize, chunk: &mut [O]| {
+        let mut dots = [0f32; MAX_NR];
+        let dots = &mut dots[..nr];
+        for (pi, piece) in chunk.chunks_mut(nr).enumerate() {
+            let c0 = first + pi * nr;
+            panel_dot(isa, xs, packed.panel(c0 / nr, 0, k), dots);
+            for (jj, (o, &d)) in piece.iter_mut().zip(dots.iter()).enumerate() {
+                *o = O::from_f32(finish(g, d, 0, c0 + jj));
+            }
+        }
+    };
+    let panels = n.div_ceil(nr);
+    if n * k >= GRAIN_SIZE && panels >= 2 && pool.threads() > 1 {
+        // One contiguous run of panels per thread.
+        let per = panels.div_ceil(pool.threads()) * nr;
+        pool.for_each_chunk_mut(out, per, 1, |ci, c| run(ci * per, c));
+    } else {
+        run(0, out);
     }
 }
 

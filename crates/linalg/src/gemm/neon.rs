@@ -68,6 +68,33 @@ pub(super) unsafe fn kernel_6x16(
     }
 }
 
+/// One row of A against one packed 16-column panel: `out[c] = Σ_k x[k] · b[k*16 + c]`,
+/// two steps per iteration into separate accumulators (8 registers).
+///
+/// # Safety
+/// Needs NEON. `x` must hold `k` floats, `b` `k*16` and `out` 16.
+#[target_feature(enable = "neon")]
+pub(super) unsafe fn panel_dot_16(k: usize, x: *const f32, b: *const f32, out: *mut f32) {
+    let mut acc = [[vdupq_n_f32(0.0); 4]; 2];
+    let mut kk = 0;
+    while kk < k {
+        let u = kk % 2;
+        // SAFETY: kk < k: x[kk] and the 16 weights of step kk are inside.
+        unsafe {
+            let xv = *x.add(kk);
+            let bk = b.add(kk * NR);
+            for (q, reg) in acc[u].iter_mut().enumerate() {
+                *reg = vfmaq_n_f32(*reg, vld1q_f32(bk.add(4 * q)), xv);
+            }
+        }
+        kk += 1;
+    }
+    for q in 0..4 {
+        // SAFETY: out holds 16 floats; 4*q + 4 <= 16.
+        unsafe { vst1q_f32(out.add(4 * q), vaddq_f32(acc[0][q], acc[1][q])) };
+    }
+}
+
 /// Loads 4 weights as f32 (f32 directly, bf16 by widening shifts, others lane by
 /// lane).
 ///

@@ -364,6 +364,8 @@ fn gemm_f32_api_shapes() {
         (2, 3, 0),
         (0, 4, 4),
         (9, 65, 300),
+        // One row against a packed B, split over threads, with a ragged last panel.
+        (1, 1000, 300),
     ] {
         check_f32_api(m, n, k, true, true, 2, 3);
         check_f32_api(m, n, k, false, false, 1, 4);

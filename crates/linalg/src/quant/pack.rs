@@ -12,6 +12,8 @@
 //!
 //! Scales are stored per panel and block, 16 lanes each (0 for padding channels).
 
+use etch_memory::WeightBuffer;
+
 use super::{PANEL, qd8_row_stride};
 use crate::LinalgError;
 
@@ -48,7 +50,8 @@ pub struct Qd8Weights {
     /// Inputs per block (a multiple of 8).
     block: usize,
     blocks: usize,
-    data: Vec<u8>,
+    /// The panels; on huge pages when large (a decode step streams them whole).
+    data: WeightBuffer<u8>,
     /// `[panel][block][PANEL]`.
     scales: Vec<f32>,
     /// The same scales as bf16 bits when every one is exactly a bf16 (block-quantized
@@ -133,7 +136,7 @@ impl Qd8Weights {
             WeightBits::Four => k_pad * PANEL / 2,
             WeightBits::Eight => k_pad * PANEL,
         };
-        let mut data = vec![0u8; panels * panel_bytes];
+        let mut data = WeightBuffer::<u8>::zeroed(panels * panel_bytes)?;
         let mut scale_data = vec![0f32; panels * blocks * PANEL];
         let mut channel_sums = vec![0f32; panels * PANEL];
         // One channel at a time: its codes decoded once into `row` (padding at the zero
