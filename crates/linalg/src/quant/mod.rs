@@ -236,6 +236,11 @@ pub fn gemm_qd8_with(
     let corr = w.channel_sums();
     let offset = kernels::unsigned_offset(isa);
     pool.for_each_chunk_mut(acc, per_task * m * PANEL, 1, |task, chunk| {
+        #[cfg(target_arch = "x86_64")]
+        if let (Isa::Avx512Vnni(t), 1, WeightBits::Four) = (isa, m, w.bits()) {
+            x86::row_panels_avx512_vnni(t, a, w, row_terms, task * per_task, chunk);
+            return;
+        }
         for (i, panel_acc) in chunk.chunks_exact_mut(m * PANEL).enumerate() {
             let p = task * per_task + i;
             // The accumulators start at the zero-point term `zp · K` (XNNPACK's order).

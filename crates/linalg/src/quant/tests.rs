@@ -122,6 +122,9 @@ fn check_all_isas(m: usize, n: usize, k: usize, group: usize, bits: WeightBits, 
 #[test]
 fn decode_and_prefill_shapes() {
     check_all_isas(1, 576, 576, 32, WeightBits::Four, 1);
+    // One row (the decode kernel) with f32 scales, per-channel and ragged k.
+    check_all_isas(1, 50, 77, 77, WeightBits::Four, 6);
+    check_all_isas(1, 33, 96, 32, WeightBits::Four, 8);
     check_all_isas(7, 40, 96, 32, WeightBits::Four, 2);
     check_all_isas(5, 33, 64, 64, WeightBits::Four, 3);
     check_all_isas(3, 20, 300, 300, WeightBits::Four, 4);

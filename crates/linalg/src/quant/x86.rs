@@ -151,6 +151,87 @@ unsafe fn tile_avx512<const R: usize>(
     }
 }
 
+/// One activation row against panels `first..first + acc.len() / PANEL` of 4-bit
+/// weights, on AVX-512 VNNI: the decode step of an 8da4w linear layer. The same
+/// arithmetic as [`tile_avx512`] (the unsigned "qdu8" form), with the accumulators
+/// started at the zero-point term here and the panels walked in one loop, so the
+/// weight codes stream without a call per panel.
+pub(super) fn row_panels_avx512_vnni(
+    _proof: CpuSupport,
+    a: &Qd8Rows,
+    w: &Qd8Weights,
+    row_terms: &[f32],
+    first: usize,
+    acc: &mut [f32],
+) {
+    let count = acc.len() / PANEL;
+    assert!(a.m == 1 && w.bits() == WeightBits::Four && first + count <= w.panels());
+    if count == 0 {
+        return;
+    }
+    // Every panel has the same length: checking the first checks them all.
+    check(a, w, row_terms, first, acc);
+    assert!(w.channel_sums().len() >= (first + count) * PANEL && a.params.len() >= 2);
+    // SAFETY: the proof says the CPU has AVX-512 F/BW/VL and VNNI; the checks above
+    // showed that the row, every panel's codes and scales, the channel sums and the
+    // accumulators hold everything the loop reads and writes.
+    unsafe { row_panels_avx512_vnni_impl(a, w, first, acc) }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn row_panels_avx512_vnni_impl(a: &Qd8Rows, w: &Qd8Weights, first: usize, acc: &mut [f32]) {
+    let blocks = w.blocks();
+    let q = a.q.as_ptr();
+    let low = _mm512_set1_epi8(0x0f);
+    let eight = _mm512_set1_epi8(8);
+    let zp = _mm512_set1_ps(a.params[1] + 128.0);
+    let group = |qp: *const i8| -> __m512i {
+        // SAFETY: callers pass a pointer with 4 readable bytes (inside the padded row).
+        let v = unsafe { qp.cast::<u32>().read_unaligned() };
+        _mm512_set1_epi32((v ^ 0x8080_8080) as i32)
+    };
+    for (i, out) in acc.chunks_exact_mut(PANEL).enumerate() {
+        let p = first + i;
+        let data = w.panel_data(p).as_ptr();
+        let scales = w.panel_scales(p).as_ptr();
+        let scales_bf16 = w.panel_scales_bf16(p).map(|s| s.as_ptr());
+        // SAFETY (whole panel): as in `tile_avx512` for one row; the channel sums of
+        // panel p are PANEL floats inside `channel_sums` (checked by the caller).
+        unsafe {
+            let mut f = _mm512_mul_ps(
+                _mm512_loadu_ps(w.channel_sums().as_ptr().add(p * PANEL)),
+                zp,
+            );
+            let mut start = 0;
+            for b in 0..blocks {
+                let len = w.block_len(b);
+                let mut iacc = [_mm512_setzero_si512(); 2];
+                let mut kk = start;
+                while kk < start + len {
+                    let v = _mm512_loadu_si512(data.add(kk * 8).cast());
+                    let lo = _mm512_sub_epi8(_mm512_and_si512(v, low), eight);
+                    let hi =
+                        _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(v), low), eight);
+                    let qp = q.add(kk);
+                    iacc[0] = _mm512_dpbusd_epi32(iacc[0], group(qp), lo);
+                    iacc[1] = _mm512_dpbusd_epi32(iacc[1], group(qp.add(4)), hi);
+                    kk += 8;
+                }
+                let s = match scales_bf16 {
+                    Some(h) => _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(
+                        _mm256_loadu_si256(h.add(b * PANEL).cast()),
+                    ))),
+                    None => _mm512_loadu_ps(scales.add(b * PANEL)),
+                };
+                let sum = _mm512_add_epi32(iacc[0], iacc[1]);
+                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), s, f);
+                start += len;
+            }
+            _mm512_storeu_ps(out.as_mut_ptr(), f);
+        }
+    }
+}
+
 /// One panel for every row, on AVX2 (4-bit codes).
 pub(super) fn panel_avx2(
     _proof: CpuSupport,

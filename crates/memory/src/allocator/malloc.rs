@@ -93,6 +93,7 @@ unsafe impl MemoryAllocator for MallocAllocator {
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe { std::alloc::alloc(layout) };
         let ptr = NonNull::new(raw).ok_or(AllocError::SystemOutOfMemory { size })?;
+        crate::pages::advise_huge_pages(raw, layout.size());
         let mut inner = self.lock();
         if inner.blocks.try_reserve(1).is_err() {
             drop(inner);
