@@ -137,7 +137,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--prompt-tokens", type=int, default=16)
     parser.add_argument("--threads", type=int, default=0, help="0: one per core")
-    parser.add_argument("--load-mode", default="huge-pages", help="etch's load mode (the runner's default)")
+    parser.add_argument("--load-mode", default="auto", help="etch's load mode (the runner's default)")
     parser.add_argument(
         "--runtimes", default="method,generator,executorch", help="comma-separated: method, generator, executorch"
     )

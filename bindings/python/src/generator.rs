@@ -217,7 +217,7 @@ impl TextGenerator {
     #[new]
     // Each argument is one of Python's keyword arguments.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (model, tokenizer, threads = 0, load_mode = "huge-pages", method = "forward", temp_cache_mib = 16, max_memory = None))]
+    #[pyo3(signature = (model, tokenizer, threads = 0, load_mode = "auto", method = "forward", temp_cache_mib = 16, max_memory = None))]
     fn new(
         py: Python<'_>,
         model: PathBuf,

@@ -18,8 +18,9 @@ use pyo3::prelude::*;
 /// Loads a `.pte` program from a path (str or os.PathLike) or its bytes.
 ///
 /// `load_mode`: "mmap" (default: weights used in place from the page cache), "read"
-/// (into heap memory), "mmap-locked", or "huge-pages" (into transparent huge pages:
-/// faster LLM decode). `threads`: kernel threads, 0 for one per core. `data_path`: a
+/// (into heap memory), "mmap-locked", "huge-pages" (into transparent huge pages:
+/// faster LLM decode) or "auto" (huge pages for a program without delegates, a map
+/// for a delegated one). `threads`: kernel threads, 0 for one per core. `data_path`: a
 /// `.ptd` file holding data the program keeps outside the `.pte`. `max_memory`: the
 /// most bytes the program and its sessions may hold (read file, planned memory,
 /// packed delegate weights); None: the memory the system has available. Past it,

@@ -20,8 +20,9 @@ pub fn parse_load_mode(mode: &str) -> PyResult<LoadMode> {
         "read" => Ok(LoadMode::Read),
         "mmap-locked" => Ok(LoadMode::MmapLocked),
         "huge-pages" => Ok(LoadMode::HugePages),
+        "auto" => Ok(LoadMode::Auto),
         _ => Err(PyValueError::new_err(format!(
-            "load_mode {mode:?}: expected \"mmap\", \"read\", \"mmap-locked\" or \"huge-pages\""
+            "load_mode {mode:?}: expected \"mmap\", \"read\", \"mmap-locked\", \"huge-pages\" or \"auto\""
         ))),
     }
 }

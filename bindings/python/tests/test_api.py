@@ -155,7 +155,7 @@ def test_program_names_methods_and_rejects_unknown_ones(llama: etch.Program) -> 
         llama.method_meta("nope")
 
 
-@pytest.mark.parametrize("mode", ["mmap", "read", "huge-pages", "huge_pages"])
+@pytest.mark.parametrize("mode", ["mmap", "read", "huge-pages", "huge_pages", "auto"])
 def test_load_modes_and_sources(mode: str) -> None:
     for source in (TINY_LLAMA, str(TINY_LLAMA), TINY_LLAMA.read_bytes(), bytearray(TINY_LLAMA.read_bytes())):
         program = etch.load(source, load_mode=mode, threads=1)

@@ -52,7 +52,7 @@ pub struct BenchArgs {
     )]
     threads: Vec<usize>,
     /// How to bring the .pte into memory.
-    #[arg(long, value_enum, default_value_t = crate::load::LoadArg::HugePages, value_name = "MODE")]
+    #[arg(long, value_enum, default_value_t = crate::load::LoadArg::Auto, value_name = "MODE")]
     load: crate::load::LoadArg,
     /// Cache budget of the caching temp allocator, in MiB.
     #[arg(long, default_value_t = 16, value_name = "MIB")]

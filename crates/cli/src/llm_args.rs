@@ -20,7 +20,7 @@ pub struct ModelArgs {
     pub threads: usize,
     /// How to bring the .pte into memory (huge-pages: decode streams every weight per
     /// token, and 2 MiB pages spare the TLB).
-    #[arg(long, value_enum, default_value_t = crate::load::LoadArg::HugePages, value_name = "MODE")]
+    #[arg(long, value_enum, default_value_t = crate::load::LoadArg::Auto, value_name = "MODE")]
     pub load: crate::load::LoadArg,
     /// Cache budget of the caching temp allocator, in MiB.
     #[arg(long, default_value_t = 16, value_name = "MIB")]

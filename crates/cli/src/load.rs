@@ -15,6 +15,10 @@ pub enum LoadArg {
     /// Read the file into private memory on transparent huge pages (Linux): fewer TLB
     /// misses when every weight is streamed per token; a slower load.
     HugePages,
+    /// Choose by the program: huge pages for one without delegates (its kernels stream
+    /// the file's weights per token); a map for a delegated one, whose weights are packed
+    /// at load into memory of etch's own, the file's pages released afterwards.
+    Auto,
 }
 
 impl From<LoadArg> for LoadMode {
@@ -24,6 +28,7 @@ impl From<LoadArg> for LoadMode {
             LoadArg::MmapLocked => LoadMode::MmapLocked,
             LoadArg::Read => LoadMode::Read,
             LoadArg::HugePages => LoadMode::HugePages,
+            LoadArg::Auto => LoadMode::Auto,
         }
     }
 }

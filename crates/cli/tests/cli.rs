@@ -262,7 +262,7 @@ fn load_mode_is_checked_and_every_mode_runs() {
         err.contains("huge-pages"),
         "the valid modes are listed: {err}"
     );
-    for mode in ["mmap", "mmap-locked", "read", "huge-pages"] {
+    for mode in ["mmap", "mmap-locked", "read", "huge-pages", "auto"] {
         let o = etch(&[
             "run",
             &pte,

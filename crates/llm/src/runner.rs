@@ -26,9 +26,11 @@ pub struct RunnerOptions {
     pub temp_cache_bytes: usize,
     /// The method that runs the model.
     pub method: String,
-    /// How the `.pte` is brought into memory. Default [`LoadMode::HugePages`]: decode
-    /// streams every weight once per token, and on transparent huge pages that measured
-    /// 18-25% faster than a memory map of the page cache (BENCHMARKS.md).
+    /// How the `.pte` is brought into memory. Default [`LoadMode::Auto`]: decode streams
+    /// every weight once per token, and on transparent huge pages that measured 18-25%
+    /// faster than a memory map of the page cache (BENCHMARKS.md); a delegated program's
+    /// weights are packed onto huge pages at load, so its file stays mapped and its
+    /// pages are released once packed.
     pub load_mode: LoadMode,
     /// The most memory the program may hold, in bytes (`None`: what the system reports
     /// available); see `ModuleBuilder::max_memory`.
@@ -55,7 +57,7 @@ impl Default for RunnerOptions {
             threads: 0,
             temp_cache_bytes: DEFAULT_TEMP_CACHE_BYTES,
             method: "forward".to_string(),
-            load_mode: LoadMode::HugePages,
+            load_mode: LoadMode::Auto,
             max_memory: None,
         }
     }

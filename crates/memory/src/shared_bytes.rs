@@ -68,6 +68,7 @@ impl SharedBytes {
         file.read_exact(&mut map)?;
         Ok(SharedBytes::Mapped(Arc::new(MappedFile {
             map: Some(map.make_read_only()?),
+            is_file: false,
         })))
     }
 
@@ -81,7 +82,20 @@ impl SharedBytes {
         map.copy_from_slice(bytes);
         Ok(SharedBytes::Mapped(Arc::new(MappedFile {
             map: Some(map.make_read_only()?),
+            is_file: false,
         })))
+    }
+
+    /// Gives the resident pages of a memory-mapped file back to the page cache
+    /// (`madvise(MADV_DONTNEED)`; Unix only), so that they stop counting in this process's
+    /// resident memory. The bytes do not change: a later read maps the pages again from
+    /// the page cache or the file. Owned bytes are left alone (dropping their pages
+    /// would lose them). Returns whether pages were released.
+    pub fn release_pages(&self) -> bool {
+        match self {
+            SharedBytes::Mapped(m) => m.release_pages(),
+            _ => false,
+        }
     }
 
     /// Memory-maps a file read-only; with `lock`, also `mlock`s its pages
@@ -112,6 +126,8 @@ impl AsRef<[u8]> for SharedBytes {
 #[derive(Debug)]
 pub struct MappedFile {
     map: Option<memmap2::Mmap>,
+    /// A map of a file (not anonymous memory holding a copy).
+    is_file: bool,
 }
 
 impl MappedFile {
@@ -120,7 +136,10 @@ impl MappedFile {
         let file = File::open(path)?;
         if file.metadata()?.len() == 0 {
             // mmap of an empty file fails on Linux; an empty file is just empty bytes.
-            return Ok(Self { map: None });
+            return Ok(Self {
+                map: None,
+                is_file: true,
+            });
         }
         // SAFETY: the map is read-only. A concurrent modification of the file by
         // another process is outside what Rust can guard; etch documents that files
@@ -129,7 +148,25 @@ impl MappedFile {
         if lock {
             map.lock()?;
         }
-        Ok(Self { map: Some(map) })
+        Ok(Self {
+            map: Some(map),
+            is_file: true,
+        })
+    }
+
+    /// See [`SharedBytes::release_pages`]: only a map of a file releases its pages.
+    fn release_pages(&self) -> bool {
+        #[cfg(unix)]
+        if self.is_file
+            && let Some(map) = &self.map
+        {
+            // SAFETY: the map is a read-only map of a file, so no page holds data of
+            // this process's own: after MADV_DONTNEED a read faults the same bytes back
+            // in from the page cache or the file (the file must not change while loaded,
+            // as for every map). Concurrent readers see the same bytes throughout.
+            return unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) }.is_ok();
+        }
+        false
     }
 
     /// The mapped bytes.
@@ -182,5 +219,21 @@ mod tests {
         );
         std::fs::remove_file(&path).unwrap();
         assert!(SharedBytes::read_file_huge_pages(&path).is_err());
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // file I/O and mmap
+    fn released_pages_of_a_map_read_back_the_same_bytes() {
+        let data: Vec<u8> = (0..3 * 4096 + 17).map(|i| (i * 7 % 251) as u8).collect();
+        let path = temp_file("release", &data);
+        let map = SharedBytes::map_file(&path, false).unwrap();
+        assert_eq!(map.as_slice(), &data[..]);
+        assert!(map.release_pages());
+        assert_eq!(map.as_slice(), &data[..]);
+        // A copy in this process's memory is left alone.
+        let copy = SharedBytes::copy_to_huge_pages(&data).unwrap();
+        assert!(!copy.release_pages());
+        assert_eq!(copy.as_slice(), &data[..]);
+        std::fs::remove_file(&path).unwrap();
     }
 }

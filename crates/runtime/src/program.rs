@@ -20,8 +20,13 @@ pub const DEFAULT_TEMP_CACHE_BYTES: usize = 16 * 1024 * 1024;
 /// How a program file is brought into memory; the variants are the CLI's `--load` values.
 ///
 /// Defaults per use: [`LoadMode::Mmap`] for [`Module`] and [`Program`] (the fastest load,
-/// weights shared with the page cache), [`LoadMode::HugePages`] for the text runner
-/// (`etch generate`), where every weight is streamed once per token.
+/// weights shared with the page cache), [`LoadMode::Auto`] for the text runner
+/// (`etch generate`, `chat`, `bench`), where every weight is streamed once per token.
+///
+/// With a memory-mapped file (`Mmap`, or `Auto` on a delegated program), the pages that
+/// a delegate's initialisation read (the weights it packs into its own memory) are given
+/// back to the page cache as soon as it has packed them: the process holds one copy of
+/// those weights, the packed one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LoadMode {
     /// Read the whole file into aligned heap memory (`--load read`).
@@ -35,6 +40,12 @@ pub enum LoadMode {
     /// the OS offers them (Linux `madvise`): fewer TLB misses when every weight is
     /// streamed per token, at the cost of a full read at load and private memory.
     HugePages,
+    /// Map the file, then choose by what the program is. A program without delegates
+    /// is read onto huge pages, as [`LoadMode::HugePages`]: its portable kernels stream
+    /// the file's weights on every call. A delegated program stays mapped: its delegates
+    /// pack their weights at init into memory of their own (on huge pages), and the
+    /// file's pages are released afterwards.
+    Auto,
 }
 
 /// Makes each session's temp allocator.
@@ -168,7 +179,21 @@ impl ModuleBuilder {
             .memory_budget
             .unwrap_or_else(MemoryBudget::system_available);
         let mut file_reservations = Vec::new();
-        let copies = matches!(self.load_mode, LoadMode::Read | LoadMode::HugePages);
+        // `Auto` maps the file first and looks at it.
+        let mut mode = self.load_mode;
+        let mut mapped = None;
+        if let (LoadMode::Auto, Source::Path(p)) = (mode, &self.source) {
+            let file = ProgramFile::map(p, false)?;
+            if file.has_delegates() {
+                mode = LoadMode::Mmap;
+                mapped = Some(file);
+            } else {
+                // Read afresh rather than copy the map: copying would fault every page
+                // of the file into this process beside the copy.
+                mode = LoadMode::HugePages;
+            }
+        }
+        let copies = matches!(mode, LoadMode::Read | LoadMode::HugePages);
         if copies && let Source::Path(p) = &self.source {
             file_reservations.push(reserve_file(&budget, p)?);
         }
@@ -178,20 +203,21 @@ impl ModuleBuilder {
             }
         }
         let file = match self.source {
-            Source::Path(p) => match self.load_mode {
-                LoadMode::Read => ProgramFile::read(&p)?,
-                LoadMode::Mmap => ProgramFile::map(&p, false)?,
-                LoadMode::MmapLocked => ProgramFile::map(&p, true)?,
-                LoadMode::HugePages => ProgramFile::read_huge_pages(&p)?,
+            Source::Path(p) => match (mode, mapped) {
+                (_, Some(file)) => file,
+                (LoadMode::Read, _) => ProgramFile::read(&p)?,
+                (LoadMode::Mmap | LoadMode::Auto, _) => ProgramFile::map(&p, false)?,
+                (LoadMode::MmapLocked, _) => ProgramFile::map(&p, true)?,
+                (LoadMode::HugePages, _) => ProgramFile::read_huge_pages(&p)?,
             },
             Source::Bytes(b) => ProgramFile::from_bytes(b)?,
         };
         let data_files = self
             .data_files
             .iter()
-            .map(|p| match self.load_mode {
+            .map(|p| match mode {
                 LoadMode::Read | LoadMode::HugePages => DataFile::read(p),
-                LoadMode::Mmap => DataFile::map(p, false),
+                LoadMode::Mmap | LoadMode::Auto => DataFile::map(p, false),
                 LoadMode::MmapLocked => DataFile::map(p, true),
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -201,6 +227,7 @@ impl ModuleBuilder {
             shared: Arc::new(Shared {
                 file,
                 data_files,
+                release_pages: mode == LoadMode::Mmap,
                 registry: self
                     .registry
                     .unwrap_or_else(|| Arc::new(Registry::with_defaults())),
@@ -229,6 +256,8 @@ impl ModuleBuilder {
 struct Shared {
     file: ProgramFile,
     data_files: Vec<DataFile>,
+    /// Give the mapped files' pages back after each delegate has packed its weights.
+    release_pages: bool,
     registry: Arc<Registry>,
     backends: BackendRegistry,
     pool: Arc<ThreadPool>,
@@ -345,6 +374,7 @@ impl Program {
             &s.backends,
             &s.data_files,
             &s.budget,
+            s.release_pages,
         )?);
         plans.insert(name.to_string(), Arc::clone(&plan));
         Ok(plan)

@@ -196,6 +196,7 @@ fn conformance() {
             (1, LoadMode::Read),
             (2, LoadMode::HugePages),
             (1, LoadMode::Mmap),
+            (2, LoadMode::Auto),
         ];
         let result = runs.iter().try_for_each(|&(threads, load)| {
             run_fixture(&dir, f, threads, load)

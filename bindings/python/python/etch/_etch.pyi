@@ -41,7 +41,8 @@ def load(
     """Loads a ``.pte`` program from a path or from its bytes.
 
     ``load_mode``: ``"mmap"`` (weights used in place from the page cache), ``"read"``,
-    ``"mmap-locked"`` or ``"huge-pages"``. ``threads``: kernel threads, 0 for one per
+    ``"mmap-locked"``, ``"huge-pages"`` or ``"auto"`` (huge pages for a program without
+    delegates, a map for a delegated one). ``threads``: kernel threads, 0 for one per
     core. ``data_path``: a ``.ptd`` file with data kept outside the program.
     ``max_memory``: the most bytes the program and its sessions may hold (None: what
     the system has available); past it, loading raises ``EtchError`` naming the need.
@@ -162,7 +163,7 @@ class TextGenerator:
         model: _PathLike,
         tokenizer: _PathLike,
         threads: int = 0,
-        load_mode: str = "huge-pages",
+        load_mode: str = "auto",
         method: str = "forward",
         temp_cache_mib: int = 16,
         max_memory: Optional[int] = None,

@@ -120,6 +120,14 @@ impl ProgramFile {
         self.program.plan(name)
     }
 
+    /// True when some method hands part of its graph to a delegate backend.
+    pub fn has_delegates(&self) -> bool {
+        self.program
+            .execution_plans
+            .iter()
+            .any(|p| !p.delegates.is_empty())
+    }
+
     /// The method names, in file order.
     pub fn method_names(&self) -> impl Iterator<Item = &str> {
         self.program.execution_plans.iter().map(|p| p.name.as_str())

@@ -157,6 +157,7 @@ impl MethodPlan {
         backends: &BackendRegistry,
         data_files: &[DataFile],
         budget: &MemoryBudget,
+        release_pages: bool,
     ) -> Result<MethodPlan, RuntimeError> {
         let plan = file
             .plan(name)
@@ -192,7 +193,7 @@ impl MethodPlan {
             });
         }
 
-        let delegates = init_delegates(file, plan, backends, data_files, budget)?;
+        let delegates = init_delegates(file, plan, backends, data_files, budget, release_pages)?;
 
         let mut steps = Vec::new();
         for chain in &plan.chains {
@@ -265,6 +266,7 @@ fn init_delegates(
     backends: &BackendRegistry,
     data_files: &[DataFile],
     budget: &MemoryBudget,
+    release_pages: bool,
 ) -> Result<Vec<LoadedDelegate>, RuntimeError> {
     let first_call = |index: usize| {
         plan.chains
@@ -320,6 +322,7 @@ fn init_delegates(
                 backend: delegate.id.clone(),
                 source,
             })?;
+        let packed_bytes = handle.summary().packed_bytes;
         let packed = budget.reserve(
             || {
                 format!(
@@ -327,8 +330,17 @@ fn init_delegates(
                     delegate.id, plan.name
                 )
             },
-            handle.summary().packed_bytes as u64,
+            packed_bytes as u64,
         )?;
+        if release_pages && packed_bytes > 0 {
+            // The delegate copied the weights it read into its own memory: give the
+            // file pages it faulted in back now, so that at no point are both copies
+            // resident (peak memory = packed weights + one delegate's file pages).
+            file.bytes().release_pages();
+            for d in data_files {
+                d.bytes().release_pages();
+            }
+        }
         loaded.push(LoadedDelegate {
             backend: delegate.id.clone(),
             payload_bytes: payload.len(),
