@@ -1,6 +1,8 @@
 //! The runtime's thread pool and `parallel_for`.
 
 use std::ops::Range;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
 
@@ -75,6 +77,40 @@ impl ThreadPool {
         }
     }
 
+    /// Runs `f` on one worker of the pool while the other workers poll for the work it
+    /// forks (stealing it within microseconds) instead of going to sleep between its
+    /// parallel loops, as XNNPACK's pthreadpool spins. A decode step forks a few hundred
+    /// small loops, tens of microseconds apart; a sleeping worker takes longer than
+    /// that to wake, and the step would run on one thread. The pollers yield the CPU to
+    /// the OS now and then while idle. Called from a thread of this pool, `f` just
+    /// runs (an enclosing call keeps the workers polling already).
+    pub fn install_hot<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        let Some(pool) = &self.pool else {
+            return f();
+        };
+        if pool.current_thread_index().is_some() {
+            return f();
+        }
+        let done = AtomicBool::new(false);
+        let job = Mutex::new(Some(f));
+        let results = pool.broadcast(|ctx| {
+            if ctx.index() == 0 {
+                // Set even if `f` panics, so that the pollers stop and the panic surfaces.
+                let _stop = SetOnDrop(&done);
+                let f = job.lock().unwrap_or_else(|e| e.into_inner()).take();
+                f.map(|f| f())
+            } else {
+                poll_until(&done);
+                None
+            }
+        });
+        match results.into_iter().next().flatten() {
+            Some(r) => r,
+            // Thread 0 of a pool always exists and runs the closure exactly once.
+            None => unreachable!("thread 0 of the pool ran the closure"),
+        }
+    }
+
     /// Splits `range` into at most `threads` chunks of at least `grain` items and runs
     /// `f(task, chunk)` for each, returning when all are done. `task` is below
     /// [`ThreadPool::threads`], so it can index per-task scratch. Small ranges run
@@ -138,6 +174,33 @@ impl ThreadPool {
     }
 }
 
+/// Sets the flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Runs the pool's pending work until `done` is set; yields the CPU to the OS every
+/// few hundred idle polls.
+fn poll_until(done: &AtomicBool) {
+    let mut idle = 0u32;
+    while !done.load(Ordering::Acquire) {
+        if let Some(rayon::Yield::Executed) = rayon::yield_now() {
+            idle = 0;
+            continue;
+        }
+        idle = idle.wrapping_add(1);
+        if idle.is_multiple_of(256) {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
 impl std::fmt::Debug for ThreadPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ThreadPool({} threads)", self.threads)
@@ -147,7 +210,44 @@ impl std::fmt::Debug for ThreadPool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn install_hot_runs_the_closure_once_and_its_parallel_work() {
+        for threads in [1, 2, 3] {
+            let pool = ThreadPool::new(threads).unwrap();
+            let calls = AtomicUsize::new(0);
+            let total = pool.install_hot(|| {
+                calls.fetch_add(1, Ordering::Relaxed);
+                let hits: Vec<AtomicUsize> = (0..1000).map(|_| AtomicUsize::new(0)).collect();
+                for _ in 0..50 {
+                    pool.parallel_for(0..1000, 7, |_, r| {
+                        for i in r {
+                            hits[i].fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                }
+                // Nested: runs inline.
+                pool.install_hot(|| {
+                    hits.iter()
+                        .map(|h| h.load(Ordering::Relaxed))
+                        .sum::<usize>()
+                })
+            });
+            assert_eq!(total, 50_000);
+            assert_eq!(calls.load(Ordering::Relaxed), 1);
+        }
+    }
+
+    #[test]
+    fn install_hot_passes_a_panic_on_and_the_pool_still_works() {
+        let pool = ThreadPool::new(2).unwrap();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.install_hot(|| panic!("inside"))
+        }));
+        assert!(r.is_err());
+        assert_eq!(pool.install_hot(|| 7), 7);
+    }
 
     #[test]
     fn parallel_for_covers_the_range_once() {

@@ -405,8 +405,9 @@ impl Runner {
     ) -> Result<Generation, LlmError> {
         let pool = std::sync::Arc::clone(self.module.pool());
         // Run the whole loop on the pool, so kernels fork from a worker thread and
-        // no job crosses into the pool per call.
-        pool.install(|| self.generate_inner(prompt, max_new_tokens, sampling, on_text))
+        // no job crosses into the pool per call; the other workers poll for that work
+        // rather than sleep between the step's many small parallel loops.
+        pool.install_hot(|| self.generate_inner(prompt, max_new_tokens, sampling, on_text))
     }
 
     fn generate_inner(
