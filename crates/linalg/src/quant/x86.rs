@@ -10,8 +10,9 @@ use std::arch::x86_64::*;
 use super::{PANEL, Qd8Rows, Qd8Weights, WeightBits, qd8_row_stride};
 use crate::CpuSupport;
 
-/// Rows per AVX-512 tile (4 rows x 16 channels: 8 accumulators).
-const ROWS_AVX512: usize = 4;
+/// Rows per AVX-512 tile (8 rows x 16 channels: 16 accumulators; the weight codes
+/// unpacked once per step feed 16 `vpdpbusd`).
+const ROWS_AVX512: usize = 8;
 /// Rows per AVX2 tile (2 rows x 16 channels as two halves: 12 accumulators).
 const ROWS_AVX2: usize = 2;
 
@@ -49,6 +50,10 @@ pub(super) fn panel_avx512_vnni(
         // accumulators hold everything the tile reads and writes.
         unsafe {
             match rows {
+                8 => tile_avx512::<8>(a, w, p, r, acc),
+                7 => tile_avx512::<7>(a, w, p, r, acc),
+                6 => tile_avx512::<6>(a, w, p, r, acc),
+                5 => tile_avx512::<5>(a, w, p, r, acc),
                 4 => tile_avx512::<4>(a, w, p, r, acc),
                 3 => tile_avx512::<3>(a, w, p, r, acc),
                 2 => tile_avx512::<2>(a, w, p, r, acc),
