@@ -540,7 +540,9 @@ VARIANTS: Dict[str, Tuple[str, List[str], str, str, float]] = {
         "export_8da4w.log",
         "8da4w: int8 dynamic activations x int4 group-32 weights through XNNPACK, int8 embedding",
         # quantisation error by design; the check only guards against a broken export
-        5.0,
+        # (measured on 2026-12-04: 11.3 on logits spanning about +-30; a broken export
+        # differs by the logits' whole range)
+        20.0,
     ),
 }
 

@@ -159,7 +159,14 @@ pub struct Qd8Rows<'a> {
 
 /// f32 scratch elements [`gemm_qd8`] needs for `m` rows times `w`.
 pub fn gemm_qd8_scratch_len(m: usize, w: &Qd8Weights) -> usize {
-    m * w.blocks() + m * w.panels() * PANEL
+    // One row also keeps its activations as unsigned bytes (`q + 128`), converted once
+    // for every panel the VNNI kernel reads them against.
+    let unsigned_row = if m == 1 {
+        qd8_row_stride(w.k()).div_ceil(4)
+    } else {
+        0
+    };
+    m * w.blocks() + m * w.panels() * PANEL + unsigned_row
 }
 
 /// `out[m, n] = clamp(d_r · Σ_b s[j, b] Σ_k (q[r, k] - zp_r)(u[j, k] - o) + bias[j],
@@ -225,7 +232,15 @@ pub fn gemm_qd8_with(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let (row_terms, acc) = scratch[..need].split_at_mut(m * w.blocks());
+    let (row_terms, rest) = scratch[..need].split_at_mut(m * w.blocks());
+    let (acc, unsigned_row) = rest.split_at_mut(m * w.panels() * PANEL);
+    let unsigned_row: &mut [u8] = bytemuck::cast_slice_mut(unsigned_row);
+    if m == 1 {
+        for (u, &q) in unsigned_row.iter_mut().zip(&a.q[..stride]) {
+            *u = (q as u8) ^ 0x80;
+        }
+    }
+    let unsigned_row: &[u8] = unsigned_row;
     // The VNNI kernel's unsigned form needs no row terms.
     if kernels::unsigned_offset(isa) == 0.0 {
         kernels::row_terms(a, w, row_terms);
@@ -238,7 +253,7 @@ pub fn gemm_qd8_with(
     pool.for_each_chunk_mut(acc, per_task * m * PANEL, 1, |task, chunk| {
         #[cfg(target_arch = "x86_64")]
         if let (Isa::Avx512Vnni(t), 1, WeightBits::Four) = (isa, m, w.bits()) {
-            x86::row_panels_avx512_vnni(t, a, w, row_terms, task * per_task, chunk);
+            x86::row_panels_avx512_vnni(t, a, w, unsigned_row, task * per_task, chunk);
             return;
         }
         for (i, panel_acc) in chunk.chunks_exact_mut(m * PANEL).enumerate() {

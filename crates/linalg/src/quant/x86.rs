@@ -158,14 +158,15 @@ unsafe fn tile_avx512<const R: usize>(
 
 /// One activation row against panels `first..first + acc.len() / PANEL` of 4-bit
 /// weights, on AVX-512 VNNI: the decode step of an 8da4w linear layer. The same
-/// arithmetic as [`tile_avx512`] (the unsigned "qdu8" form), with the accumulators
-/// started at the zero-point term here and the panels walked in one loop, so the
-/// weight codes stream without a call per panel.
+/// arithmetic as [`tile_avx512`] (the unsigned "qdu8" form), with the activations
+/// already unsigned (`unsigned_row[k] = q[k] + 128`, so each group of four is one
+/// broadcast load), the accumulators started at the zero-point term here, and the
+/// panels walked in one loop, so the weight codes stream without a call per panel.
 pub(super) fn row_panels_avx512_vnni(
     _proof: CpuSupport,
     a: &Qd8Rows,
     w: &Qd8Weights,
-    row_terms: &[f32],
+    unsigned_row: &[u8],
     first: usize,
     acc: &mut [f32],
 ) {
@@ -174,26 +175,34 @@ pub(super) fn row_panels_avx512_vnni(
     if count == 0 {
         return;
     }
-    // Every panel has the same length: checking the first checks them all.
-    check(a, w, row_terms, first, acc);
+    let stride = qd8_row_stride(w.k());
+    assert!(unsigned_row.len() >= stride && w.block().is_multiple_of(8));
+    assert!(w.panel_data(first).len() >= stride * PANEL / 2);
+    assert!(w.panel_scales(first).len() >= w.blocks() * PANEL);
     assert!(w.channel_sums().len() >= (first + count) * PANEL && a.params.len() >= 2);
     // SAFETY: the proof says the CPU has AVX-512 F/BW/VL and VNNI; the checks above
-    // showed that the row, every panel's codes and scales, the channel sums and the
-    // accumulators hold everything the loop reads and writes.
-    unsafe { row_panels_avx512_vnni_impl(a, w, first, acc) }
+    // showed that the row and every panel's codes and scales (all panels have the same
+    // length), the channel sums and the accumulators hold everything the loop reads
+    // and writes.
+    unsafe { row_panels_avx512_vnni_impl(a, w, unsigned_row, first, acc) }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn row_panels_avx512_vnni_impl(a: &Qd8Rows, w: &Qd8Weights, first: usize, acc: &mut [f32]) {
+unsafe fn row_panels_avx512_vnni_impl(
+    a: &Qd8Rows,
+    w: &Qd8Weights,
+    unsigned_row: &[u8],
+    first: usize,
+    acc: &mut [f32],
+) {
     let blocks = w.blocks();
-    let q = a.q.as_ptr();
+    let q = unsigned_row.as_ptr();
     let low = _mm512_set1_epi8(0x0f);
     let eight = _mm512_set1_epi8(8);
     let zp = _mm512_set1_ps(a.params[1] + 128.0);
-    let group = |qp: *const i8| -> __m512i {
+    let group = |qp: *const u8| -> __m512i {
         // SAFETY: callers pass a pointer with 4 readable bytes (inside the padded row).
-        let v = unsafe { qp.cast::<u32>().read_unaligned() };
-        _mm512_set1_epi32((v ^ 0x8080_8080) as i32)
+        _mm512_set1_epi32(unsafe { qp.cast::<i32>().read_unaligned() })
     };
     for (i, out) in acc.chunks_exact_mut(PANEL).enumerate() {
         let p = first + i;
