@@ -1,6 +1,7 @@
 //! The per-panel int8 kernels: which one runs ([`run_panel`]), the scalar twin, and the
 //! per-row block terms they share.
 
+use super::pack::NIBBLE_FLIP;
 use super::{PANEL, Qd8Rows, Qd8Weights, WeightBits, qd8_row_stride};
 use crate::Isa;
 
@@ -82,7 +83,7 @@ pub(super) fn panel_scalar(
                         let group = &data[t * 4 * PANEL..(t + 1) * 4 * PANEL];
                         for (c, d) in dots.iter_mut().enumerate() {
                             for i in 0..4 {
-                                let byte = group[4 * c + i];
+                                let byte = group[4 * c + i] ^ NIBBLE_FLIP;
                                 *d += i32::from(q[8 * t + i]) * i32::from(byte & 0xf)
                                     + i32::from(q[8 * t + 4 + i]) * i32::from(byte >> 4);
                             }

@@ -6,7 +6,9 @@
 //! * 4-bit: for each group of 8 inputs `t`, 64 bytes; byte `4c + i` holds channel `c`'s
 //!   code of input `8t + i` in its low nibble and of input `8t + 4 + i` in its high
 //!   nibble, so masking the low nibbles gives one 4-input dot product per i32 lane and
-//!   shifting gives the next.
+//!   shifting gives the next. Each nibble is stored XOR 8 ([`NIBBLE_FLIP`]): read as the
+//!   high half of a signed byte, a stored nibble is then `16 · (code - 8)`, the centred
+//!   weight the VNNI kernels multiply, with one mask and no subtraction.
 //! * 8-bit: for each group of 4 inputs `t`, 64 bytes; byte `4c + i` is channel `c`'s
 //!   weight of input `4t + i` plus 128 (unsigned, for `vpdpbusd`).
 //!
@@ -16,6 +18,10 @@ use etch_memory::WeightBuffer;
 
 use super::{PANEL, qd8_row_stride};
 use crate::LinalgError;
+
+/// What 4-bit codes are stored XORed with (both nibbles of a byte): `code ^ 8` is the
+/// two's-complement nibble of `code - 8`.
+pub(crate) const NIBBLE_FLIP: u8 = 0x88;
 
 /// How many bits a weight code has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,7 +159,7 @@ impl Qd8Weights {
                     for (t, group) in dst.chunks_exact_mut(4 * PANEL).enumerate() {
                         let src = &row[8 * t..8 * t + 8];
                         for i in 0..4 {
-                            group[4 * c + i] = src[i] | (src[4 + i] << 4);
+                            group[4 * c + i] = (src[i] | (src[4 + i] << 4)) ^ NIBBLE_FLIP;
                         }
                     }
                 }
@@ -184,7 +190,7 @@ impl Qd8Weights {
             let (p, c) = (j / PANEL, j % PANEL);
             let dst = &mut data[p * panel_bytes..][..panel_bytes];
             let fill = match bits {
-                WeightBits::Four => zero | (zero << 4),
+                WeightBits::Four => (zero | (zero << 4)) ^ NIBBLE_FLIP,
                 WeightBits::Eight => zero,
             };
             for group in dst.chunks_exact_mut(4 * PANEL) {

@@ -7,6 +7,7 @@
 
 use std::arch::x86_64::*;
 
+use super::pack::NIBBLE_FLIP;
 use super::{PANEL, Qd8Rows, Qd8Weights, WeightBits, qd8_row_stride};
 use crate::CpuSupport;
 
@@ -81,8 +82,7 @@ unsafe fn tile_avx512<const R: usize>(
     let scales = w.panel_scales(p).as_ptr();
     let scales_bf16 = w.panel_scales_bf16(p).map(|s| s.as_ptr());
     let q = a.q[r0 * stride..].as_ptr();
-    let low = _mm512_set1_epi8(0x0f);
-    let eight = _mm512_set1_epi8(8);
+    let high = _mm512_set1_epi8(0xf0_u8 as i8);
     let flip = _mm512_set1_epi8(-128);
     let mut facc = [_mm512_setzero_ps(); R];
     for (r, f) in facc.iter_mut().enumerate() {
@@ -108,12 +108,10 @@ unsafe fn tile_avx512<const R: usize>(
                 WeightBits::Four => {
                     let mut kk = start;
                     while kk < start + len {
+                        // 16 x the centred weights (the nibbles are stored XOR 8).
                         let v = _mm512_loadu_si512(data.add(kk * 8).cast());
-                        let lo = _mm512_sub_epi8(_mm512_and_si512(v, low), eight);
-                        let hi = _mm512_sub_epi8(
-                            _mm512_and_si512(_mm512_srli_epi16::<4>(v), low),
-                            eight,
-                        );
+                        let lo = _mm512_and_si512(_mm512_slli_epi16::<4>(v), high);
+                        let hi = _mm512_and_si512(v, high);
                         for (r, acc) in iacc.iter_mut().enumerate() {
                             let qp = q.add(r * stride + kk);
                             acc[0] = _mm512_dpbusd_epi32(acc[0], group(qp), lo);
@@ -144,6 +142,11 @@ unsafe fn tile_avx512<const R: usize>(
             };
             for (f, i) in facc.iter_mut().zip(&iacc) {
                 let sum = _mm512_add_epi32(i[0], i[1]);
+                // 4-bit sums are 16 x the centred ones: an exact shift back.
+                let sum = match w.bits() {
+                    WeightBits::Four => _mm512_srai_epi32::<4>(sum),
+                    WeightBits::Eight => sum,
+                };
                 *f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), s, *f);
             }
         }
@@ -197,8 +200,7 @@ unsafe fn row_panels_avx512_vnni_impl(
 ) {
     let blocks = w.blocks();
     let q = unsigned_row.as_ptr();
-    let low = _mm512_set1_epi8(0x0f);
-    let eight = _mm512_set1_epi8(8);
+    let high = _mm512_set1_epi8(0xf0_u8 as i8);
     let zp = _mm512_set1_ps(a.params[1] + 128.0);
     let group = |qp: *const u8| -> __m512i {
         // SAFETY: callers pass a pointer with 4 readable bytes (inside the padded row).
@@ -222,10 +224,10 @@ unsafe fn row_panels_avx512_vnni_impl(
                 let mut iacc = [_mm512_setzero_si512(); 2];
                 let mut kk = start;
                 while kk < start + len {
+                    // 16 x the centred weights (the nibbles are stored XOR 8).
                     let v = _mm512_loadu_si512(data.add(kk * 8).cast());
-                    let lo = _mm512_sub_epi8(_mm512_and_si512(v, low), eight);
-                    let hi =
-                        _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16::<4>(v), low), eight);
+                    let lo = _mm512_and_si512(_mm512_slli_epi16::<4>(v), high);
+                    let hi = _mm512_and_si512(v, high);
                     let qp = q.add(kk);
                     iacc[0] = _mm512_dpbusd_epi32(iacc[0], group(qp), lo);
                     iacc[1] = _mm512_dpbusd_epi32(iacc[1], group(qp.add(4)), hi);
@@ -237,7 +239,8 @@ unsafe fn row_panels_avx512_vnni_impl(
                     ))),
                     None => _mm512_loadu_ps(scales.add(b * PANEL)),
                 };
-                let sum = _mm512_add_epi32(iacc[0], iacc[1]);
+                // 16 x the centred block sum: an exact shift back.
+                let sum = _mm512_srai_epi32::<4>(_mm512_add_epi32(iacc[0], iacc[1]));
                 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), s, f);
                 start += len;
             }
@@ -287,6 +290,7 @@ unsafe fn tile_avx2<const R: usize>(
     let scales = w.panel_scales(p).as_ptr();
     let q = a.q[r0 * stride..].as_ptr();
     let low = _mm256_set1_epi8(0x0f);
+    let flip = _mm256_set1_epi8(NIBBLE_FLIP as i8);
     let ones = _mm256_set1_epi16(1);
     let mut facc = [[_mm256_setzero_ps(); 2]; R];
     for (r, f) in facc.iter_mut().enumerate() {
@@ -310,8 +314,10 @@ unsafe fn tile_avx2<const R: usize>(
                 let end = (kk + 32).min(start + len);
                 let mut pairs = [[_mm256_setzero_si256(); 2]; R];
                 while kk < end {
-                    let v0 = _mm256_loadu_si256(data.add(kk * 8).cast());
-                    let v1 = _mm256_loadu_si256(data.add(kk * 8 + 32).cast());
+                    // The stored nibbles are XOR 8: flip them back to the codes.
+                    let v0 = _mm256_xor_si256(_mm256_loadu_si256(data.add(kk * 8).cast()), flip);
+                    let v1 =
+                        _mm256_xor_si256(_mm256_loadu_si256(data.add(kk * 8 + 32).cast()), flip);
                     let lo = [_mm256_and_si256(v0, low), _mm256_and_si256(v1, low)];
                     let hi = [
                         _mm256_and_si256(_mm256_srli_epi16::<4>(v0), low),
