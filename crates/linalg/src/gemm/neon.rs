@@ -89,9 +89,9 @@ pub(super) unsafe fn panel_dot_16(k: usize, x: *const f32, b: *const f32, out: *
         }
         kk += 1;
     }
-    for q in 0..4 {
+    for (q, (&even, &odd)) in acc[0].iter().zip(&acc[1]).enumerate() {
         // SAFETY: out holds 16 floats; 4*q + 4 <= 16.
-        unsafe { vst1q_f32(out.add(4 * q), vaddq_f32(acc[0][q], acc[1][q])) };
+        unsafe { vst1q_f32(out.add(4 * q), vaddq_f32(even, odd)) };
     }
 }
 

@@ -240,6 +240,7 @@ pub fn gemm_qd8_with(
             *u = (q as u8) ^ 0x80;
         }
     }
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // x86 kernel only
     let unsigned_row: &[u8] = unsigned_row;
     // The VNNI kernel's unsigned form needs no row terms.
     if kernels::unsigned_offset(isa) == 0.0 {
