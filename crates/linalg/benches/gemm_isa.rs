@@ -2,7 +2,7 @@
 //! against AVX2 against the scalar twin), at LLM linear-layer shapes.
 //!
 //! Prefill (`m` rows) reports flop/s as criterion "elements"; decode (one row against a
-//! `[n, k]` weight) reports weight bytes per second. Run with
+//! `[n, k]` weight, as it is or packed once) reports weight bytes per second. Run with
 //! `cargo bench -p etch-linalg --bench gemm_isa -- --warm-up-time 1 --measurement-time 3`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -76,6 +76,16 @@ fn bench(c: &mut Criterion) {
             };
             let mut scratch = vec![0f32; k];
             g.bench_function(isa.name(), |b| {
+                b.iter(|| gemm_f32_with(&pool, isa, &p, &mut out, &mut scratch).unwrap())
+            });
+            // Packed once (the XNNPACK delegate's fully-connected weights): each thread
+            // streams one contiguous run of panels, on huge pages.
+            let packed = PackedB::pack(isa, &w, n, k, true).unwrap();
+            let p = GemmF32 {
+                b: RhsF32::Packed(&packed),
+                ..p
+            };
+            g.bench_function(format!("{}_packed", isa.name()), |b| {
                 b.iter(|| gemm_f32_with(&pool, isa, &p, &mut out, &mut scratch).unwrap())
             });
         }
