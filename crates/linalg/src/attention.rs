@@ -23,7 +23,7 @@ pub fn scores(isa: Isa, q: &[f32], tile: &[f32], stride: usize, out: &mut [f32])
         return x86::scores(t, q, tile, stride, out);
     }
     #[cfg(target_arch = "aarch64")]
-    if let Isa::Neon(_) = isa {
+    if isa.neon().is_some() {
         return scores_with::<Fused>(q, tile, stride, out);
     }
     let _ = isa;
@@ -38,7 +38,7 @@ pub fn accumulate(isa: Isa, p: &[f32], tile: &[f32], stride: usize, acc: &mut [f
         return x86::accumulate(t, p, tile, stride, acc);
     }
     #[cfg(target_arch = "aarch64")]
-    if let Isa::Neon(_) = isa {
+    if isa.neon().is_some() {
         return accumulate_with::<Fused>(p, tile, stride, acc);
     }
     let _ = isa;
@@ -53,7 +53,7 @@ pub fn exp_shift_sum(isa: Isa, x: &mut [f32], m: f32) -> f32 {
         return x86::exp_shift_sum(t, x, m);
     }
     #[cfg(target_arch = "aarch64")]
-    if let Isa::Neon(_) = isa {
+    if isa.neon().is_some() {
         return exp_shift_sum_with::<Fused>(x, m);
     }
     let _ = isa;
@@ -70,7 +70,7 @@ pub fn exp_nonpositive(isa: Isa, x: f32) -> f32 {
         return exp_nonpositive_with::<Avx2Fma>(x);
     }
     #[cfg(target_arch = "aarch64")]
-    if let Isa::Neon(_) = isa {
+    if isa.neon().is_some() {
         return exp_nonpositive_with::<Fused>(x);
     }
     let _ = isa;

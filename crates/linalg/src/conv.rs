@@ -252,7 +252,7 @@ pub fn depthwise_conv2d_nhwc(
         return true;
     }
     #[cfg(target_arch = "aarch64")]
-    if let Isa::Neon(_) = isa {
+    if isa.neon().is_some() {
         dw.rows::<true>(rows, output);
         return true;
     }

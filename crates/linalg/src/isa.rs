@@ -33,6 +33,10 @@ pub enum Isa {
     /// NEON with fused multiply-adds (part of the base aarch64 ABI).
     #[cfg(target_arch = "aarch64")]
     Neon(CpuSupport),
+    /// NEON with the dot-product extension (Armv8.2 `dotprod`: `sdot`, the int8 dot
+    /// product): everything `Neon` has, plus the int8 kernels' instruction.
+    #[cfg(target_arch = "aarch64")]
+    NeonDot(CpuSupport),
 }
 
 impl Isa {
@@ -67,7 +71,18 @@ impl Isa {
         }
     }
 
-    /// A short lower-case name (`scalar`, `avx2`, `avx512`, `neon`).
+    /// The NEON token when this instruction set includes NEON, for kernels that have no
+    /// dot-product version.
+    #[cfg(target_arch = "aarch64")]
+    pub fn neon(self) -> Option<CpuSupport> {
+        match self {
+            Isa::Neon(t) | Isa::NeonDot(t) => Some(t),
+            Isa::Scalar => None,
+        }
+    }
+
+    /// A short lower-case name (`scalar`, `avx2`, `avx512`, `avx512vnni`, `neon`,
+    /// `neondot`).
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
@@ -79,6 +94,8 @@ impl Isa {
             Isa::Avx512Vnni(_) => "avx512vnni",
             #[cfg(target_arch = "aarch64")]
             Isa::Neon(_) => "neon",
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDot(_) => "neondot",
         }
     }
 
@@ -108,6 +125,9 @@ fn detect() -> Vec<Isa> {
     {
         if std::arch::is_aarch64_feature_detected!("neon") {
             found.push(Isa::Neon(CpuSupport(())));
+            if std::arch::is_aarch64_feature_detected!("dotprod") {
+                found.push(Isa::NeonDot(CpuSupport(())));
+            }
         }
     }
     found
@@ -124,7 +144,7 @@ pub struct Dispatch {
     /// The attention inner loops (AVX2 or NEON; AVX-512 CPUs run the AVX2 loops).
     pub attention: Isa,
     /// The int8 x int4 / int8 x int8 products of dynamically quantized linear layers
-    /// ([`crate::quant`]): AVX-512 VNNI, AVX2, or the scalar twin.
+    /// ([`crate::quant`]): AVX-512 VNNI, AVX2, NEON `sdot`, or the scalar twin.
     pub quant: Isa,
     /// The elementwise estimates of [`crate::approx`] (AVX-512 or AVX2 on x86; the
     /// correctly rounded scalar functions elsewhere).
@@ -133,7 +153,7 @@ pub struct Dispatch {
 
 /// The dispatch table of this CPU (built on first use).
 ///
-/// The environment variable `ETCH_ISA` (`scalar`, `avx2`, `avx512`, `neon`) caps every
+/// The environment variable `ETCH_ISA` (an [`Isa::name`], e.g. `avx2`) caps every
 /// slot at that instruction set, for A/B measurements; an unknown or unsupported name
 /// is ignored.
 pub fn dispatch() -> &'static Dispatch {
@@ -153,12 +173,16 @@ impl Dispatch {
         let attention = match isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512(t) | Isa::Avx512Vnni(t) => Isa::Avx2(t),
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDot(t) => Isa::Neon(t),
             other => other,
         };
-        // The f32 kernels have no use for VNNI.
+        // The f32 kernels have no use for VNNI or sdot.
         let float = match isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Vnni(t) => Isa::Avx512(t),
+            #[cfg(target_arch = "aarch64")]
+            Isa::NeonDot(t) => Isa::Neon(t),
             other => other,
         };
         let quant = match isa {
@@ -192,5 +216,23 @@ mod tests {
         let d = dispatch();
         assert!(Isa::available().contains(&d.gemm));
         assert!(Isa::available().contains(&d.attention));
+    }
+
+    #[test]
+    fn each_slot_takes_the_best_version_it_has() {
+        let names: Vec<&str> = Isa::available().iter().map(|i| i.name()).collect();
+        eprintln!("instruction sets of this CPU: {names:?}");
+        let d = Dispatch::for_isa(Isa::best());
+        #[cfg(target_arch = "x86_64")]
+        if let Some(&vnni @ Isa::Avx512Vnni(_)) = Isa::available().last() {
+            assert_eq!(d.quant, vnni);
+            assert!(matches!(d.gemm, Isa::Avx512(_)));
+        }
+        #[cfg(target_arch = "aarch64")]
+        if let Some(&dot @ Isa::NeonDot(t)) = Isa::available().last() {
+            assert_eq!(d.quant, dot);
+            assert_eq!(d.gemm, Isa::Neon(t));
+        }
+        let _ = d;
     }
 }

@@ -79,7 +79,7 @@ pub(crate) fn micro_kernel(
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::kernel_mrx32),
         #[cfg(target_arch = "aarch64")]
-        Isa::Neon(_) => Some(super::neon::kernel_6x16),
+        Isa::Neon(_) | Isa::NeonDot(_) => Some(super::neon::kernel_6x16),
         Isa::Scalar => None,
     };
     let mut tile = [0f32; MAX_TILE];
@@ -152,7 +152,7 @@ pub(crate) fn panel_dot(isa: Isa, x: &[f32], panel: &[f32], out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::panel_dot_32),
         #[cfg(target_arch = "aarch64")]
-        Isa::Neon(_) => Some(super::neon::panel_dot_16),
+        Isa::Neon(_) | Isa::NeonDot(_) => Some(super::neon::panel_dot_16),
         Isa::Scalar => None,
     };
     match simd {
@@ -248,7 +248,7 @@ pub fn dot_rows<W: WeightElem>(isa: Isa, x: &[f32], w: &[W], ldw: usize, out: &m
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512(t) | Isa::Avx512Vnni(t) => super::avx512::dot_rows(t, x, w, ldw, out),
         #[cfg(target_arch = "aarch64")]
-        Isa::Neon(t) => super::neon::dot_rows(t, x, w, ldw, out),
+        Isa::Neon(t) | Isa::NeonDot(t) => super::neon::dot_rows(t, x, w, ldw, out),
         Isa::Scalar => {
             for (j, o) in out.iter_mut().enumerate() {
                 *o = dot_scalar(x, &w[j * ldw..j * ldw + k]);

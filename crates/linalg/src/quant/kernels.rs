@@ -54,6 +54,8 @@ pub(super) fn run_panel(
         Isa::Avx2(t) | Isa::Avx512(t) if w.bits() == WeightBits::Four => {
             super::x86::panel_avx2(t, a, w, row_terms, p, acc)
         }
+        #[cfg(target_arch = "aarch64")]
+        Isa::NeonDot(t) => super::neon::panel_neon_dot(t, a, w, p, acc),
         _ => panel_scalar(a, w, row_terms, p, acc),
     }
 }

@@ -24,7 +24,8 @@
 //! bias` with `K = -Σ_b s[b] · Σ_{k in b} (u_k - o)` precomputed per output channel at
 //! packing time, the block terms added with fused multiply-adds. The inner sum
 //! `Σ q·(u - o) = Σ q·u - o·Σq` is the AVX2 / scalar dot product (`u` unsigned, `q`
-//! signed) plus a row term computed once per row and block; the VNNI kernel, as
+//! signed) plus a row term computed once per row and block (the aarch64 `sdot` kernel
+//! computes the same signed sum directly, from centred weights); the VNNI kernel, as
 //! XNNPACK's, uses the unsigned "qdu8" form instead, `Σ (q + 128)(u - o)` with the zero
 //! point `zp + 128` (same exact value, and the same f32 rounding as the official
 //! runtime on a VNNI CPU); it is an exact integer, and blocks are at
@@ -33,6 +34,8 @@
 //! cancellation when `|zp|` is large: a visible drift over a 30-layer LLM.)
 
 mod kernels;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 mod pack;
 pub mod qs8;
 #[cfg(test)]
