@@ -75,19 +75,18 @@ fn bench(c: &mut Criterion) {
                 clamp: None,
             };
             let mut scratch = vec![0f32; k];
-            g.bench_function(isa.name(), |b| {
-                b.iter(|| gemm_f32_with(&pool, isa, &p, &mut out, &mut scratch).unwrap())
-            });
             // Packed once (the XNNPACK delegate's fully-connected weights): each thread
             // streams one contiguous run of panels, on huge pages.
             let packed = PackedB::pack(isa, &w, n, k, true).unwrap();
-            let p = GemmF32 {
-                b: RhsF32::Packed(&packed),
-                ..p
-            };
-            g.bench_function(format!("{}_packed", isa.name()), |b| {
-                b.iter(|| gemm_f32_with(&pool, isa, &p, &mut out, &mut scratch).unwrap())
-            });
+            for (name, b) in [
+                (isa.name().to_string(), RhsF32::NK(&w)),
+                (format!("{}_packed", isa.name()), RhsF32::Packed(&packed)),
+            ] {
+                let p = GemmF32 { b, ..p };
+                g.bench_function(name, |bench| {
+                    bench.iter(|| gemm_f32_with(&pool, isa, &p, &mut out, &mut scratch).unwrap())
+                });
+            }
         }
         g.finish();
     }

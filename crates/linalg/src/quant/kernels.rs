@@ -23,6 +23,26 @@ pub(super) fn row_terms(a: &Qd8Rows, w: &Qd8Weights, out: &mut [f32]) {
     }
 }
 
+/// Checks the operand lengths the unsafe panel kernels rely on (internal invariants of
+/// [`super::gemm_qd8_with`], which validated the caller's buffers): `m` activation rows,
+/// panel `p`'s codes and scales, `m` accumulator rows, blocks of whole 8-input groups.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+pub(super) fn check_panel_operands(a: &Qd8Rows, w: &Qd8Weights, p: usize, acc: &[f32]) {
+    let stride = qd8_row_stride(w.k());
+    let per_input = match w.bits() {
+        WeightBits::Four => PANEL / 2,
+        WeightBits::Eight => PANEL,
+    };
+    assert!(a.q.len() >= a.m * stride);
+    assert!(w.panel_data(p).len() >= stride * per_input);
+    assert!(w.panel_scales(p).len() >= w.blocks() * PANEL);
+    assert!(acc.len() >= a.m * PANEL);
+    assert!(w.block().is_multiple_of(8) && stride.is_multiple_of(8));
+}
+
 /// Adds `Σ_b s · (dot + row term)`, block after block with fused multiply-adds (as
 /// XNNPACK's kernels do), to the `m x PANEL` accumulators of panel `p` in `acc` (which
 /// hold the zero-point term), with the kernel of `isa`.

@@ -14,6 +14,7 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
+use super::kernels::check_panel_operands;
 use super::{PANEL, Qd8Rows, Qd8Weights, WeightBits, qd8_row_stride};
 use crate::CpuSupport;
 
@@ -25,16 +26,7 @@ pub(super) fn panel_neon_dot(
     p: usize,
     acc: &mut [f32],
 ) {
-    let stride = qd8_row_stride(w.k());
-    let per_input = match w.bits() {
-        WeightBits::Four => PANEL / 2,
-        WeightBits::Eight => PANEL,
-    };
-    assert!(a.q.len() >= a.m * stride);
-    assert!(w.panel_data(p).len() >= stride * per_input);
-    assert!(w.panel_scales(p).len() >= w.blocks() * PANEL);
-    assert!(acc.len() >= a.m * PANEL);
-    assert!(w.block().is_multiple_of(8) && stride.is_multiple_of(8));
+    check_panel_operands(a, w, p, acc);
     for r in 0..a.m {
         // SAFETY: the proof says the CPU has NEON and the dot-product extension; the
         // checks above showed that row r, the panel's codes and scales and the row's

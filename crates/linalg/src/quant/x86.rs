@@ -7,6 +7,7 @@
 
 use std::arch::x86_64::*;
 
+use super::kernels::check_panel_operands;
 use super::pack::NIBBLE_FLIP;
 use super::{PANEL, Qd8Rows, Qd8Weights, WeightBits, qd8_row_stride};
 use crate::CpuSupport;
@@ -17,20 +18,10 @@ const ROWS_AVX512: usize = 8;
 /// Rows per AVX2 tile (2 rows x 16 channels as two halves: 12 accumulators).
 const ROWS_AVX2: usize = 2;
 
-/// Checks the operand lengths the unsafe kernels rely on (internal invariants of
-/// [`super::gemm_qd8_with`], which validated the caller's buffers).
+/// [`check_panel_operands`], plus the row terms the AVX2 tile reads.
 fn check(a: &Qd8Rows, w: &Qd8Weights, row_terms: &[f32], p: usize, acc: &[f32]) {
-    let stride = qd8_row_stride(w.k());
-    let per_input = match w.bits() {
-        WeightBits::Four => PANEL / 2,
-        WeightBits::Eight => PANEL,
-    };
-    assert!(a.q.len() >= a.m * stride);
-    assert!(w.panel_data(p).len() >= stride * per_input);
-    assert!(w.panel_scales(p).len() >= w.blocks() * PANEL);
+    check_panel_operands(a, w, p, acc);
     assert!(row_terms.len() >= a.m * w.blocks());
-    assert!(acc.len() >= a.m * PANEL);
-    assert!(w.block().is_multiple_of(8) && stride.is_multiple_of(8));
 }
 
 /// One panel for every row, on AVX-512 VNNI.
