@@ -83,7 +83,8 @@ impl ThreadPool {
     /// small loops, tens of microseconds apart; a sleeping worker takes longer than
     /// that to wake, and the step would run on one thread. The pollers yield the CPU to
     /// the OS now and then while idle. Called from a thread of this pool, `f` just
-    /// runs (an enclosing call keeps the workers polling already).
+    /// runs (an enclosing call keeps the workers polling already). Entering allocates
+    /// (rayon's broadcast): use it around a loop of calls, not per call.
     pub fn install_hot<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         let Some(pool) = &self.pool else {
             return f();

@@ -13,16 +13,17 @@ use crate::RuntimeError;
 
 impl Method {
     /// Runs every instruction once, in order, on the session's thread pool (entered
-    /// once per call, its other workers kept polling for the kernels' parallel loops
-    /// until the call ends; a no-op when the caller already runs on it). Every input
-    /// must have been set.
+    /// once per call; a no-op when the caller already runs on it, as the text runner
+    /// does, whose `ThreadPool::install_hot` keeps the workers polling for a whole
+    /// generation: entering it allocates, so it is not done per call). Every input must
+    /// have been set.
     ///
     /// Kernel scratch comes from the session's temp allocator (heap fallback, counted,
     /// when it has none), which is reset at the start and after every instruction, as
     /// upstream: scratch never outlives one kernel call.
     pub fn execute(&mut self) -> Result<(), RuntimeError> {
         let pool = Arc::clone(&self.pool);
-        pool.install_hot(|| self.execute_here())
+        pool.install(|| self.execute_here())
     }
 
     fn execute_here(&mut self) -> Result<(), RuntimeError> {
