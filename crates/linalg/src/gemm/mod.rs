@@ -701,8 +701,14 @@ fn gemv_packed<O: OutElem>(
     let (_, n, k) = g.dims();
     let (isa, nr) = (packed.isa(), Tile::of(packed.isa()).nr);
     let xs = &mut scratch[..k];
-    for (kk, v) in xs.iter_mut().enumerate() {
-        *v = get(&g.a.data, g.a.offset + kk * g.a.cs);
+    match g.a.data {
+        // The common case, a contiguous f32 row: one copy.
+        Elems::F32(s) if g.a.cs == 1 => xs.copy_from_slice(&s[g.a.offset..g.a.offset + k]),
+        _ => {
+            for (kk, v) in xs.iter_mut().enumerate() {
+                *v = get(&g.a.data, g.a.offset + kk * g.a.cs);
+            }
+        }
     }
     let xs = &*xs;
     let run = |first: usize, chunk: &mut [O]| {
