@@ -429,6 +429,15 @@ fn f32_data(bytes: &[u8]) -> Vec<f32> {
     bytemuck::pod_collect_to_vec(bytes)
 }
 
+/// `bytes` as f32 values: borrowed when they are aligned (no second copy of a large
+/// weight while it is packed), copied otherwise.
+fn f32_view(bytes: &[u8]) -> std::borrow::Cow<'_, [f32]> {
+    match bytemuck::try_cast_slice::<u8, f32>(bytes) {
+        Ok(values) => std::borrow::Cow::Borrowed(values),
+        Err(_) => std::borrow::Cow::Owned(f32_data(bytes)),
+    }
+}
+
 pub(crate) struct Builder<'g> {
     pub(crate) graph: &'g GraphDef,
     /// Whether a constant is read as an ordinary operand somewhere.
@@ -597,7 +606,7 @@ impl<'g> Builder<'g> {
                 let filter = match self.constant(fv) {
                     Some(bytes) => {
                         // Stored `[k, n]` when transposed, else `[n, k]`.
-                        let p = PackedB::pack(dispatch().gemm, &f32_data(bytes), n, k, !transposed)
+                        let p = PackedB::pack(dispatch().gemm, &f32_view(bytes), n, k, !transposed)
                             .map_err(|e| {
                                 invalid(self.field(i, node, "filter_id"), e.to_string())
                             })?;
