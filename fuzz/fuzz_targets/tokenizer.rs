@@ -10,6 +10,9 @@ use etch_llm::tokenizer::{HfTokenizer, Llama2cTokenizer, TiktokenTokenizer};
 use etch_llm::{LlmError, StreamDecoder, Tokenizer, load_tokenizer_bytes};
 use libfuzzer_sys::fuzz_target;
 
+#[path = "common/quiet_panics.rs"]
+mod quiet_panics;
+
 fn load(selector: u8, file: &[u8]) -> Result<Box<dyn Tokenizer>, LlmError> {
     const NAME: &str = "fuzz";
     Ok(match selector % 4 {
@@ -40,23 +43,6 @@ fn exercise(t: &dyn Tokenizer, file: &[u8]) {
     }
 }
 
-thread_local! {
-    /// The message and place of the latest panic on this thread, kept by the hook.
-    static LAST_PANIC: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
-}
-
-/// libfuzzer-sys's panic hook aborts at once, before unwinding, so a panic that etch
-/// deliberately catches (the `tokenizers` crate panics on some malformed tokenizer.json
-/// files; `HfTokenizer` turns that into an error) would still end the run as a crash.
-/// This hook only remembers the panic; `one_input` prints it and re-raises it if it
-/// escapes etch, and libfuzzer-sys's `catch_unwind` around the target then aborts.
-fn install_quiet_panic_hook() {
-    std::panic::set_hook(Box::new(|info| {
-        let text = info.to_string();
-        LAST_PANIC.with(|last| *last.borrow_mut() = Some(text));
-    }));
-}
-
 fn one_input(data: &[u8]) {
     let Some((&selector, file)) = data.split_first() else {
         return;
@@ -66,12 +52,6 @@ fn one_input(data: &[u8]) {
     }
 }
 
-fuzz_target!(init: install_quiet_panic_hook(), |data: &[u8]| {
-    let run = std::panic::catch_unwind(|| one_input(data));
-    if let Err(payload) = run {
-        // Escaped etch: a real finding. Say what it was, then let libfuzzer-sys abort.
-        let text = LAST_PANIC.with(|last| last.borrow_mut().take());
-        eprintln!("panic escaped etch: {}", text.as_deref().unwrap_or("(no message)"));
-        std::panic::resume_unwind(payload);
-    }
+fuzz_target!(init: quiet_panics::install(), |data: &[u8]| {
+    quiet_panics::run(|| one_input(data));
 });
