@@ -232,12 +232,7 @@ fn main() -> anyhow::Result<()> {
         progress.context_resets += 1;
         for user in USER_TURNS {
             seed += 1;
-            let sampling = SamplingConfig {
-                temperature: 0.8,
-                top_p: 0.9,
-                seed,
-                ..Default::default()
-            };
+            let sampling = soak_sampling(seed);
             let turn = chat.turn(
                 &mut runner,
                 user,
@@ -266,12 +261,7 @@ fn main() -> anyhow::Result<()> {
         let mut prompt = runner.encode(GENERATE_PROMPT)?;
         loop {
             seed += 1;
-            let sampling = SamplingConfig {
-                temperature: 0.8,
-                top_p: 0.9,
-                seed,
-                ..Default::default()
-            };
+            let sampling = soak_sampling(seed);
             let Generation {
                 generated_token_ids,
                 stop_reason,
@@ -296,4 +286,14 @@ fn main() -> anyhow::Result<()> {
     }
     progress.report(&mut runner, "end", args.temp_cache_bytes, true)?;
     Ok(())
+}
+
+/// The soak's sampling: varied text (temperature 0.8, top-p 0.9), a new seed per call.
+fn soak_sampling(seed: u64) -> SamplingConfig {
+    SamplingConfig {
+        temperature: 0.8,
+        top_p: 0.9,
+        seed,
+        ..Default::default()
+    }
 }
