@@ -160,6 +160,17 @@ pub struct Qd8Rows<'a> {
     pub params: &'a [f32],
 }
 
+/// The proof for the one-row kernel (one activation row, 4-bit weights, AVX-512 VNNI),
+/// which reads the row as unsigned bytes prepared once per call; `None` where the
+/// per-panel tiles run.
+fn one_row_kernel(isa: Isa, m: usize, w: &Qd8Weights) -> Option<crate::CpuSupport> {
+    match (isa, m, w.bits()) {
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512Vnni(t), 1, WeightBits::Four) => Some(t),
+        _ => None,
+    }
+}
+
 /// f32 scratch elements [`gemm_qd8`] needs for `m` rows times `w`.
 pub fn gemm_qd8_scratch_len(m: usize, w: &Qd8Weights) -> usize {
     // One row also keeps its activations as unsigned bytes (`q + 128`), converted once
@@ -238,12 +249,13 @@ pub fn gemm_qd8_with(
     let (row_terms, rest) = scratch[..need].split_at_mut(m * w.blocks());
     let (acc, unsigned_row) = rest.split_at_mut(m * w.panels() * PANEL);
     let unsigned_row: &mut [u8] = bytemuck::cast_slice_mut(unsigned_row);
-    if m == 1 {
+    let row_kernel = one_row_kernel(isa, m, w);
+    if row_kernel.is_some() {
         for (u, &q) in unsigned_row.iter_mut().zip(&a.q[..stride]) {
             *u = (q as u8) ^ 0x80;
         }
     }
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // x86 kernel only
+    #[cfg(target_arch = "x86_64")]
     let unsigned_row: &[u8] = unsigned_row;
     // The VNNI kernel's unsigned form needs no row terms.
     if kernels::unsigned_offset(isa) == 0.0 {
@@ -256,7 +268,7 @@ pub fn gemm_qd8_with(
     let offset = kernels::unsigned_offset(isa);
     pool.for_each_chunk_mut(acc, per_task * m * PANEL, 1, |task, chunk| {
         #[cfg(target_arch = "x86_64")]
-        if let (Isa::Avx512Vnni(t), 1, WeightBits::Four) = (isa, m, w.bits()) {
+        if let Some(t) = row_kernel {
             x86::row_panels_avx512_vnni(t, a, w, unsigned_row, task * per_task, chunk);
             return;
         }
