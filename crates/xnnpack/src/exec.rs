@@ -154,6 +154,43 @@ fn operands<'s>(
     Ok((out, ins))
 }
 
+/// Writes the dims of the external inputs into `shapes`: the physical dims, in the
+/// tensor's dim order (as `XNNExecutor::prepare_args`); a scalar keeps its serialized
+/// `[1]`.
+fn set_input_dims(
+    plan: &Plan,
+    args: &mut Args<'_>,
+    shapes: &mut [Dims],
+) -> Result<(), KernelError> {
+    for &(v, arg) in &plan.inputs {
+        let t = args.tensor(arg)?;
+        if t.dtype() != ScalarType::Float {
+            return Err(KernelError::DtypeMismatch {
+                expected: ScalarType::Float,
+                found: t.dtype(),
+            });
+        }
+        let serialized = plan.values[v].dims;
+        if t.rank() == 0 && serialized.as_slice() == [1] {
+            shapes[v] = serialized;
+            continue;
+        }
+        if t.rank() != serialized.rank() {
+            return Err(KernelError::invalid(format!(
+                "XNNPACK delegate: argument {arg} has rank {}, the graph expects {}",
+                t.rank(),
+                serialized.rank()
+            )));
+        }
+        let mut d = [0usize; MAX_DIMS];
+        for (j, &o) in t.dim_order().iter().enumerate() {
+            d[j] = t.sizes()[o as usize];
+        }
+        shapes[v] = Dims::new(&d[..t.rank()]).ok_or_else(|| short("rank"))?;
+    }
+    Ok(())
+}
+
 /// Runs the plan on one call.
 pub fn execute(
     plan: &Plan,
@@ -166,51 +203,45 @@ pub fn execute(
             got: args.len(),
         });
     }
-    let shapes = ctx.scratch::<Dims>(plan.values.len())?;
-    for (s, v) in shapes.iter_mut().zip(&plan.values) {
-        *s = v.dims;
-    }
-    // Inputs: physical dims, in the tensor's dim order (as `XNNExecutor::prepare_args`).
-    for &(v, arg) in &plan.inputs {
-        let t = args.tensor(arg)?;
-        if t.dtype() != ScalarType::Float {
-            return Err(KernelError::DtypeMismatch {
-                expected: ScalarType::Float,
-                found: t.dtype(),
-            });
-        }
-        let serialized = plan.values[v].dims;
-        if t.rank() == 0 && serialized.as_slice() == [1] {
-            // Scalars are serialized with dims [1].
-            continue;
-        }
-        if t.rank() != serialized.rank() {
-            return Err(KernelError::invalid(format!(
-                "XNNPACK delegate: argument {arg} has rank {}, the graph expects {}",
-                t.rank(),
-                plan.values[v].dims.rank()
-            )));
-        }
-        let mut d = [0usize; MAX_DIMS];
-        for (j, &o) in t.dim_order().iter().enumerate() {
-            d[j] = t.sizes()[o as usize];
-        }
-        shapes[v] = Dims::new(&d[..t.rank()]).ok_or_else(|| short("rank"))?;
-    }
-    for (i, op) in plan.ops.iter().enumerate() {
-        shape::infer(op, shapes).map_err(|r| node_error(plan, i, r))?;
-        arena_len_of(plan, op.output(), shapes).map_err(|e| node_error(plan, i, &e.to_string()))?;
-    }
-    // The arena this call needs, placed for its real shapes.
+    // The shapes of every value and the arena placed for them: those of the last call
+    // when its input dims were the same (each decode step of an LLM), else inferred.
     let n = plan.values.len();
+    let threads = ctx.pool().threads();
+    let shapes = ctx.scratch::<Dims>(n)?;
+    set_input_dims(plan, args, shapes)?;
     let offsets = ctx.scratch::<usize>(n)?;
-    let ends = ctx.scratch::<usize>(n)?;
-    let by_offset = ctx.scratch::<usize>(plan.placement.len())?;
-    let arena_len = place_values(plan, shapes, offsets, ends, by_offset)?;
+    let (arena_len, gemm_len) =
+        match plan
+            .call_cache
+            .restore(&plan.inputs, threads, shapes, offsets)
+        {
+            Some(lens) => lens,
+            None => {
+                for (s, v) in shapes.iter_mut().zip(&plan.values) {
+                    *s = v.dims;
+                }
+                set_input_dims(plan, args, shapes)?;
+                for (i, op) in plan.ops.iter().enumerate() {
+                    shape::infer(op, shapes).map_err(|r| node_error(plan, i, r))?;
+                    arena_len_of(plan, op.output(), shapes)
+                        .map_err(|e| node_error(plan, i, &e.to_string()))?;
+                }
+                let ends = ctx.scratch::<usize>(n)?;
+                let by_offset = ctx.scratch::<usize>(plan.placement.len())?;
+                let lens = (
+                    place_values(plan, shapes, offsets, ends, by_offset)?,
+                    gemm_scratch_len(plan, shapes, threads),
+                );
+                plan.call_cache
+                    .store(&plan.inputs, threads, shapes, offsets, lens);
+                lens
+            }
+        };
+    let shapes: &[Dims] = shapes;
     let offsets: &[usize] = offsets;
     let arena = ctx.scratch::<f32>(arena_len)?;
     let col = ctx.scratch::<f32>(plan.im2col_len(ctx.pool().threads()))?;
-    let gemm = ctx.scratch::<f32>(gemm_scratch_len(plan, shapes, ctx.pool().threads()))?;
+    let gemm = ctx.scratch::<f32>(gemm_len)?;
     for &(v, arg) in &plan.inputs {
         let t = args.tensor(arg)?;
         let src = ctx.read::<f32>(&t)?;

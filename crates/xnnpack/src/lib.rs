@@ -21,6 +21,7 @@
 //! `FullyConnected` qdint8 x qbint4 / qcint4 / qcint8, scalar for now). Other quantized
 //! nodes (static int8 CNNs) are reported as [`BackendError::Unsupported`] naming the node.
 
+mod call_cache;
 mod dims;
 mod elementwise;
 mod exec;

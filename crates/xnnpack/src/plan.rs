@@ -6,6 +6,7 @@
 use etch_kernels::BackendError;
 use etch_linalg::{PackedB, dispatch};
 
+use crate::call_cache::CallCache;
 use crate::dims::Dims;
 use crate::parse::{GraphDef, NodeDef, Params, Window, invalid};
 use crate::schema::{
@@ -416,6 +417,8 @@ pub struct Plan {
     /// Elements of im2col block (and grouped-output block) one thread of the fp32
     /// convolutions needs.
     pub conv_block_len: usize,
+    /// Shapes and placement of the last call, for the next one with the same input dims.
+    pub call_cache: CallCache,
 }
 
 impl Plan {
@@ -1085,5 +1088,6 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         packed_bytes,
         max_patch,
         conv_block_len,
+        call_cache: CallCache::default(),
     })
 }
