@@ -87,7 +87,7 @@ def run_json(cmd: List[str], env: Optional[Dict[str, str]] = None) -> Dict[str, 
 
 def compare(args: argparse.Namespace, prompt: str, ignore_eos: bool) -> Dict[str, Any]:
     d = args.model_dir
-    pte = args.pte or d / "model.pte"
+    pte = args.pte or d / "model_8da4w.pte"
     official_cmd = [sys.executable, str(ROOT / "tools/models/official_generate.py"), prompt,
                     "--model-dir", str(d), "--pte", str(pte), "--max-new-tokens", str(args.max_new_tokens)]
     etch_cmd = [str(args.etch), "generate", "--model", str(pte), "--tokenizer",
@@ -146,7 +146,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("prompts", nargs="*", help="prompts (default: the capital of France, past EOS, and a story)")
     ap.add_argument("--model-dir", type=Path, default=DEFAULT_DIR)
-    ap.add_argument("--pte", type=Path, help="program for both runtimes (default MODEL_DIR/model.pte), e.g. model_8da4w.pte")
+    ap.add_argument("--pte", type=Path, help="program for both runtimes (default MODEL_DIR/model_8da4w.pte), e.g. model.pte")
     ap.add_argument("--etch", type=Path, default=ROOT / "target" / "release" / "etch")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--min-tokens", type=int, default=32, help="fewest generated tokens a prompt must compare")

@@ -209,7 +209,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("prompt")
     ap.add_argument("--model-dir", type=Path, default=DEFAULT_DIR)
-    ap.add_argument("--pte", type=Path, help="program to run (default MODEL_DIR/model.pte)")
+    ap.add_argument("--pte", type=Path, help="program to run (default MODEL_DIR/model_8da4w.pte)")
     ap.add_argument("--tokenizer", type=Path, help="default MODEL_DIR/tokenizer.json")
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--system", help="system prompt (default: whatever the chat template adds)")
@@ -220,7 +220,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = ap.parse_args(argv)
 
     d = args.model_dir
-    pte = args.pte or d / "model.pte"
+    pte = args.pte or d / "model_8da4w.pte"
     tokenizer = args.tokenizer or d / "tokenizer.json"
     template_path = d / "chat_template.jinja"
     template = template_path.read_text(encoding="utf-8") if template_path.exists() else None

