@@ -59,17 +59,22 @@ pub(super) fn unsigned_offset(isa: Isa) -> f32 {
     }
 }
 
+///
+/// `unsigned` holds the activation rows as unsigned bytes (`q + 128`) where
+/// [`unsigned_offset`] is not 0 (the VNNI kernels read those).
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 pub(super) fn run_panel(
     isa: Isa,
     a: &Qd8Rows,
     w: &Qd8Weights,
     row_terms: &[f32],
+    unsigned: &[u8],
     p: usize,
     acc: &mut [f32],
 ) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512Vnni(t) => super::x86::panel_avx512_vnni(t, a, w, row_terms, p, acc),
+        Isa::Avx512Vnni(t) => super::x86::panel_avx512_vnni(t, a, w, unsigned, p, acc),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2(t) | Isa::Avx512(t) if w.bits() == WeightBits::Four => {
             super::x86::panel_avx2(t, a, w, row_terms, p, acc)

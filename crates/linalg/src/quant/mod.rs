@@ -160,9 +160,8 @@ pub struct Qd8Rows<'a> {
     pub params: &'a [f32],
 }
 
-/// The proof for the one-row kernel (one activation row, 4-bit weights, AVX-512 VNNI),
-/// which reads the row as unsigned bytes prepared once per call; `None` where the
-/// per-panel tiles run.
+/// The proof for the one-row kernel (one activation row, 4-bit weights, AVX-512 VNNI);
+/// `None` where the per-panel tiles run.
 fn one_row_kernel(isa: Isa, m: usize, w: &Qd8Weights) -> Option<crate::CpuSupport> {
     match (isa, m, w.bits()) {
         #[cfg(target_arch = "x86_64")]
@@ -173,14 +172,10 @@ fn one_row_kernel(isa: Isa, m: usize, w: &Qd8Weights) -> Option<crate::CpuSuppor
 
 /// f32 scratch elements [`gemm_qd8`] needs for `m` rows times `w`.
 pub fn gemm_qd8_scratch_len(m: usize, w: &Qd8Weights) -> usize {
-    // One row also keeps its activations as unsigned bytes (`q + 128`), converted once
-    // for every panel the VNNI kernel reads them against.
-    let unsigned_row = if m == 1 {
-        qd8_row_stride(w.k()).div_ceil(4)
-    } else {
-        0
-    };
-    m * w.blocks() + m * w.panels() * PANEL + unsigned_row
+    // The VNNI kernels also keep the activations as unsigned bytes (`q + 128`),
+    // converted once per call for every panel they are read against.
+    let unsigned_rows = (m * qd8_row_stride(w.k())).div_ceil(4);
+    m * w.blocks() + m * w.panels() * PANEL + unsigned_rows
 }
 
 /// `out[m, n] = clamp(d_r · Σ_b s[j, b] Σ_k (q[r, k] - zp_r)(u[j, k] - o) + bias[j],
@@ -247,16 +242,16 @@ pub fn gemm_qd8_with(
         return Ok(());
     }
     let (row_terms, rest) = scratch[..need].split_at_mut(m * w.blocks());
-    let (acc, unsigned_row) = rest.split_at_mut(m * w.panels() * PANEL);
-    let unsigned_row: &mut [u8] = bytemuck::cast_slice_mut(unsigned_row);
+    let (acc, unsigned) = rest.split_at_mut(m * w.panels() * PANEL);
+    let unsigned: &mut [u8] = bytemuck::cast_slice_mut(unsigned);
     let row_kernel = one_row_kernel(isa, m, w);
-    if row_kernel.is_some() {
-        for (u, &q) in unsigned_row.iter_mut().zip(&a.q[..stride]) {
+    if kernels::unsigned_offset(isa) != 0.0 {
+        // Each group of four is then one broadcast load in the VNNI kernels.
+        for (u, &q) in unsigned.iter_mut().zip(&a.q[..m * stride]) {
             *u = (q as u8) ^ 0x80;
         }
     }
-    #[cfg(target_arch = "x86_64")]
-    let unsigned_row: &[u8] = unsigned_row;
+    let unsigned: &[u8] = unsigned;
     // The VNNI kernel's unsigned form needs no row terms.
     if kernels::unsigned_offset(isa) == 0.0 {
         kernels::row_terms(a, w, row_terms);
@@ -269,7 +264,7 @@ pub fn gemm_qd8_with(
     pool.for_each_chunk_mut(acc, per_task * m * PANEL, 1, |task, chunk| {
         #[cfg(target_arch = "x86_64")]
         if let Some(t) = row_kernel {
-            x86::row_panels_avx512_vnni(t, a, w, unsigned_row, task * per_task, chunk);
+            x86::row_panels_avx512_vnni(t, a, w, unsigned, task * per_task, chunk);
             return;
         }
         for (i, panel_acc) in chunk.chunks_exact_mut(m * PANEL).enumerate() {
@@ -282,7 +277,7 @@ pub fn gemm_qd8_with(
                     *o = kj * zp;
                 }
             }
-            kernels::run_panel(isa, a, w, row_terms, p, panel_acc);
+            kernels::run_panel(isa, a, w, row_terms, unsigned, p, panel_acc);
         }
     });
     // Epilogue: the row's dequantization, bias and clamp; panels of 16 channels

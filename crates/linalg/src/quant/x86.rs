@@ -24,32 +24,34 @@ fn check(a: &Qd8Rows, w: &Qd8Weights, row_terms: &[f32], p: usize, acc: &[f32]) 
     assert!(row_terms.len() >= a.m * w.blocks());
 }
 
-/// One panel for every row, on AVX-512 VNNI.
+/// One panel for every row, on AVX-512 VNNI, reading the activation rows as unsigned
+/// bytes (`unsigned[r * stride + k] = q[r, k] + 128`).
 pub(super) fn panel_avx512_vnni(
     _proof: CpuSupport,
     a: &Qd8Rows,
     w: &Qd8Weights,
-    row_terms: &[f32],
+    unsigned: &[u8],
     p: usize,
     acc: &mut [f32],
 ) {
-    check(a, w, row_terms, p, acc);
+    check_panel_operands(a, w, p, acc);
+    assert!(unsigned.len() >= a.m * qd8_row_stride(w.k()));
     let mut r = 0;
     while r < a.m {
         let rows = (a.m - r).min(ROWS_AVX512);
-        // SAFETY: the proof says the CPU has AVX-512 F/BW/VL and VNNI; `check` showed
-        // that rows r..r+rows of q, the panel's codes and scales, the row terms and the
-        // accumulators hold everything the tile reads and writes.
+        // SAFETY: the proof says the CPU has AVX-512 F/BW/VL and VNNI; the checks above
+        // showed that rows r..r+rows of the unsigned activations, the panel's codes and
+        // scales and the accumulators hold everything the tile reads and writes.
         unsafe {
             match rows {
-                8 => tile_avx512::<8>(a, w, p, r, acc),
-                7 => tile_avx512::<7>(a, w, p, r, acc),
-                6 => tile_avx512::<6>(a, w, p, r, acc),
-                5 => tile_avx512::<5>(a, w, p, r, acc),
-                4 => tile_avx512::<4>(a, w, p, r, acc),
-                3 => tile_avx512::<3>(a, w, p, r, acc),
-                2 => tile_avx512::<2>(a, w, p, r, acc),
-                _ => tile_avx512::<1>(a, w, p, r, acc),
+                8 => tile_avx512::<8>(unsigned, w, p, r, acc),
+                7 => tile_avx512::<7>(unsigned, w, p, r, acc),
+                6 => tile_avx512::<6>(unsigned, w, p, r, acc),
+                5 => tile_avx512::<5>(unsigned, w, p, r, acc),
+                4 => tile_avx512::<4>(unsigned, w, p, r, acc),
+                3 => tile_avx512::<3>(unsigned, w, p, r, acc),
+                2 => tile_avx512::<2>(unsigned, w, p, r, acc),
+                _ => tile_avx512::<1>(unsigned, w, p, r, acc),
             }
         }
         r += rows;
@@ -58,7 +60,7 @@ pub(super) fn panel_avx512_vnni(
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile_avx512<const R: usize>(
-    a: &Qd8Rows,
+    unsigned: &[u8],
     w: &Qd8Weights,
     p: usize,
     r0: usize,
@@ -72,7 +74,7 @@ unsafe fn tile_avx512<const R: usize>(
     let data = w.panel_data(p).as_ptr();
     let scales = w.panel_scales(p).as_ptr();
     let scales_bf16 = w.panel_scales_bf16(p).map(|s| s.as_ptr());
-    let q = a.q[r0 * stride..].as_ptr();
+    let q = unsigned[r0 * stride..].as_ptr();
     let high = _mm512_set1_epi8(0xf0_u8 as i8);
     let flip = _mm512_set1_epi8(-128);
     let mut facc = [_mm512_setzero_ps(); R];
@@ -80,11 +82,10 @@ unsafe fn tile_avx512<const R: usize>(
         // SAFETY: `check` showed acc holds the tile's rows of PANEL = 16 f32.
         *f = unsafe { _mm512_loadu_ps(acc.as_ptr().add((r0 + r) * PANEL)) };
     }
-    // Four activations as unsigned bytes, broadcast to every lane.
-    let group = |qp: *const i8| -> __m512i {
+    // Four unsigned activations, broadcast to every lane (one load).
+    let group = |qp: *const u8| -> __m512i {
         // SAFETY: callers pass a pointer with 4 readable bytes (inside the padded row).
-        let v = unsafe { qp.cast::<u32>().read_unaligned() };
-        _mm512_set1_epi32((v ^ 0x8080_8080) as i32)
+        _mm512_set1_epi32(unsafe { qp.cast::<i32>().read_unaligned() })
     };
     let mut start = 0;
     for b in 0..blocks {
