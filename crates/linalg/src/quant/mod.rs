@@ -244,6 +244,7 @@ pub fn gemm_qd8_with(
     let (row_terms, rest) = scratch[..need].split_at_mut(m * w.blocks());
     let (acc, unsigned) = rest.split_at_mut(m * w.panels() * PANEL);
     let unsigned: &mut [u8] = bytemuck::cast_slice_mut(unsigned);
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // x86 kernel only
     let row_kernel = one_row_kernel(isa, m, w);
     if kernels::unsigned_offset(isa) != 0.0 {
         // Each group of four is then one broadcast load in the VNNI kernels.
