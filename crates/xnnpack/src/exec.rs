@@ -644,7 +644,7 @@ fn gemm_scratch_len(plan: &Plan, shapes: &[Dims], threads: usize) -> usize {
                     .unwrap_or(0)
                     .checked_div(w.k())
                     .unwrap_or(0);
-                Some(etch_linalg::quant::gemm_qd8_scratch_len(m, w))
+                Some(etch_linalg::quant::gemm_qd8_scratch_len_for(m, w, threads))
             }
             Op::FullyConnected { x, filter, .. } => {
                 let (n, k) = filter.dims(shapes);

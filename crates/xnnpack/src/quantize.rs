@@ -6,7 +6,7 @@
 
 use etch_kernels::{KernelError, ThreadPool};
 use etch_linalg::quant::{
-    Qd8Rows, Qd8Weights, gemm_qd8, gemm_qd8_scratch_len, qd8_row_stride, quantize_qd8,
+    Qd8Rows, Qd8Weights, gemm_qd8, gemm_qd8_scratch_len_for, qd8_row_stride, quantize_qd8,
 };
 
 fn short(what: &str) -> KernelError {
@@ -65,7 +65,7 @@ pub fn fully_connected_qd8(
         q: bytemuck::cast_slice(codes),
         params: &params[..2 * m],
     };
-    let need = gemm_qd8_scratch_len(m, w);
+    let need = gemm_qd8_scratch_len_for(m, w, pool.threads());
     let scratch = scratch
         .get_mut(..need)
         .ok_or_else(|| short("GEMM scratch"))?;
@@ -87,7 +87,7 @@ mod tests {
         let w =
             Qd8Weights::from_int4(2, k, 32, &scales, |j, c| (values[j * k + c] + 8) as u8).unwrap();
         let mut out = [0f32; 2];
-        let mut scratch = vec![0f32; gemm_qd8_scratch_len(1, &w)];
+        let mut scratch = vec![0f32; etch_linalg::quant::gemm_qd8_scratch_len(1, &w)];
         fully_connected_qd8(
             &ThreadPool::serial(),
             1,

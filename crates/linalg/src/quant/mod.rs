@@ -170,12 +170,46 @@ fn one_row_kernel(isa: Isa, m: usize, w: &Qd8Weights) -> Option<crate::CpuSuppor
     }
 }
 
-/// f32 scratch elements [`gemm_qd8`] needs for `m` rows times `w`.
+/// Fewest activation rows per task of the row kernel (one full tile each).
+#[cfg(target_arch = "x86_64")]
+const MIN_ROWS_PER_TASK: usize = 8;
+
+/// The proof for the row kernel (several activation rows, AVX-512 VNNI): each task takes
+/// a run of rows against every panel and writes finished outputs, with no panel
+/// accumulators and no epilogue pass; `None` where the per-panel tiles run (too few rows
+/// to give every thread a tile: the threads then split the panels).
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // x86 kernel only
+fn rows_kernel(isa: Isa, m: usize, threads: usize) -> Option<crate::CpuSupport> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512Vnni(t) if m > 1 && (threads <= 1 || m >= MIN_ROWS_PER_TASK * threads) => {
+            Some(t)
+        }
+        _ => None,
+    }
+}
+
+/// f32 scratch elements [`gemm_qd8`] may need for `m` rows times `w`, whatever the
+/// instruction set and thread count (an upper bound of [`gemm_qd8_scratch_len_for`]).
 pub fn gemm_qd8_scratch_len(m: usize, w: &Qd8Weights) -> usize {
     // The VNNI kernels also keep the activations as unsigned bytes (`q + 128`),
     // converted once per call for every panel they are read against.
     let unsigned_rows = (m * qd8_row_stride(w.k())).div_ceil(4);
     m * w.blocks() + m * w.panels() * PANEL + unsigned_rows
+}
+
+/// f32 scratch elements [`gemm_qd8`] needs for `m` rows times `w` on this CPU with
+/// `threads` threads.
+pub fn gemm_qd8_scratch_len_for(m: usize, w: &Qd8Weights, threads: usize) -> usize {
+    scratch_len_with(dispatch().quant, m, w, threads)
+}
+
+fn scratch_len_with(isa: Isa, m: usize, w: &Qd8Weights, threads: usize) -> usize {
+    if rows_kernel(isa, m, threads).is_some() {
+        (m * qd8_row_stride(w.k())).div_ceil(4)
+    } else {
+        gemm_qd8_scratch_len(m, w)
+    }
 }
 
 /// `out[m, n] = clamp(d_r · Σ_b s[j, b] Σ_k (q[r, k] - zp_r)(u[j, k] - o) + bias[j],
@@ -230,7 +264,7 @@ pub fn gemm_qd8_with(
             b.len()
         )));
     }
-    let need = gemm_qd8_scratch_len(m, w);
+    let need = scratch_len_with(isa, m, w, pool.threads());
     if scratch.len() < need {
         return Err(LinalgError::ScratchTooSmall {
             what: "qd8 GEMM",
@@ -239,6 +273,19 @@ pub fn gemm_qd8_with(
         });
     }
     if m == 0 || n == 0 {
+        return Ok(());
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = rows_kernel(isa, m, pool.threads()) {
+        let unsigned: &mut [u8] = bytemuck::cast_slice_mut(&mut scratch[..need]);
+        for (u, &q) in unsigned.iter_mut().zip(&a.q[..m * stride]) {
+            *u = (q as u8) ^ 0x80;
+        }
+        let unsigned: &[u8] = unsigned;
+        let per = m.div_ceil(pool.threads()).max(1);
+        pool.for_each_chunk_mut(&mut out[..m * n], per * n, 1, |task, rows| {
+            x86::rows_avx512_vnni(t, a, w, unsigned, bias, (min, max), task * per, rows);
+        });
         return Ok(());
     }
     let (row_terms, rest) = scratch[..need].split_at_mut(m * w.blocks());

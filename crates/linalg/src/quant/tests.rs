@@ -129,6 +129,10 @@ fn decode_and_prefill_shapes() {
     check_all_isas(5, 33, 64, 64, WeightBits::Four, 3);
     check_all_isas(3, 20, 300, 300, WeightBits::Four, 4);
     check_all_isas(6, 17, 200, 200, WeightBits::Eight, 5);
+    // Enough rows for every thread of 3 to take a run of them (the VNNI row kernel), with
+    // a partial last panel; 4-bit with bf16 scales and 8-bit.
+    check_all_isas(40, 33, 96, 32, WeightBits::Four, 9);
+    check_all_isas(30, 20, 64, 64, WeightBits::Eight, 10);
 }
 
 proptest! {

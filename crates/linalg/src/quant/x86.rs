@@ -66,9 +66,39 @@ unsafe fn tile_avx512<const R: usize>(
     r0: usize,
     acc: &mut [f32],
 ) {
+    let mut facc = [_mm512_setzero_ps(); R];
+    for (r, f) in facc.iter_mut().enumerate() {
+        // SAFETY: `check_panel_operands` showed acc holds the tile's rows of PANEL f32.
+        *f = unsafe { _mm512_loadu_ps(acc.as_ptr().add((r0 + r) * PANEL)) };
+    }
+    // SAFETY: as this function's (the caller checked the rows and the panel).
+    unsafe { tile_blocks::<R>(unsigned, w, p, r0, &mut facc) };
+    for (r, f) in facc.iter().enumerate() {
+        let dst = &mut acc[(r0 + r) * PANEL..(r0 + r + 1) * PANEL];
+        // SAFETY: dst holds PANEL = 16 f32.
+        unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *f) };
+    }
+}
+
+/// Adds `Σ_b s · Σ (q + 128)(u - o)` of rows `r0 .. r0 + R` against panel `p` to
+/// `facc` (one register of 16 channels per row), block after block.
+///
+/// # Safety
+///
+/// The CPU must have AVX-512 F/BW/VL and VNNI; rows `r0 .. r0 + R` of `unsigned` (each
+/// `qd8_row_stride(k)` bytes) and panel `p`'s codes and scales must exist.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile_blocks<const R: usize>(
+    unsigned: &[u8],
+    w: &Qd8Weights,
+    p: usize,
+    r0: usize,
+    facc: &mut [__m512; R],
+) {
     // XNNPACK's VNNI kernels multiply unsigned activations (`q + 128`, the "qdu8"
     // form) by signed weights (`u - o`): `vpdpbusd` then yields `Σ (q + 128)(u - o)`
-    // directly, and the accumulators start at `(zp + 128) · K` (see `UNSIGNED_OFFSET`).
+    // directly, and the accumulators start at `(zp + 128) · K` (see `unsigned_offset`).
     let stride = qd8_row_stride(w.k());
     let blocks = w.blocks();
     let data = w.panel_data(p).as_ptr();
@@ -77,11 +107,6 @@ unsafe fn tile_avx512<const R: usize>(
     let q = unsigned[r0 * stride..].as_ptr();
     let high = _mm512_set1_epi8(0xf0_u8 as i8);
     let flip = _mm512_set1_epi8(-128);
-    let mut facc = [_mm512_setzero_ps(); R];
-    for (r, f) in facc.iter_mut().enumerate() {
-        // SAFETY: `check` showed acc holds the tile's rows of PANEL = 16 f32.
-        *f = unsafe { _mm512_loadu_ps(acc.as_ptr().add((r0 + r) * PANEL)) };
-    }
     // Four unsigned activations, broadcast to every lane (one load).
     let group = |qp: *const u8| -> __m512i {
         // SAFETY: callers pass a pointer with 4 readable bytes (inside the padded row).
@@ -144,10 +169,115 @@ unsafe fn tile_avx512<const R: usize>(
         }
         start += len;
     }
-    for (r, f) in facc.iter().enumerate() {
-        let dst = &mut acc[(r0 + r) * PANEL..(r0 + r + 1) * PANEL];
-        // SAFETY: dst holds PANEL = 16 f32.
-        unsafe { _mm512_storeu_ps(dst.as_mut_ptr(), *f) };
+}
+
+/// The finished outputs of activation rows `first .. first + out.len() / n` against
+/// every panel, on AVX-512 VNNI: each tile of up to eight rows starts at the zero-point
+/// term, adds the blocks ([`tile_blocks`]) and is dequantized, biased, clamped and
+/// stored straight into `out` (row-major, `n = w.n()` per row). The same arithmetic, in
+/// the same order, as the per-panel tiles followed by `gemm_qd8_with`'s epilogue, with
+/// no panel accumulators in between: prefill's product on this CPU.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn rows_avx512_vnni(
+    _proof: CpuSupport,
+    a: &Qd8Rows,
+    w: &Qd8Weights,
+    unsigned: &[u8],
+    bias: Option<&[f32]>,
+    (min, max): (f32, f32),
+    first: usize,
+    out: &mut [f32],
+) {
+    let n = w.n();
+    let panels = w.panels();
+    if n == 0 || panels == 0 {
+        return;
+    }
+    let rows = out.len() / n;
+    let stride = qd8_row_stride(w.k());
+    assert!(first + rows <= a.m && a.params.len() >= 2 * a.m);
+    assert!(unsigned.len() >= a.m * stride && w.block().is_multiple_of(8));
+    assert!(w.channel_sums().len() >= panels * PANEL);
+    assert!(bias.is_none_or(|b| b.len() >= n));
+    // Every panel's codes and scales have the same length: the last one is checked.
+    let per_input = match w.bits() {
+        WeightBits::Four => PANEL / 2,
+        WeightBits::Eight => PANEL,
+    };
+    assert!(w.panel_data(panels - 1).len() >= stride * per_input);
+    assert!(w.panel_scales(panels - 1).len() >= w.blocks() * PANEL);
+    let mut r = 0;
+    while r < rows {
+        let tile = (rows - r).min(ROWS_AVX512);
+        for p in 0..panels {
+            // SAFETY: the proof says the CPU has AVX-512 F/BW/VL and VNNI; the checks
+            // above showed that rows first + r .. + tile of the unsigned activations and
+            // their parameters, panel p's codes, scales and channel sums, the bias and
+            // the output rows r .. r + tile hold everything the tile reads and writes.
+            unsafe {
+                match tile {
+                    8 => out_tile::<8>(a, w, unsigned, bias, (min, max), first, r, p, out),
+                    7 => out_tile::<7>(a, w, unsigned, bias, (min, max), first, r, p, out),
+                    6 => out_tile::<6>(a, w, unsigned, bias, (min, max), first, r, p, out),
+                    5 => out_tile::<5>(a, w, unsigned, bias, (min, max), first, r, p, out),
+                    4 => out_tile::<4>(a, w, unsigned, bias, (min, max), first, r, p, out),
+                    3 => out_tile::<3>(a, w, unsigned, bias, (min, max), first, r, p, out),
+                    2 => out_tile::<2>(a, w, unsigned, bias, (min, max), first, r, p, out),
+                    _ => out_tile::<1>(a, w, unsigned, bias, (min, max), first, r, p, out),
+                }
+            }
+        }
+        r += tile;
+    }
+}
+
+/// One tile of [`rows_avx512_vnni`]: output rows `r .. r + R` (activation rows
+/// `first + r ..`), channels of panel `p`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn out_tile<const R: usize>(
+    a: &Qd8Rows,
+    w: &Qd8Weights,
+    unsigned: &[u8],
+    bias: Option<&[f32]>,
+    (min, max): (f32, f32),
+    first: usize,
+    r: usize,
+    p: usize,
+    out: &mut [f32],
+) {
+    let n = w.n();
+    let c0 = p * PANEL;
+    let width = (n - c0).min(PANEL);
+    // Lanes of this panel's real channels (the last panel may be partial).
+    let mask: __mmask16 = if width == PANEL {
+        0xffff
+    } else {
+        (1u16 << width) - 1
+    };
+    // SAFETY (whole tile): as the caller's checks say; loads past a partial panel's
+    // channels are masked.
+    unsafe {
+        let sums = _mm512_loadu_ps(w.channel_sums().as_ptr().add(c0));
+        let mut facc = [_mm512_setzero_ps(); R];
+        for (i, f) in facc.iter_mut().enumerate() {
+            // The accumulators start at the zero-point term `(zp + 128) · K`.
+            let zp = a.params[2 * (first + r + i) + 1] + 128.0;
+            *f = _mm512_mul_ps(sums, _mm512_set1_ps(zp));
+        }
+        tile_blocks::<R>(unsigned, w, p, first + r, &mut facc);
+        let b = match bias {
+            Some(b) => _mm512_maskz_loadu_ps(mask, b.as_ptr().add(c0)),
+            None => _mm512_setzero_ps(),
+        };
+        let (lo, hi) = (_mm512_set1_ps(min), _mm512_set1_ps(max));
+        for (i, f) in facc.iter().enumerate() {
+            let d = _mm512_set1_ps(a.params[2 * (first + r + i)]);
+            // (s · d + b), then max with min and min with max, as the scalar epilogue.
+            let y = _mm512_add_ps(_mm512_mul_ps(*f, d), b);
+            let y = _mm512_min_ps(_mm512_max_ps(y, lo), hi);
+            _mm512_mask_storeu_ps(out.as_mut_ptr().add((r + i) * n + c0), mask, y);
+        }
     }
 }
 
