@@ -206,6 +206,15 @@ pub(super) fn rows_avx512_vnni(
     };
     assert!(w.panel_data(panels - 1).len() >= stride * per_input);
     assert!(w.panel_scales(panels - 1).len() >= w.blocks() * PANEL);
+    let job = RowsJob {
+        a,
+        w,
+        unsigned,
+        bias,
+        min,
+        max,
+        first,
+    };
     let mut r = 0;
     while r < rows {
         let tile = (rows - r).min(ROWS_AVX512);
@@ -216,14 +225,14 @@ pub(super) fn rows_avx512_vnni(
             // the output rows r .. r + tile hold everything the tile reads and writes.
             unsafe {
                 match tile {
-                    8 => out_tile::<8>(a, w, unsigned, bias, (min, max), first, r, p, out),
-                    7 => out_tile::<7>(a, w, unsigned, bias, (min, max), first, r, p, out),
-                    6 => out_tile::<6>(a, w, unsigned, bias, (min, max), first, r, p, out),
-                    5 => out_tile::<5>(a, w, unsigned, bias, (min, max), first, r, p, out),
-                    4 => out_tile::<4>(a, w, unsigned, bias, (min, max), first, r, p, out),
-                    3 => out_tile::<3>(a, w, unsigned, bias, (min, max), first, r, p, out),
-                    2 => out_tile::<2>(a, w, unsigned, bias, (min, max), first, r, p, out),
-                    _ => out_tile::<1>(a, w, unsigned, bias, (min, max), first, r, p, out),
+                    8 => out_tile::<8>(&job, r, p, out),
+                    7 => out_tile::<7>(&job, r, p, out),
+                    6 => out_tile::<6>(&job, r, p, out),
+                    5 => out_tile::<5>(&job, r, p, out),
+                    4 => out_tile::<4>(&job, r, p, out),
+                    3 => out_tile::<3>(&job, r, p, out),
+                    2 => out_tile::<2>(&job, r, p, out),
+                    _ => out_tile::<1>(&job, r, p, out),
                 }
             }
         }
@@ -231,21 +240,31 @@ pub(super) fn rows_avx512_vnni(
     }
 }
 
-/// One tile of [`rows_avx512_vnni`]: output rows `r .. r + R` (activation rows
-/// `first + r ..`), channels of panel `p`.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn out_tile<const R: usize>(
-    a: &Qd8Rows,
-    w: &Qd8Weights,
-    unsigned: &[u8],
-    bias: Option<&[f32]>,
-    (min, max): (f32, f32),
+/// What every tile of one [`rows_avx512_vnni`] call reads.
+struct RowsJob<'a> {
+    a: &'a Qd8Rows<'a>,
+    w: &'a Qd8Weights,
+    unsigned: &'a [u8],
+    bias: Option<&'a [f32]>,
+    min: f32,
+    max: f32,
+    /// Activation row of output row 0.
     first: usize,
-    r: usize,
-    p: usize,
-    out: &mut [f32],
-) {
+}
+
+/// One tile of [`rows_avx512_vnni`]: output rows `r .. r + R` (activation rows
+/// `job.first + r ..`), channels of panel `p`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn out_tile<const R: usize>(job: &RowsJob<'_>, r: usize, p: usize, out: &mut [f32]) {
+    let RowsJob {
+        a,
+        w,
+        unsigned,
+        bias,
+        min,
+        max,
+        first,
+    } = *job;
     let n = w.n();
     let c0 = p * PANEL;
     let width = (n - c0).min(PANEL);
