@@ -240,7 +240,7 @@ pub fn execute(
     let shapes: &[Dims] = shapes;
     let offsets: &[usize] = offsets;
     let arena = ctx.scratch::<f32>(arena_len)?;
-    let col = ctx.scratch::<f32>(plan.im2col_len(ctx.pool().threads()))?;
+    let col = ctx.scratch::<f32>(plan.im2col_len(threads))?;
     let gemm = ctx.scratch::<f32>(gemm_len)?;
     for &(v, arg) in &plan.inputs {
         let t = args.tensor(arg)?;

@@ -195,7 +195,7 @@ pub fn gemm_qd8_scratch_len(m: usize, w: &Qd8Weights) -> usize {
     // The VNNI kernels also keep the activations as unsigned bytes (`q + 128`),
     // converted once per call for every panel they are read against.
     let unsigned_rows = (m * qd8_row_stride(w.k())).div_ceil(4);
-    m * w.blocks() + m * w.panels() * PANEL + unsigned_rows
+    unsigned_rows + m * w.blocks() + m * w.panels() * PANEL
 }
 
 /// f32 scratch elements [`gemm_qd8`] needs for `m` rows times `w` on this CPU with
@@ -275,40 +275,37 @@ pub fn gemm_qd8_with(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    #[cfg(target_arch = "x86_64")]
-    if let Some(t) = rows_kernel(isa, m, pool.threads()) {
-        let unsigned: &mut [u8] = bytemuck::cast_slice_mut(&mut scratch[..need]);
-        for (u, &q) in unsigned.iter_mut().zip(&a.q[..m * stride]) {
-            *u = (q as u8) ^ 0x80;
-        }
-        let unsigned: &[u8] = unsigned;
-        let per = m.div_ceil(pool.threads()).max(1);
-        pool.for_each_chunk_mut(&mut out[..m * n], per * n, 1, |task, rows| {
-            x86::rows_avx512_vnni(t, a, w, unsigned, bias, (min, max), task * per, rows);
-        });
-        return Ok(());
-    }
-    let (row_terms, rest) = scratch[..need].split_at_mut(m * w.blocks());
-    let (acc, unsigned) = rest.split_at_mut(m * w.panels() * PANEL);
+    // Scratch: the activations as unsigned bytes (first: the row kernel needs only them),
+    // then the row terms and the panel accumulators.
+    let offset = kernels::unsigned_offset(isa);
+    let (unsigned, rest) = scratch[..need].split_at_mut((m * stride).div_ceil(4));
     let unsigned: &mut [u8] = bytemuck::cast_slice_mut(unsigned);
-    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // x86 kernel only
-    let row_kernel = one_row_kernel(isa, m, w);
-    if kernels::unsigned_offset(isa) != 0.0 {
+    if offset != 0.0 {
         // Each group of four is then one broadcast load in the VNNI kernels.
         for (u, &q) in unsigned.iter_mut().zip(&a.q[..m * stride]) {
             *u = (q as u8) ^ 0x80;
         }
     }
     let unsigned: &[u8] = unsigned;
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = rows_kernel(isa, m, pool.threads()) {
+        let per = m.div_ceil(pool.threads()).max(1);
+        pool.for_each_chunk_mut(&mut out[..m * n], per * n, 1, |task, rows| {
+            x86::rows_avx512_vnni(t, a, w, unsigned, bias, (min, max), task * per, rows);
+        });
+        return Ok(());
+    }
+    let (row_terms, acc) = rest.split_at_mut(m * w.blocks());
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))] // x86 kernel only
+    let row_kernel = one_row_kernel(isa, m, w);
     // The VNNI kernel's unsigned form needs no row terms.
-    if kernels::unsigned_offset(isa) == 0.0 {
+    if offset == 0.0 {
         kernels::row_terms(a, w, row_terms);
     }
     let row_terms: &[f32] = row_terms;
     let panels = w.panels();
     let per_task = panels.div_ceil(pool.threads()).max(1);
     let corr = w.channel_sums();
-    let offset = kernels::unsigned_offset(isa);
     pool.for_each_chunk_mut(acc, per_task * m * PANEL, 1, |task, chunk| {
         #[cfg(target_arch = "x86_64")]
         if let Some(t) = row_kernel {
