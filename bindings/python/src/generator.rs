@@ -32,21 +32,6 @@ struct Request {
     ignore_eos: bool,
 }
 
-/// The default system message of the chat template stored beside the tokenizer
-/// (`chat_template.jinja`, or `chat_template` in `tokenizer_config.json`), as
-/// `etch generate --chat` finds it.
-fn default_system(tokenizer: &Path) -> Option<String> {
-    let dir = tokenizer.parent()?;
-    let template = std::fs::read_to_string(dir.join("chat_template.jinja"))
-        .ok()
-        .or_else(|| {
-            let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok()?;
-            let v: serde_json::Value = serde_json::from_str(&config).ok()?;
-            v.get("chat_template")?.as_str().map(str::to_string)
-        })?;
-    ChatTemplate::default_system_prompt(&template)
-}
-
 /// Runs one request from a fresh context; the runner's stop tokens are as before after.
 fn run_request(
     runner: &mut Runner,
@@ -72,15 +57,11 @@ fn run_request(
                         )
                     })?,
                 };
-                for stop in template.stop_tokens() {
-                    if let Some(id) = runner.tokenizer().token_id(stop) {
-                        runner.add_eos_id(id as u64);
-                    }
-                }
+                runner.add_stop_tokens(template);
                 let system = request
                     .system
                     .clone()
-                    .or_else(|| default_system(tokenizer_path));
+                    .or_else(|| ChatTemplate::default_system_beside(tokenizer_path));
                 runner.encode(&template.render(system.as_deref(), &text))?
             }
             Prompt::Text(text) => runner.encode(&text)?,

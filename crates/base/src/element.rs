@@ -176,79 +176,32 @@ int_element!(
     u64 => UInt64,
 );
 
-impl Element for f32 {
-    const DTYPE: ScalarType = ScalarType::Float;
-    const KIND: CastKind = CastKind::F32;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        self
-    }
-    #[inline(always)]
-    fn to_f64(self) -> f64 {
-        self as f64
-    }
-    #[inline(always)]
-    fn to_i64(self) -> i64 {
-        self as i64
-    }
-    #[inline(always)]
-    fn to_bool(self) -> bool {
-        self != 0.0
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        v
-    }
-    #[inline(always)]
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-    #[inline(always)]
-    fn from_i64(v: i64) -> Self {
-        v as f32
-    }
-    #[inline(always)]
-    fn from_bool(v: bool) -> Self {
-        v as u8 as f32
-    }
+macro_rules! float_element {
+    ($($t:ty => $d:ident, $kind:ident);* $(;)?) => {$(
+        impl Element for $t {
+            const DTYPE: ScalarType = ScalarType::$d;
+            const KIND: CastKind = CastKind::$kind;
+            #[inline(always)]
+            fn to_f32(self) -> f32 { self as f32 }
+            #[inline(always)]
+            fn to_f64(self) -> f64 { self as f64 }
+            #[inline(always)]
+            fn to_i64(self) -> i64 { self as i64 }
+            #[inline(always)]
+            fn to_bool(self) -> bool { self != 0.0 }
+            #[inline(always)]
+            fn from_f32(v: f32) -> Self { v as $t }
+            #[inline(always)]
+            fn from_f64(v: f64) -> Self { v as $t }
+            #[inline(always)]
+            fn from_i64(v: i64) -> Self { v as $t }
+            #[inline(always)]
+            fn from_bool(v: bool) -> Self { v as u8 as $t }
+        }
+    )*};
 }
 
-impl Element for f64 {
-    const DTYPE: ScalarType = ScalarType::Double;
-    const KIND: CastKind = CastKind::F64;
-    #[inline(always)]
-    fn to_f32(self) -> f32 {
-        self as f32
-    }
-    #[inline(always)]
-    fn to_f64(self) -> f64 {
-        self
-    }
-    #[inline(always)]
-    fn to_i64(self) -> i64 {
-        self as i64
-    }
-    #[inline(always)]
-    fn to_bool(self) -> bool {
-        self != 0.0
-    }
-    #[inline(always)]
-    fn from_f32(v: f32) -> Self {
-        v as f64
-    }
-    #[inline(always)]
-    fn from_f64(v: f64) -> Self {
-        v
-    }
-    #[inline(always)]
-    fn from_i64(v: i64) -> Self {
-        v as f64
-    }
-    #[inline(always)]
-    fn from_bool(v: bool) -> Self {
-        v as u8 as f64
-    }
-}
+float_element!(f32 => Float, F32; f64 => Double, F64);
 
 macro_rules! half_element {
     ($($t:ty => $d:ident),*) => {$(

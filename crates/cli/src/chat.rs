@@ -4,7 +4,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::Context;
-use etch_llm::{Conversation, LlmError, OnFull, StopReason, Turn};
+use etch_llm::{ChatTemplate, Conversation, LlmError, OnFull, StopReason, Turn};
 
 /// What to do when the conversation fills the model's context.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -67,7 +67,7 @@ pub fn main(args: ChatArgs) -> anyhow::Result<()> {
     let system = args
         .system
         .clone()
-        .or_else(|| crate::llm_args::default_system(&args.model.tokenizer));
+        .or_else(|| ChatTemplate::default_system_beside(&args.model.tokenizer));
     let context = runner.metadata().max_context_len;
     let mut chat = Conversation::new(&mut runner, template, system);
     let on_full = match args.on_full {

@@ -87,15 +87,11 @@ pub fn main(args: GenerateArgs) -> anyhow::Result<()> {
     let text = if args.chat {
         let template = crate::llm_args::chat_template(&runner, args.chat_template.as_deref())
             .context("--chat")?;
-        for stop in template.stop_tokens() {
-            if let Some(id) = runner.tokenizer().token_id(stop) {
-                runner.add_eos_id(id as u64);
-            }
-        }
+        runner.add_stop_tokens(template);
         let system = args
             .system
             .clone()
-            .or_else(|| crate::llm_args::default_system(&args.model.tokenizer));
+            .or_else(|| etch_llm::ChatTemplate::default_system_beside(&args.model.tokenizer));
         template.render(system.as_deref(), &prompt)
     } else {
         prompt

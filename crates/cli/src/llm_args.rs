@@ -98,17 +98,3 @@ pub fn chat_template(runner: &Runner, name: Option<&str>) -> anyhow::Result<Chat
         ),
     }
 }
-
-/// The default system message of the chat template stored beside the tokenizer
-/// (`chat_template.jinja`, or `chat_template` in `tokenizer_config.json`), if any.
-pub fn default_system(tokenizer: &std::path::Path) -> Option<String> {
-    let dir = tokenizer.parent()?;
-    let template = std::fs::read_to_string(dir.join("chat_template.jinja"))
-        .ok()
-        .or_else(|| {
-            let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok()?;
-            let v: serde_json::Value = serde_json::from_str(&config).ok()?;
-            v.get("chat_template")?.as_str().map(str::to_string)
-        })?;
-    ChatTemplate::default_system_prompt(&template)
-}

@@ -14,7 +14,7 @@ use crate::ScalarType;
 use crate::error::{FormatError, Result};
 use crate::flatbuf::{Buffer, FieldPath};
 use crate::limits::{MAX_LIST_ITEMS, MAX_NAMED_DATA, MAX_SEGMENTS};
-use crate::program::header::check_identifier;
+use crate::program::header::{check_identifier, header_err, u32_at, u64_at};
 use crate::program::model::ByteRange;
 
 /// The FlatTensor file identifier.
@@ -82,27 +82,6 @@ pub struct DataFile {
     version: u32,
     segments: Vec<ByteRange>,
     entries: Vec<DataEntry>,
-}
-
-fn header_err(field: &str, reason: impl Into<String>) -> FormatError {
-    FormatError::Header {
-        path: format!("header.{field}"),
-        reason: reason.into(),
-    }
-}
-
-fn u32_at(bytes: &[u8], pos: usize) -> Option<u32> {
-    bytes
-        .get(pos..)?
-        .first_chunk::<4>()
-        .map(|b| u32::from_le_bytes(*b))
-}
-
-fn u64_at(bytes: &[u8], pos: usize) -> Option<u64> {
-    bytes
-        .get(pos..)?
-        .first_chunk::<8>()
-        .map(|b| u64::from_le_bytes(*b))
 }
 
 /// Parses and checks the `FH01` header against the file length.
@@ -253,20 +232,14 @@ impl DataFile {
     /// Reads the file at `path` into aligned memory and loads it.
     pub fn read(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = SharedBytes::read_file(path).map_err(|source| FormatError::Io {
-            file: path.to_owned(),
-            source,
-        })?;
+        let bytes = SharedBytes::read_file(path).map_err(FormatError::io(path))?;
         Self::from_bytes(bytes)
     }
 
     /// Memory-maps the file at `path` (and `mlock`s it when `lock`) and loads it.
     pub fn map(path: impl AsRef<Path>, lock: bool) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = SharedBytes::map_file(path, lock).map_err(|source| FormatError::Io {
-            file: path.to_owned(),
-            source,
-        })?;
+        let bytes = SharedBytes::map_file(path, lock).map_err(FormatError::io(path))?;
         Self::from_bytes(bytes)
     }
 

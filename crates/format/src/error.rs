@@ -1,6 +1,6 @@
 //! The format layer's error type.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Why a `.pte` or `.ptd` file (or a lookup into one) was rejected.
 ///
@@ -148,11 +148,12 @@ pub enum FormatError {
     },
 }
 
-impl FormatError {
-    /// The path of the offending field, when the error is about file contents.
-    pub fn path(&self) -> Option<&str> {
+/// The `path` field of every variant that has one (`None` for [`FormatError::Io`]):
+/// one list of variants for reading and for rewriting the path.
+macro_rules! path_field {
+    ($error:expr) => {{
         use FormatError::*;
-        match self {
+        match $error {
             Io { .. } => None,
             BadIdentifier { path, .. }
             | IncompatibleVersion { path, .. }
@@ -168,29 +169,30 @@ impl FormatError {
             | Unsupported { path, .. }
             | NotFound { path, .. } => Some(path),
         }
+    }};
+}
+
+impl FormatError {
+    /// The path of the offending field, when the error is about file contents.
+    pub fn path(&self) -> Option<&str> {
+        path_field!(self).map(String::as_str)
     }
 
     /// The same error, reported at `new_path` (used when a lookup fails on behalf of
     /// a field, e.g. a tensor's `data_buffer_idx`).
     pub(crate) fn with_path(mut self, new_path: String) -> Self {
-        use FormatError::*;
-        match &mut self {
-            Io { .. } => {}
-            BadIdentifier { path, .. }
-            | IncompatibleVersion { path, .. }
-            | Header { path, .. }
-            | OutOfBounds { path, .. }
-            | InvalidUtf8 { path }
-            | MissingField { path }
-            | UnknownTag { path, .. }
-            | IndexOutOfRange { path, .. }
-            | WrongValueType { path, .. }
-            | LimitExceeded { path, .. }
-            | Invalid { path, .. }
-            | Unsupported { path, .. }
-            | NotFound { path, .. } => *path = new_path,
+        if let Some(path) = path_field!(&mut self) {
+            *path = new_path;
         }
         self
+    }
+
+    /// Wraps an I/O error on `file` (for `map_err` after opening or mapping it).
+    pub(crate) fn io(file: &Path) -> impl FnOnce(std::io::Error) -> Self + '_ {
+        move |source| FormatError::Io {
+            file: file.to_owned(),
+            source,
+        }
     }
 
     pub(crate) fn invalid(path: impl ToString, reason: impl Into<String>) -> Self {

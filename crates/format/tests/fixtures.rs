@@ -1,29 +1,13 @@
 //! Loads every `tests/fixtures/*.pte` and compares it with `tests/fixtures/manifest.json`.
 
-use std::path::PathBuf;
+mod common;
 
 use etch_format::ProgramFile;
 use etch_format::inspect::ProgramSummary;
 
-fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
-}
-
-fn fixture_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
-        .map(|d| {
-            d.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|e| e == "pte"))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files
-}
-
 #[test]
 fn every_fixture_loads() {
-    for path in fixture_files() {
+    for path in common::fixture_files() {
         let file = ProgramFile::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let mapped =
             ProgramFile::map(&path, false).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -52,7 +36,7 @@ fn operators_of(file: &ProgramFile) -> Vec<String> {
 
 #[test]
 fn fixtures_match_manifest() {
-    let Ok(text) = std::fs::read_to_string(fixtures_dir().join("manifest.json")) else {
+    let Ok(text) = std::fs::read_to_string(common::fixtures_dir().join("manifest.json")) else {
         return; // No manifest yet: nothing to compare.
     };
     let manifest: serde_json::Value = serde_json::from_str(&text).expect("manifest.json is JSON");
@@ -61,7 +45,7 @@ fn fixtures_match_manifest() {
         let Some(pte) = fixture["pte"].as_str() else {
             continue;
         };
-        let path = fixtures_dir().join(pte);
+        let path = common::fixtures_dir().join(pte);
         if !path.exists() {
             continue; // Still being generated.
         }
@@ -100,7 +84,7 @@ fn fixtures_match_manifest() {
 /// Facts about the tiny llama export (brief §10), when that fixture exists.
 #[test]
 fn tiny_llama_facts() {
-    let path = fixtures_dir().join("tiny_llama_fp32.pte");
+    let path = common::fixtures_dir().join("tiny_llama_fp32.pte");
     if !path.exists() {
         return;
     }

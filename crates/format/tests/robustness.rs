@@ -179,19 +179,6 @@ fn mutate_all(name: &str, original: &[u8], budget: usize) -> (usize, usize) {
     (count, loaded)
 }
 
-fn fixture_files() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|d| {
-            d.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|e| e == "pte"))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files
-}
-
 #[test]
 fn builder_and_data_programs_survive_corruption() {
     let mut no_header = common::program::sample_program();
@@ -224,7 +211,7 @@ fn builder_and_data_programs_survive_corruption() {
 
 #[test]
 fn fixtures_survive_corruption() {
-    let files = fixture_files();
+    let files = common::fixture_files();
     if files.is_empty() {
         return;
     }

@@ -105,6 +105,21 @@ impl ChatTemplate {
         (!text.is_empty() && !text.contains("{{") && !text.contains('\'')).then(|| text.to_string())
     }
 
+    /// The default system message of the chat template stored beside `tokenizer`
+    /// (`chat_template.jinja`, or `chat_template` in `tokenizer_config.json`), as
+    /// [`ChatTemplate::default_system_prompt`] reads it; `None` when there is none.
+    pub fn default_system_beside(tokenizer: &std::path::Path) -> Option<String> {
+        let dir = tokenizer.parent()?;
+        let template = std::fs::read_to_string(dir.join("chat_template.jinja"))
+            .ok()
+            .or_else(|| {
+                let config = std::fs::read_to_string(dir.join("tokenizer_config.json")).ok()?;
+                let v: serde_json::Value = serde_json::from_str(&config).ok()?;
+                v.get("chat_template")?.as_str().map(str::to_string)
+            })?;
+        Self::default_system_prompt(&template)
+    }
+
     /// Tokens that end an assistant turn in this format.
     pub fn stop_tokens(self) -> &'static [&'static str] {
         match self {

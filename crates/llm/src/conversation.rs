@@ -50,11 +50,7 @@ impl Conversation {
     /// A new conversation; the template's end-of-turn tokens become stop tokens of
     /// `runner`, whose cache is reset.
     pub fn new(runner: &mut Runner, template: ChatTemplate, system: Option<String>) -> Self {
-        for stop in template.stop_tokens() {
-            if let Some(id) = runner.tokenizer().token_id(stop) {
-                runner.add_eos_id(id as u64);
-            }
-        }
+        runner.add_stop_tokens(template);
         runner.reset();
         Self {
             template,

@@ -10,8 +10,8 @@ use etch_runtime::{LoadMode, Method, Module};
 use half::{bf16, f16};
 
 use crate::{
-    LlmError, LlmMetadata, Sampler, SamplingConfig, StreamDecoder, Tokenizer, load_tokenizer,
-    tokenizer::TokenBytes,
+    ChatTemplate, LlmError, LlmMetadata, Sampler, SamplingConfig, StreamDecoder, Tokenizer,
+    load_tokenizer, tokenizer::TokenBytes,
 };
 
 /// Default cache budget of the runner's caching temp allocator.
@@ -275,6 +275,15 @@ impl Runner {
     pub fn add_eos_id(&mut self, id: u64) {
         if !self.eos_ids.contains(&id) {
             self.eos_ids.push(id);
+        }
+    }
+
+    /// Adds the end-of-turn tokens of `template` that the tokenizer knows as stop tokens.
+    pub fn add_stop_tokens(&mut self, template: ChatTemplate) {
+        for stop in template.stop_tokens() {
+            if let Some(id) = self.tokenizer.token_id(stop) {
+                self.add_eos_id(id as u64);
+            }
         }
     }
 

@@ -60,10 +60,7 @@ impl ProgramFile {
     /// Reads the file at `path` into aligned memory and loads it.
     pub fn read(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = SharedBytes::read_file(path).map_err(|source| FormatError::Io {
-            file: path.to_owned(),
-            source,
-        })?;
+        let bytes = SharedBytes::read_file(path).map_err(FormatError::io(path))?;
         Self::from_bytes(bytes)
     }
 
@@ -71,20 +68,14 @@ impl ProgramFile {
     /// OS offers them (see [`SharedBytes::read_file_huge_pages`]) and loads it.
     pub fn read_huge_pages(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = SharedBytes::read_file_huge_pages(path).map_err(|source| FormatError::Io {
-            file: path.to_owned(),
-            source,
-        })?;
+        let bytes = SharedBytes::read_file_huge_pages(path).map_err(FormatError::io(path))?;
         Self::from_bytes(bytes)
     }
 
     /// Memory-maps the file at `path` (and `mlock`s it when `lock`) and loads it.
     pub fn map(path: impl AsRef<Path>, lock: bool) -> Result<Self> {
         let path = path.as_ref();
-        let bytes = SharedBytes::map_file(path, lock).map_err(|source| FormatError::Io {
-            file: path.to_owned(),
-            source,
-        })?;
+        let bytes = SharedBytes::map_file(path, lock).map_err(FormatError::io(path))?;
         Self::from_bytes(bytes)
     }
 

@@ -26,21 +26,24 @@ pub(crate) struct Layout {
     pub segment_base_offset: u64,
 }
 
-fn header_err(field: &str, reason: impl Into<String>) -> FormatError {
+/// A [`FormatError::Header`] about `header.{field}`.
+pub(crate) fn header_err(field: &str, reason: impl Into<String>) -> FormatError {
     FormatError::Header {
         path: format!("header.{field}"),
         reason: reason.into(),
     }
 }
 
-fn u32_at(bytes: &[u8], pos: usize) -> Option<u32> {
+/// The little-endian `u32` at `pos`, if the bytes reach that far.
+pub(crate) fn u32_at(bytes: &[u8], pos: usize) -> Option<u32> {
     bytes
         .get(pos..)?
         .first_chunk::<4>()
         .map(|b| u32::from_le_bytes(*b))
 }
 
-fn u64_at(bytes: &[u8], pos: usize) -> Option<u64> {
+/// The little-endian `u64` at `pos`, if the bytes reach that far.
+pub(crate) fn u64_at(bytes: &[u8], pos: usize) -> Option<u64> {
     bytes
         .get(pos..)?
         .first_chunk::<8>()

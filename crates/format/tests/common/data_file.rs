@@ -1,6 +1,7 @@
 //! Test-only `.ptd` (FlatTensor) descriptions.
 
 use super::flatbuffers::{Field, Obj, TableB, Writer};
+use super::program::{SEGMENT_ALIGN, lay_out_segments};
 
 /// One named-data entry: key, segment index, optional (dtype, sizes, dim_order).
 #[derive(Clone, Debug)]
@@ -22,20 +23,11 @@ pub struct DataFileB {
 
 const HEADER_LEN: usize = 40;
 const PADDED_HEADER_LEN: usize = 48;
-const SEGMENT_ALIGN: usize = 16;
 
 impl DataFileB {
     /// The file bytes, laid out like ExecuTorch's FlatTensorSerializer.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut data = Vec::new();
-        let mut table = Vec::new();
-        for s in &self.segments {
-            while data.len() % SEGMENT_ALIGN != 0 {
-                data.push(0);
-            }
-            table.push((data.len() as u64, s.len() as u64));
-            data.extend_from_slice(s);
-        }
+        let (data, table) = lay_out_segments(&self.segments);
         let table = self.segment_table.clone().unwrap_or(table);
         let root = TableB::new()
             .f(0, Field::U32(self.version))

@@ -319,6 +319,21 @@ pub struct ProgramB {
 
 pub const SEGMENT_ALIGN: usize = 16;
 
+/// The segments laid end to end, each starting at a multiple of [`SEGMENT_ALIGN`], and
+/// the `(offset, size)` table that finds them.
+pub fn lay_out_segments(segments: &[Vec<u8>]) -> (Vec<u8>, Vec<(u64, u64)>) {
+    let mut data = Vec::new();
+    let mut table = Vec::new();
+    for s in segments {
+        while data.len() % SEGMENT_ALIGN != 0 {
+            data.push(0);
+        }
+        table.push((data.len() as u64, s.len() as u64));
+        data.extend_from_slice(s);
+    }
+    (data, table)
+}
+
 impl ProgramB {
     fn table(&self, segment_table: &[(u64, u64)]) -> TableB {
         let mut t = TableB::new()
@@ -387,15 +402,7 @@ impl ProgramB {
     /// The `.pte` bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         // Segment layout relative to the segment base.
-        let mut data = Vec::new();
-        let mut table = Vec::new();
-        for s in &self.segments {
-            while data.len() % SEGMENT_ALIGN != 0 {
-                data.push(0);
-            }
-            table.push((data.len() as u64, s.len() as u64));
-            data.extend_from_slice(s);
-        }
+        let (data, table) = lay_out_segments(&self.segments);
         let table = self.segment_table.clone().unwrap_or(table);
         let with_header = self.extended_header || !self.segments.is_empty();
         let header = if with_header {

@@ -234,17 +234,22 @@ impl Method {
             .try_for_each(|(i, v)| self.set_input(i, v))
     }
 
-    /// A view of tensor output `index` (or an error for a non-tensor output).
-    pub fn output_tensor(&mut self, index: usize) -> Result<TensorView<'_>, RuntimeError> {
-        let slot = *self
-            .plan
+    /// The value slot of output `index`.
+    fn output_slot(&self, index: usize) -> Result<usize, RuntimeError> {
+        self.plan
             .outputs
             .get(index)
+            .copied()
             .ok_or_else(|| RuntimeError::OutputIndex {
                 method: self.plan.name.clone(),
                 index,
                 count: self.plan.outputs.len(),
-            })?;
+            })
+    }
+
+    /// A view of tensor output `index` (or an error for a non-tensor output).
+    pub fn output_tensor(&mut self, index: usize) -> Result<TensorView<'_>, RuntimeError> {
+        let slot = self.output_slot(index)?;
         let t = match self.values.get(slot) {
             Some(EValue::Tensor(t)) => *t,
             other => {
@@ -282,15 +287,7 @@ impl Method {
 
     /// Output `index`, copied out.
     pub fn output(&mut self, index: usize) -> Result<Value, RuntimeError> {
-        let slot = *self
-            .plan
-            .outputs
-            .get(index)
-            .ok_or_else(|| RuntimeError::OutputIndex {
-                method: self.plan.name.clone(),
-                index,
-                count: self.plan.outputs.len(),
-            })?;
+        let slot = self.output_slot(index)?;
         Ok(match &self.values[slot] {
             EValue::None => Value::None,
             EValue::Int(v) => Value::Int(*v),
