@@ -3,12 +3,12 @@
 # reply's last token, its closing and the new user message), never turn 1 again.
 # The expected token count comes from the official `tokenizers` package (the fixtures
 # venv), not from etch.
-# Usage: bench/chat_turns.sh [--model FILE.pte] [--tokenizer tokenizer.json] [--no-build]
+# Usage: bench/chat_turns.sh [--model FILE.pte (default: model_8da4w.pte, what smollm2.sh builds)] [--tokenizer tokenizer.json] [--no-build]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PY:-$ROOT/tools/fixtures/.venv/bin/python}"
 DIR="$ROOT/models/smollm2-135m-instruct"
-PTE="$DIR/model.pte"; TOK="$DIR/tokenizer.json"; BUILD=1
+PTE="$DIR/model_8da4w.pte"; TOK="$DIR/tokenizer.json"; BUILD=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) PTE="$2"; shift 2;;

@@ -11,7 +11,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PY:-$ROOT/tools/fixtures/.venv/bin/python}"
-PTE="$ROOT/models/smollm2-135m-instruct/model.pte"
+PTE="$ROOT/models/smollm2-135m-instruct/model_8da4w.pte"
 THREADS=1; RUNNER=0
 TOK="$ROOT/models/smollm2-135m-instruct/tokenizer.json"
 while [ $# -gt 0 ]; do

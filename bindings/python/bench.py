@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL = REPO / "models" / "smollm2-135m-instruct" / "model.pte"
+DEFAULT_MODEL = REPO / "models" / "smollm2-135m-instruct" / "model_8da4w.pte"
 
 
 def decode_loop(
