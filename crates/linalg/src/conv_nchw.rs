@@ -10,6 +10,7 @@
 
 use std::ops::Range;
 
+use crate::Isa;
 use crate::conv::ConvGeometry;
 
 /// First and one-past-last output coordinate whose tap `tap` reads inside `0..size`:
@@ -85,7 +86,21 @@ pub fn im2col_nchw(g: &ConvGeometry, input: &[f32], rows: Range<usize>, col: &mu
 /// Convolves one input plane (`in_h x in_w`) with one `kernel_h x kernel_w` filter
 /// into one output plane (`out_h x out_w`), adding `bias`: the depthwise case, one
 /// output channel reading one input channel. Returns `false` when a slice is too short.
+/// Runs on this CPU's best instruction set ([`conv2d_plane_nchw_with`]).
 pub fn conv2d_plane_nchw(
+    g: &ConvGeometry,
+    input: &[f32],
+    filter: &[f32],
+    bias: f32,
+    output: &mut [f32],
+) -> bool {
+    conv2d_plane_nchw_with(crate::dispatch().gemm, g, input, filter, bias, output)
+}
+
+/// [`conv2d_plane_nchw`] on `isa`: with AVX2 and FMA (or NEON) the row loops are
+/// compiled with fused multiply-adds and vectorised; elsewhere `x * w + o` rounds twice.
+pub fn conv2d_plane_nchw_with(
+    isa: Isa,
     g: &ConvGeometry,
     input: &[f32],
     filter: &[f32],
@@ -96,6 +111,32 @@ pub fn conv2d_plane_nchw(
     if input.len() < ih * iw || filter.len() < g.kernel_h * g.kernel_w || output.len() < oh * ow {
         return false;
     }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = isa.avx2() {
+        x86::plane_fma(t, g, input, filter, bias, output);
+        return true;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa.neon().is_some() {
+        plane::<true>(g, input, filter, bias, output);
+        return true;
+    }
+    let _ = isa;
+    plane::<false>(g, input, filter, bias, output);
+    true
+}
+
+/// The body of [`conv2d_plane_nchw_with`], lengths checked; `FUSED` rounds `x * w + o`
+/// once.
+#[inline(always)]
+fn plane<const FUSED: bool>(
+    g: &ConvGeometry,
+    input: &[f32],
+    filter: &[f32],
+    bias: f32,
+    output: &mut [f32],
+) {
+    let (ih, iw, oh, ow) = (g.in_h, g.in_w, g.out_h, g.out_w);
     let output = &mut output[..oh * ow];
     output.fill(bias);
     let xs_of: [Range<usize>; 16] = std::array::from_fn(|kx| {
@@ -125,17 +166,53 @@ pub fn conv2d_plane_nchw(
                 let d = &mut dst[xs.clone()];
                 if g.stride_w == 1 {
                     for (o, &x) in d.iter_mut().zip(&src[ix0..ix0 + xs.len()]) {
-                        *o = x.mul_add(w, *o);
+                        *o = madd::<FUSED>(x, w, *o);
                     }
                 } else {
                     for (j, o) in d.iter_mut().enumerate() {
-                        *o = src[ix0 + j * g.stride_w].mul_add(w, *o);
+                        *o = madd::<FUSED>(src[ix0 + j * g.stride_w], w, *o);
                     }
                 }
             }
         }
     }
-    true
+}
+
+/// `x * w + o`, fused into one rounding when `FUSED`.
+#[inline(always)]
+fn madd<const FUSED: bool>(x: f32, w: f32, o: f32) -> f32 {
+    if FUSED { x.mul_add(w, o) } else { x * w + o }
+}
+
+/// The AVX2 + FMA entry point of the plane kernel.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{ConvGeometry, plane};
+    use crate::CpuSupport;
+
+    /// [`plane`] compiled with AVX2 and FMA.
+    pub(super) fn plane_fma(
+        _: CpuSupport,
+        g: &ConvGeometry,
+        input: &[f32],
+        filter: &[f32],
+        bias: f32,
+        output: &mut [f32],
+    ) {
+        // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
+        unsafe { plane_avx2(g, input, filter, bias, output) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn plane_avx2(
+        g: &ConvGeometry,
+        input: &[f32],
+        filter: &[f32],
+        bias: f32,
+        output: &mut [f32],
+    ) {
+        plane::<true>(g, input, filter, bias, output)
+    }
 }
 
 /// The col2im scatter of a transposed convolution: `col` holds, per row
@@ -395,10 +472,13 @@ mod tests {
             let bias = [0.25f32];
             let mut want = vec![0f32; g.out_pixels()];
             prop_assert!(conv2d_nchw_reference(&g, &input, &filter, &bias, &mut want));
-            let mut got = vec![f32::NAN; want.len()];
-            prop_assert!(conv2d_plane_nchw(&g, &input, &filter, bias[0], &mut got));
-            for (a, b) in got.iter().zip(&want) {
-                prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+            // Every instruction set of this CPU, the scalar twin included.
+            for &isa in Isa::available() {
+                let mut got = vec![f32::NAN; want.len()];
+                prop_assert!(conv2d_plane_nchw_with(isa, &g, &input, &filter, bias[0], &mut got));
+                for (a, b) in got.iter().zip(&want) {
+                    prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{}: {a} vs {b}", isa.name());
+                }
             }
         }
 
