@@ -213,7 +213,8 @@ fn max_plane(w: &Window, src: &[f32], o: &mut [f32]) {
     }
 }
 
-/// Output row `oy`, columns `x0 .. x0 + out.len()`, of a max pooling.
+/// Output row `oy`, columns `x0 .. x0 + out.len()`, of a max pooling. Taps are read
+/// row by row, left to right, and the first of equal maxima wins.
 fn max_row(
     w: &Window,
     src: &[f32],
@@ -222,26 +223,17 @@ fn max_row(
     out: &mut [f32],
     mut idx: Option<&mut [i64]>,
 ) {
+    let rows = w.taps_inside(0, oy);
     for (j, o) in out.iter_mut().enumerate() {
         let ox = x0 + j;
+        let cols = w.taps_inside(1, ox);
         let mut best = f32::NEG_INFINITY;
         let mut best_i = -1i64;
         let mut first = true;
-        for ky in 0..w.k[0] {
-            let Some(iy) = (oy * w.s[0] + ky * w.d[0])
-                .checked_sub(w.p[0])
-                .filter(|&y| y < w.in_h)
-            else {
-                continue;
-            };
-            for kx in 0..w.k[1] {
-                let Some(ix) = (ox * w.s[1] + kx * w.d[1])
-                    .checked_sub(w.p[1])
-                    .filter(|&x| x < w.in_w)
-                else {
-                    continue;
-                };
-                let at = iy * w.in_w + ix;
+        for ky in rows.clone() {
+            let iy = oy * w.s[0] + ky * w.d[0] - w.p[0];
+            for kx in cols.clone() {
+                let at = iy * w.in_w + ox * w.s[1] + kx * w.d[1] - w.p[1];
                 let v = src[at];
                 if first || v > best {
                     best = v;
@@ -254,6 +246,20 @@ fn max_row(
         if let Some(idx) = idx.as_deref_mut() {
             idx[j] = best_i;
         }
+    }
+}
+
+impl Window {
+    /// The taps `k` of `axis` (0: rows, 1: columns) whose input coordinate
+    /// `o * stride + k * dilation - pad` for output `o` lies inside the input.
+    fn taps_inside(&self, axis: usize, o: usize) -> std::ops::Range<usize> {
+        let (stride, dilation, pad) = (self.s[axis], self.d[axis].max(1), self.p[axis]);
+        let size = if axis == 0 { self.in_h } else { self.in_w };
+        let start = o * stride;
+        // First tap at or past the padding; first tap past the input's far edge.
+        let lo = pad.saturating_sub(start).div_ceil(dilation);
+        let hi = (size + pad).saturating_sub(start).div_ceil(dilation);
+        lo.min(self.k[axis])..hi.min(self.k[axis]).max(lo.min(self.k[axis]))
     }
 }
 
