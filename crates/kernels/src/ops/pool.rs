@@ -184,15 +184,11 @@ fn max_pool2d_with_indices(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<
             "max_pool2d: unexpected storage length",
         ));
     }
-    // Values and indices are written by separate passes over the same windows so that
-    // each pass splits one slice over the pool.
-    planes(ctx, os, out_plane, out_plane * w.k[0] * w.k[1], |pi, o| {
-        max_plane(&w, &xs[pi * in_plane..(pi + 1) * in_plane], o)
-    });
+    // Indices first, then each value gathered at its index: two passes, each splitting
+    // one slice over the pool, and the windows compared once.
     planes(ctx, is, out_plane, out_plane * w.k[0] * w.k[1], |pi, ix| {
         let mut scratch = [0f32; 64];
         let src = &xs[pi * in_plane..(pi + 1) * in_plane];
-        // Indices row by row (the values are recomputed into a small buffer).
         for oy in 0..w.out_h {
             let row = &mut ix[oy * w.out_w..(oy + 1) * w.out_w];
             for (c0, chunk) in row.chunks_mut(64).enumerate() {
@@ -201,16 +197,21 @@ fn max_pool2d_with_indices(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<
             }
         }
     });
+    let is: &[i64] = is;
+    planes(ctx, os, out_plane, out_plane, |pi, o| {
+        let src = &xs[pi * in_plane..(pi + 1) * in_plane];
+        let ix = &is[pi * out_plane..(pi + 1) * out_plane];
+        for (o, &i) in o.iter_mut().zip(ix) {
+            // -1 (a window with no tap inside the input) reads as -inf.
+            *o = usize::try_from(i)
+                .ok()
+                .and_then(|i| src.get(i))
+                .copied()
+                .unwrap_or(f32::NEG_INFINITY);
+        }
+    });
     staged_out.finish("max_pool2d out")?;
     staged_idx.finish("max_pool2d indices")
-}
-
-/// Max pooling of one plane into `o`.
-fn max_plane(w: &Window, src: &[f32], o: &mut [f32]) {
-    for oy in 0..w.out_h {
-        let row = &mut o[oy * w.out_w..(oy + 1) * w.out_w];
-        max_row(w, src, oy, 0, row, None);
-    }
 }
 
 /// Output row `oy`, columns `x0 .. x0 + out.len()`, of a max pooling. Taps are read

@@ -623,6 +623,15 @@ fn pack_b<T: WeightElem>(
             for kk in 0..kc {
                 let base = b.offset + (k0 + kk) * b.rs + (c0 + q * nr) * b.cs;
                 let dst = &mut panel[kk * nr..(kk + 1) * nr];
+                if b.cs == 1 {
+                    // n-contiguous rows (activations, an im2col matrix): one run per row.
+                    let (head, tail) = dst.split_at_mut(cols);
+                    for (d, v) in head.iter_mut().zip(&s[base..base + cols]) {
+                        *d = v.to_f32();
+                    }
+                    tail.fill(0.0);
+                    continue;
+                }
                 for (c, d) in dst.iter_mut().enumerate() {
                     *d = if c < cols {
                         s[base + c * b.cs].to_f32()
