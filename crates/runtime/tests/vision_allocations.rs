@@ -56,11 +56,20 @@ fn vision_programs_do_not_allocate_after_warm_up() {
     }
     for (name, threads, module) in &mut modules {
         let method = module.method_mut("forward").expect("method");
-        let before = CountingAllocator::global_counts();
-        for _ in 0..3 {
-            method.execute().expect("execute");
+        // The counts are process-wide (the pool's workers allocate on other threads), so
+        // a thread of the harness or another module's pool settling can add a stray
+        // allocation to one trial; an allocation made by `execute` shows in every trial.
+        let mut counts = Default::default();
+        for _trial in 0..5 {
+            let before = CountingAllocator::global_counts();
+            for _ in 0..3 {
+                method.execute().expect("execute");
+            }
+            counts = CountingAllocator::global_counts().since(&before);
+            if counts.allocations == 0 {
+                break;
+            }
         }
-        let counts = CountingAllocator::global_counts().since(&before);
         assert_eq!(
             counts.allocations, 0,
             "{name}, {threads} threads: {counts:?}"
