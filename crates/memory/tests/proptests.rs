@@ -83,6 +83,7 @@ fn run(mut subject: Subject, ops: Vec<Op>) {
         match op {
             Op::Alloc { size, align_log2 } => {
                 let align = 1usize << align_log2;
+                let live_before = subject.allocator().stats().bytes_live;
                 let result = subject.allocator().allocate(size, align);
                 let charged = match &mut subject {
                     Subject::Arena {
@@ -109,7 +110,17 @@ fn run(mut subject: Subject, ops: Vec<Op>) {
                         charged
                     }
                     Subject::Malloc(_) => size.max(1),
-                    Subject::Caching { .. } => size_class(size).unwrap(),
+                    Subject::Caching { cache, .. } => {
+                        // Its own class, or a cached block of one of the next classes
+                        // (at most twice as large).
+                        let class = size_class(size).unwrap();
+                        let charged = cache.stats().bytes_live - live_before;
+                        assert!(
+                            (class..=2 * class).contains(&charged),
+                            "{size} bytes charged {charged}"
+                        );
+                        charged
+                    }
                 };
                 let ptr = result.unwrap();
                 assert_eq!(ptr.as_ptr() as usize % align, 0);

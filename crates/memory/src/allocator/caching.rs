@@ -21,6 +21,9 @@ const STEPS_LOG2: u32 = 2;
 const STEPS: usize = 1 << STEPS_LOG2;
 /// Classes 64, 80, 96, 112, 128, 160, ... up to the largest that fits in usize.
 const NUM_CLASSES: usize = (usize::BITS - MIN_CLASS_SHIFT) as usize * STEPS + 1;
+/// How many classes above its own a request may take a cached block from (4 steps: a
+/// block at most twice the request's class).
+const LARGER_CLASSES: usize = STEPS;
 
 /// Index and capacity of the size class serving `size` bytes, or `None` when the
 /// capacity would overflow `usize`.
@@ -110,6 +113,15 @@ impl Inner {
         free.remove(i)
     }
 
+    /// Takes a cached block for a request of `class`: one of that class, else the
+    /// smallest cached one of the next [`LARGER_CLASSES`] classes (so a pass whose
+    /// requests vary in size, like a CNN's layers, reuses the blocks it freed instead of
+    /// cycling through the system allocator).
+    fn take_cached_fit(&mut self, class: usize, align: usize) -> Option<Block> {
+        let last = (class + LARGER_CLASSES).min(NUM_CLASSES - 1);
+        (class..=last).find_map(|c| self.take_cached(c, align))
+    }
+
     fn note_live(&mut self, mut block: Block) {
         self.tick += 1;
         block.last_use = self.tick;
@@ -170,7 +182,9 @@ impl Inner {
 ///
 /// * Requests are rounded up to **size classes** (see [`size_class`]: 4 steps between
 ///   powers of two), not cached by exact size, so scratch that grows by a few bytes per
-///   decode step keeps reusing the same blocks.
+///   decode step keeps reusing the same blocks. A request whose class has no cached
+///   block takes one from the next four classes (at most twice its class), so a pass
+///   whose requests vary in size (a CNN's layers) reuses what it freed.
 /// * Blocks keep their real `Layout` (at least [`DEFAULT_CACHING_ALIGNMENT`]-aligned,
 ///   no `align - 1` padding); a request for a larger alignment reuses any cached block
 ///   of its class whose address happens to be aligned, or gets a new block with that
@@ -329,9 +343,9 @@ unsafe impl MemoryAllocator for CachingAllocator {
 
         {
             let mut inner = self.lock();
-            if let Some(block) = inner.take_cached(class, align) {
+            if let Some(block) = inner.take_cached_fit(class, align) {
                 inner.stats.hits += 1;
-                inner.stats.bytes_cached -= capacity;
+                inner.stats.bytes_cached -= block.layout.size();
                 inner.note_live(block);
                 return Ok(block.ptr);
             }
