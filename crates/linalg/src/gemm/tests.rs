@@ -2,18 +2,7 @@ use half::{bf16, f16};
 use proptest::prelude::*;
 
 use super::*;
-
-fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
+use crate::test_util::rand_vec;
 
 /// Naive f64 reference of `alpha*A·B + beta*C` for the given views.
 fn reference(g: &Gemm<'_>) -> Vec<f64> {
