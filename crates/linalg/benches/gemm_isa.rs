@@ -8,13 +8,8 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use etch_linalg::{GemmF32, Isa, PackedB, RhsF32, ThreadPool, gemm_f32_with};
 
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / 16777216.0 - 0.5
-        })
-        .collect()
-}
+mod common;
+use common::data;
 
 fn bench(c: &mut Criterion) {
     let fast: Vec<Isa> = Isa::available()

@@ -14,13 +14,8 @@ use etch_linalg::quant::{
 };
 use etch_linalg::{Isa, ThreadPool};
 
-fn data(n: usize, seed: u32) -> Vec<f32> {
-    (0..n)
-        .map(|i| {
-            ((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) as f32 / 16777216.0 - 0.5
-        })
-        .collect()
-}
+mod common;
+use common::data;
 
 fn bench(c: &mut Criterion) {
     for threads in [1usize, 2] {

@@ -67,50 +67,67 @@ impl ConvGeometry {
             && self.in_w == self.out_w
     }
 
-    /// The input row (or column) an output coordinate and kernel tap read, if inside.
-    fn source(
-        out: usize,
-        tap: usize,
-        stride: usize,
-        dilation: usize,
-        pad: usize,
-        size: usize,
-    ) -> Option<usize> {
-        (out * stride + tap * dilation)
-            .checked_sub(pad)
-            .filter(|&s| s < size)
+    /// The input row output row `oy` reads at kernel row `ky`, if inside the image.
+    #[inline(always)]
+    pub(crate) fn source_row(&self, oy: usize, ky: usize) -> Option<usize> {
+        let (stride, dilation) = (self.stride_h, self.dilation_h);
+        window_coord(oy, ky, stride, dilation, self.pad_top, self.in_h)
+    }
+
+    /// The input column output column `ox` reads at kernel column `kx`, if inside.
+    #[inline(always)]
+    pub(crate) fn source_col(&self, ox: usize, kx: usize) -> Option<usize> {
+        let (stride, dilation) = (self.stride_w, self.dilation_w);
+        window_coord(ox, kx, stride, dilation, self.pad_left, self.in_w)
+    }
+
+    /// The output row of a transposed convolution that input row `iy` adds to at kernel
+    /// row `ky`, if inside the output.
+    pub(crate) fn target_row(&self, iy: usize, ky: usize) -> Option<usize> {
+        let (stride, dilation) = (self.stride_h, self.dilation_h);
+        window_coord(iy, ky, stride, dilation, self.pad_top, self.out_h)
+    }
+
+    /// The output column of a transposed convolution that input column `ix` adds to at
+    /// kernel column `kx`, if inside the output.
+    pub(crate) fn target_col(&self, ix: usize, kx: usize) -> Option<usize> {
+        let (stride, dilation) = (self.stride_w, self.dilation_w);
+        window_coord(ix, kx, stride, dilation, self.pad_left, self.out_w)
     }
 
     /// Calls `f(pixel, tap)` for every kernel tap of output pixel `(oy, ox)` that reads
     /// inside the input: `pixel = iy * in_w + ix` is the input pixel it reads and
     /// `tap = ky * kernel_w + kx` the filter tap.
     #[inline(always)]
-    fn for_each_tap(&self, oy: usize, ox: usize, mut f: impl FnMut(usize, usize)) {
+    pub(crate) fn for_each_tap(&self, oy: usize, ox: usize, mut f: impl FnMut(usize, usize)) {
         for ky in 0..self.kernel_h {
-            let Some(iy) = Self::source(
-                oy,
-                ky,
-                self.stride_h,
-                self.dilation_h,
-                self.pad_top,
-                self.in_h,
-            ) else {
+            let Some(iy) = self.source_row(oy, ky) else {
                 continue;
             };
             for kx in 0..self.kernel_w {
-                if let Some(ix) = Self::source(
-                    ox,
-                    kx,
-                    self.stride_w,
-                    self.dilation_w,
-                    self.pad_left,
-                    self.in_w,
-                ) {
+                if let Some(ix) = self.source_col(ox, kx) {
                     f(iy * self.in_w + ix, ky * self.kernel_w + kx);
                 }
             }
         }
     }
+}
+
+/// The coordinate `at * stride + tap * dilation - pad` a sliding window at `at` reaches
+/// with tap `tap`, if inside `0..size` (the input a convolution or pooling window reads,
+/// or the output a transposed convolution writes).
+#[inline(always)]
+pub(crate) fn window_coord(
+    at: usize,
+    tap: usize,
+    stride: usize,
+    dilation: usize,
+    pad: usize,
+    size: usize,
+) -> Option<usize> {
+    (at * stride + tap * dilation)
+        .checked_sub(pad)
+        .filter(|&s| s < size)
 }
 
 /// Writes the im2col rows of output pixels `pixels` (row-major over `out_h x out_w`)
@@ -125,30 +142,49 @@ pub fn im2col_nhwc(
     pixels: std::ops::Range<usize>,
     col: &mut [f32],
 ) -> bool {
+    im2col_rows(g, input, group, pixels, col, g.patch_len(), 0.0)
+}
+
+/// [`im2col_nhwc`] for any element type, into rows of `stride >= patch_len()` elements:
+/// taps in the padding read `pad`, the row's tail past the patch is `T::default()`.
+pub(crate) fn im2col_rows<T: Copy + Default>(
+    g: &ConvGeometry,
+    input: &[T],
+    group: usize,
+    pixels: std::ops::Range<usize>,
+    col: &mut [T],
+    stride: usize,
+    pad: T,
+) -> bool {
     let patch = g.patch_len();
     let c = g.in_channels();
-    if input.len() < g.in_h * g.in_w * c || col.len() < pixels.len() * patch || group >= g.groups {
+    if stride < patch
+        || input.len() < g.in_h * g.in_w * c
+        || col.len() < pixels.len() * stride
+        || group >= g.groups
+    {
         return false;
     }
     let c0 = group * g.group_in;
-    for (row, p) in col.chunks_exact_mut(patch.max(1)).zip(pixels) {
+    for (row, p) in col.chunks_exact_mut(stride.max(1)).zip(pixels) {
         let (oy, ox) = (p / g.out_w.max(1), p % g.out_w.max(1));
         let mut at = 0;
         for ky in 0..g.kernel_h {
-            let iy = ConvGeometry::source(oy, ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h);
+            let iy = g.source_row(oy, ky);
             for kx in 0..g.kernel_w {
-                let ix = ConvGeometry::source(ox, kx, g.stride_w, g.dilation_w, g.pad_left, g.in_w);
+                let ix = g.source_col(ox, kx);
                 let dst = &mut row[at..at + g.group_in];
                 match (iy, ix) {
                     (Some(iy), Some(ix)) => {
                         let s = (iy * g.in_w + ix) * c + c0;
                         dst.copy_from_slice(&input[s..s + g.group_in]);
                     }
-                    _ => dst.fill(0.0),
+                    _ => dst.fill(pad),
                 }
                 at += g.group_in;
             }
         }
+        row[patch..].fill(T::default());
     }
     true
 }
@@ -178,31 +214,14 @@ pub fn conv2d_nhwc_reference(
             for oc in 0..co {
                 let grp = oc / g.group_out;
                 let mut s = bias[oc];
-                for ky in 0..g.kernel_h {
-                    let Some(iy) =
-                        ConvGeometry::source(oy, ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h)
-                    else {
-                        continue;
-                    };
-                    for kx in 0..g.kernel_w {
-                        let Some(ix) = ConvGeometry::source(
-                            ox,
-                            kx,
-                            g.stride_w,
-                            g.dilation_w,
-                            g.pad_left,
-                            g.in_w,
-                        ) else {
-                            continue;
-                        };
-                        for i in 0..g.group_in {
-                            let x = input[(iy * g.in_w + ix) * ci + grp * g.group_in + i];
-                            let w =
-                                filter[((oc * g.kernel_h + ky) * g.kernel_w + kx) * g.group_in + i];
-                            s += x * w;
-                        }
+                g.for_each_tap(oy, ox, |pixel, tap| {
+                    let taps = g.kernel_h * g.kernel_w;
+                    for i in 0..g.group_in {
+                        let x = input[pixel * ci + grp * g.group_in + i];
+                        let w = filter[(oc * taps + tap) * g.group_in + i];
+                        s += x * w;
                     }
-                }
+                });
                 output[(oy * g.out_w + ox) * co + oc] = s.max(min).min(max);
             }
         }
@@ -453,17 +472,11 @@ pub fn conv_transpose2d_nhwc(
         for ix in 0..g.in_w {
             let x = &input[(iy * g.in_w + ix) * ci..(iy * g.in_w + ix + 1) * ci];
             for ky in 0..g.kernel_h {
-                let Some(oy) = (iy * g.stride_h + ky * g.dilation_h)
-                    .checked_sub(g.pad_top)
-                    .filter(|&o| o < g.out_h)
-                else {
+                let Some(oy) = g.target_row(iy, ky) else {
                     continue;
                 };
                 for kx in 0..g.kernel_w {
-                    let Some(ox) = (ix * g.stride_w + kx * g.dilation_w)
-                        .checked_sub(g.pad_left)
-                        .filter(|&o| o < g.out_w)
-                    else {
+                    let Some(ox) = g.target_col(ix, kx) else {
                         continue;
                     };
                     let out = &mut output[(oy * g.out_w + ox) * co..(oy * g.out_w + ox + 1) * co];
@@ -494,65 +507,15 @@ pub fn conv_transpose2d_nhwc(
 mod tests {
     use super::*;
     use crate::dense::{Mat, matmul_nt};
+    use crate::test_util::{conv_geometry, grid_values};
     use proptest::prelude::*;
-
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 20) % 17) as f32 / 8.0
-                    - 1.0
-            })
-            .collect()
-    }
-
-    fn geometry() -> impl Strategy<Value = ConvGeometry> {
-        (
-            1usize..7,
-            1usize..7,
-            1usize..4,
-            1usize..4,
-            1usize..3,
-            1usize..3,
-            0usize..2,
-            1usize..3,
-            1usize..4,
-            1usize..4,
-        )
-            .prop_filter_map(
-                "kernel fits",
-                |(ih, iw, kh, kw, s, d, p, groups, gi, go)| {
-                    let eff_h = d * (kh - 1) + 1;
-                    let eff_w = d * (kw - 1) + 1;
-                    if ih + 2 * p < eff_h || iw + 2 * p < eff_w {
-                        return None;
-                    }
-                    Some(ConvGeometry {
-                        in_h: ih,
-                        in_w: iw,
-                        out_h: (ih + 2 * p - eff_h) / s + 1,
-                        out_w: (iw + 2 * p - eff_w) / s + 1,
-                        kernel_h: kh,
-                        kernel_w: kw,
-                        stride_h: s,
-                        stride_w: s,
-                        dilation_h: d,
-                        dilation_w: d,
-                        pad_top: p,
-                        pad_left: p,
-                        groups,
-                        group_in: gi,
-                        group_out: go,
-                    })
-                },
-            )
-    }
 
     proptest! {
         #[test]
-        fn im2col_gemm_matches_the_reference(g in geometry(), seed in 0u32..100) {
-            let input = values(g.in_h * g.in_w * g.in_channels(), seed);
-            let filter = values(g.out_channels() * g.patch_len(), seed + 1);
-            let bias = values(g.out_channels(), seed + 2);
+        fn im2col_gemm_matches_the_reference(g in conv_geometry(), seed in 0u32..100) {
+            let input = grid_values(g.in_h * g.in_w * g.in_channels(), seed);
+            let filter = grid_values(g.out_channels() * g.patch_len(), seed + 1);
+            let bias = grid_values(g.out_channels(), seed + 2);
             let mut want = vec![0f32; g.out_pixels() * g.out_channels()];
             prop_assert!(conv2d_nhwc_reference(&g, &input, &filter, &bias, -0.5, 2.0, &mut want));
             let mut got = vec![0f32; want.len()];
@@ -576,7 +539,7 @@ mod tests {
 
         #[test]
         fn depthwise_matches_the_grouped_reference(
-            g in geometry(),
+            g in conv_geometry(),
             channels in prop_oneof![Just(0usize), 30usize..70],
             seed in 0u32..100,
         ) {
@@ -585,16 +548,16 @@ mod tests {
             let group_out = if channels > 0 { 1 } else { g.group_out };
             let g = ConvGeometry { group_in: 1, groups, group_out, ..g };
             let (c, m) = (g.groups, g.group_out);
-            let input = values(g.in_h * g.in_w * c, seed);
+            let input = grid_values(g.in_h * g.in_w * c, seed);
             // Depthwise filter [kh, kw, c * m] and the same as OHWI [c * m, kh, kw, 1].
-            let dw = values(g.kernel_h * g.kernel_w * c * m, seed + 3);
+            let dw = grid_values(g.kernel_h * g.kernel_w * c * m, seed + 3);
             let mut ohwi = vec![0f32; dw.len()];
             for t in 0..g.kernel_h * g.kernel_w {
                 for k in 0..c * m {
                     ohwi[k * g.kernel_h * g.kernel_w + t] = dw[t * c * m + k];
                 }
             }
-            let bias = values(c * m, seed + 4);
+            let bias = grid_values(c * m, seed + 4);
             let mut want = vec![0f32; g.out_pixels() * c * m];
             prop_assert!(conv2d_nhwc_reference(&g, &input, &ohwi, &bias, f32::NEG_INFINITY, 6.0, &mut want));
             let mut got = vec![0f32; want.len()];
@@ -608,15 +571,15 @@ mod tests {
         }
 
         #[test]
-        fn transposed_is_the_adjoint(g in geometry(), seed in 0u32..100) {
+        fn transposed_is_the_adjoint(g in conv_geometry(), seed in 0u32..100) {
             // <conv(x), y> == <x, conv_transpose(y)> with the roles of in/out swapped.
-            let x = values(g.in_h * g.in_w * g.in_channels(), seed);
-            let f = values(g.out_channels() * g.patch_len(), seed + 5);
+            let x = grid_values(g.in_h * g.in_w * g.in_channels(), seed);
+            let f = grid_values(g.out_channels() * g.patch_len(), seed + 5);
             let zero_out = vec![0f32; g.out_channels()];
             let zero_in = vec![0f32; g.in_channels()];
             let mut cx = vec![0f32; g.out_pixels() * g.out_channels()];
             prop_assert!(conv2d_nhwc_reference(&g, &x, &f, &zero_out, f32::NEG_INFINITY, f32::INFINITY, &mut cx));
-            let y = values(cx.len(), seed + 6);
+            let y = grid_values(cx.len(), seed + 6);
             // The transposed convolution maps out_channels -> in_channels; its filter is
             // [groups * group_in, kh, kw, group_out].
             let t = ConvGeometry { in_h: g.out_h, in_w: g.out_w, out_h: g.in_h, out_w: g.in_w, group_in: g.group_out, group_out: g.group_in, ..g };

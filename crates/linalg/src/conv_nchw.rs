@@ -36,6 +36,16 @@ fn valid_outputs(
     lo.min(out)..hi.min(out).max(lo.min(out))
 }
 
+/// The output rows whose kernel row `ky` reads inside the input.
+fn valid_rows(g: &ConvGeometry, ky: usize) -> Range<usize> {
+    valid_outputs(ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h, g.out_h)
+}
+
+/// The output columns whose kernel column `kx` reads inside the input.
+fn valid_cols(g: &ConvGeometry, kx: usize) -> Range<usize> {
+    valid_outputs(kx, g.stride_w, g.dilation_w, g.pad_left, g.in_w, g.out_w)
+}
+
 /// Writes im2col rows `rows` of one group: row `r = (ci * kernel_h + ky) * kernel_w + kx`
 /// holds, for every output pixel, the input value that tap reads (0 in the padding).
 /// `input` is the group's `[group_in, in_h, in_w]` planes, `col` the rows `rows` only
@@ -57,8 +67,7 @@ pub fn im2col_nchw(g: &ConvGeometry, input: &[f32], rows: Range<usize>, col: &mu
         let (ci, tap) = (r / taps, r % taps);
         let (ky, kx) = (tap / g.kernel_w, tap % g.kernel_w);
         let plane = &input[ci * ih * iw..(ci + 1) * ih * iw];
-        let ys = valid_outputs(ky, g.stride_h, g.dilation_h, g.pad_top, ih, oh);
-        let xs = valid_outputs(kx, g.stride_w, g.dilation_w, g.pad_left, iw, ow);
+        let (ys, xs) = (valid_rows(g, ky), valid_cols(g, kx));
         row[..ys.start * ow].fill(0.0);
         row[ys.end * ow..].fill(0.0);
         for oy in ys {
@@ -141,13 +150,13 @@ fn plane<const FUSED: bool>(
     output.fill(bias);
     let xs_of: [Range<usize>; 16] = std::array::from_fn(|kx| {
         if kx < g.kernel_w {
-            valid_outputs(kx, g.stride_w, g.dilation_w, g.pad_left, iw, ow)
+            valid_cols(g, kx)
         } else {
             0..0
         }
     });
     for ky in 0..g.kernel_h {
-        let ys = valid_outputs(ky, g.stride_h, g.dilation_h, g.pad_top, ih, oh);
+        let ys = valid_rows(g, ky);
         for oy in ys {
             let iy = oy * g.stride_h + ky * g.dilation_h - g.pad_top;
             let src = &input[iy * iw..(iy + 1) * iw];
@@ -156,7 +165,7 @@ fn plane<const FUSED: bool>(
                 let xs = if kx < 16 {
                     xs_of[kx].clone()
                 } else {
-                    valid_outputs(kx, g.stride_w, g.dilation_w, g.pad_left, iw, ow)
+                    valid_cols(g, kx)
                 };
                 if xs.is_empty() {
                     continue;
@@ -241,19 +250,13 @@ pub fn col2im_add_nchw(g: &ConvGeometry, col: &[f32], output: &mut [f32]) -> boo
         let (ky, kx) = (tap / g.kernel_w, tap % g.kernel_w);
         let plane = &mut output[o * oh * ow..(o + 1) * oh * ow];
         for iy in 0..ih {
-            let Some(oy) = (iy * g.stride_h + ky * g.dilation_h)
-                .checked_sub(g.pad_top)
-                .filter(|&y| y < oh)
-            else {
+            let Some(oy) = g.target_row(iy, ky) else {
                 continue;
             };
             let src = &row[iy * iw..(iy + 1) * iw];
             let dst = &mut plane[oy * ow..(oy + 1) * ow];
             for (ix, &v) in src.iter().enumerate() {
-                if let Some(ox) = (ix * g.stride_w + kx * g.dilation_w)
-                    .checked_sub(g.pad_left)
-                    .filter(|&x| x < ow)
-                {
+                if let Some(ox) = g.target_col(ix, kx) {
                     dst[ox] += v;
                 }
             }
@@ -291,13 +294,11 @@ pub fn conv2d_nchw_reference(
                 for i in 0..g.group_in {
                     let ci = grp * g.group_in + i;
                     for ky in 0..kh {
-                        let y = (oy * g.stride_h + ky * g.dilation_h).checked_sub(g.pad_top);
-                        let Some(iy) = y.filter(|&y| y < ih) else {
+                        let Some(iy) = g.source_row(oy, ky) else {
                             continue;
                         };
                         for kx in 0..kw {
-                            let x = (ox * g.stride_w + kx * g.dilation_w).checked_sub(g.pad_left);
-                            let Some(ix) = x.filter(|&x| x < iw) else {
+                            let Some(ix) = g.source_col(ox, kx) else {
                                 continue;
                             };
                             s += input[(ci * ih + iy) * iw + ix]
@@ -346,13 +347,11 @@ pub fn conv_transpose2d_nchw_reference(
                 for ix in 0..iw {
                     let x = input[(ci * ih + iy) * iw + ix];
                     for ky in 0..kh {
-                        let y = (iy * g.stride_h + ky * g.dilation_h).checked_sub(g.pad_top);
-                        let Some(oy) = y.filter(|&y| y < oh) else {
+                        let Some(oy) = g.target_row(iy, ky) else {
                             continue;
                         };
                         for kx in 0..kw {
-                            let xx = (ix * g.stride_w + kx * g.dilation_w).checked_sub(g.pad_left);
-                            let Some(ox) = xx.filter(|&x| x < ow) else {
+                            let Some(ox) = g.target_col(ix, kx) else {
                                 continue;
                             };
                             output[(oc * oh + oy) * ow + ox] +=
@@ -370,59 +369,16 @@ pub fn conv_transpose2d_nchw_reference(
 mod tests {
     use super::*;
     use crate::dense::{Mat, matmul_nt};
+    use crate::test_util::{conv_geometry, grid_values};
     use proptest::prelude::*;
-
-    fn values(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 20) % 17) as f32 / 8.0
-                    - 1.0
-            })
-            .collect()
-    }
-
-    fn geometry() -> impl Strategy<Value = ConvGeometry> {
-        (
-            (1usize..8, 1usize..8, 1usize..4, 1usize..4),
-            (1usize..4, 1usize..4, 1usize..3, 1usize..3),
-            (0usize..3, 0usize..3, 1usize..3, 1usize..4, 1usize..4),
-        )
-            .prop_filter_map(
-                "kernel fits",
-                |((ih, iw, kh, kw), (sh, sw, dh, dw), (ph, pw, groups, gi, go))| {
-                    let eff_h = dh * (kh - 1) + 1;
-                    let eff_w = dw * (kw - 1) + 1;
-                    if ih + 2 * ph < eff_h || iw + 2 * pw < eff_w {
-                        return None;
-                    }
-                    Some(ConvGeometry {
-                        in_h: ih,
-                        in_w: iw,
-                        out_h: (ih + 2 * ph - eff_h) / sh + 1,
-                        out_w: (iw + 2 * pw - eff_w) / sw + 1,
-                        kernel_h: kh,
-                        kernel_w: kw,
-                        stride_h: sh,
-                        stride_w: sw,
-                        dilation_h: dh,
-                        dilation_w: dw,
-                        pad_top: ph,
-                        pad_left: pw,
-                        groups,
-                        group_in: gi,
-                        group_out: go,
-                    })
-                },
-            )
-    }
 
     proptest! {
         #[test]
-        fn im2col_gemm_matches_the_reference(g in geometry(), seed in 0u32..100) {
+        fn im2col_gemm_matches_the_reference(g in conv_geometry(), seed in 0u32..100) {
             let (ci, co, px) = (g.in_channels(), g.out_channels(), g.out_pixels());
-            let input = values(ci * g.in_h * g.in_w, seed);
-            let filter = values(co * g.patch_len(), seed + 1);
-            let bias = values(co, seed + 2);
+            let input = grid_values(ci * g.in_h * g.in_w, seed);
+            let filter = grid_values(co * g.patch_len(), seed + 1);
+            let bias = grid_values(co, seed + 2);
             let mut want = vec![0f32; co * px];
             prop_assert!(conv2d_nchw_reference(&g, &input, &filter, &bias, &mut want));
             let plane = g.in_h * g.in_w;
@@ -465,10 +421,10 @@ mod tests {
         }
 
         #[test]
-        fn plane_kernel_matches_the_reference(g in geometry(), seed in 0u32..100) {
+        fn plane_kernel_matches_the_reference(g in conv_geometry(), seed in 0u32..100) {
             let g = ConvGeometry { groups: 1, group_in: 1, group_out: 1, ..g };
-            let input = values(g.in_h * g.in_w, seed);
-            let filter = values(g.kernel_h * g.kernel_w, seed + 3);
+            let input = grid_values(g.in_h * g.in_w, seed);
+            let filter = grid_values(g.kernel_h * g.kernel_w, seed + 3);
             let bias = [0.25f32];
             let mut want = vec![0f32; g.out_pixels()];
             prop_assert!(conv2d_nchw_reference(&g, &input, &filter, &bias, &mut want));
@@ -483,7 +439,7 @@ mod tests {
         }
 
         #[test]
-        fn col2im_matches_the_transposed_reference(g in geometry(), seed in 0u32..100) {
+        fn col2im_matches_the_transposed_reference(g in conv_geometry(), seed in 0u32..100) {
             // A transposed convolution with this geometry's kernel, stride, dilation and
             // padding, from an in_h x in_w input to its (unclipped) output size.
             let oh = (g.in_h - 1) * g.stride_h + g.dilation_h * (g.kernel_h - 1) + 1;
@@ -494,9 +450,9 @@ mod tests {
             let t = ConvGeometry { out_h: oh, out_w: ow, ..g };
             let taps = t.kernel_h * t.kernel_w;
             let inp = t.in_h * t.in_w;
-            let input = values(t.in_channels() * inp, seed);
-            let filter = values(t.in_channels() * t.group_out * taps, seed + 4);
-            let bias = values(t.out_channels(), seed + 5);
+            let input = grid_values(t.in_channels() * inp, seed);
+            let filter = grid_values(t.in_channels() * t.group_out * taps, seed + 4);
+            let bias = grid_values(t.out_channels(), seed + 5);
             let mut want = vec![0f32; t.out_channels() * oh * ow];
             prop_assert!(conv_transpose2d_nchw_reference(&t, &input, &filter, &bias, &mut want));
             let mut got = vec![0f32; want.len()];

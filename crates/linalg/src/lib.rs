@@ -69,6 +69,8 @@ pub mod layout;
 pub mod pool;
 pub mod quant;
 pub mod resize;
+#[cfg(test)]
+mod test_util;
 mod threadpool;
 
 pub use error::LinalgError;

@@ -2,6 +2,8 @@
 //! over the window's in-bounds pixels (padding is not counted, XNNPACK's rule), and
 //! global average pooling.
 
+use crate::conv::window_coord;
+
 /// Geometry of one pooling window over an NHWC image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PoolGeometry {
@@ -30,19 +32,42 @@ impl PoolGeometry {
             && output.len() >= self.out_h * self.out_w * self.channels
     }
 
-    fn taps(
-        &self,
-        o: usize,
-        stride: usize,
-        dil: usize,
-        pad: usize,
-        size: usize,
-        kernel: usize,
-    ) -> impl Iterator<Item = usize> {
-        (0..kernel).filter_map(move |k| {
-            (o * stride + k * dil)
-                .checked_sub(pad)
-                .filter(|&s| s < size)
+    /// Calls `f(out, oy, ox)` for every output pixel `(oy, ox)` of one image (lengths
+    /// already checked): `out` is its channels in `output`.
+    fn for_each_output(&self, output: &mut [f32], mut f: impl FnMut(&mut [f32], usize, usize)) {
+        let c = self.channels;
+        for oy in 0..self.out_h {
+            for ox in 0..self.out_w {
+                f(&mut output[(oy * self.out_w + ox) * c..][..c], oy, ox);
+            }
+        }
+    }
+
+    /// The channels of each pixel of `input` that the window of output pixel `(oy, ox)`
+    /// covers inside the image (padding is never visited).
+    fn window<'a>(
+        &'a self,
+        input: &'a [f32],
+        oy: usize,
+        ox: usize,
+    ) -> impl Iterator<Item = &'a [f32]> + 'a {
+        let (c, in_w) = (self.channels, self.in_w);
+        let rows = (0..self.kernel_h).filter_map(move |ky| {
+            window_coord(
+                oy,
+                ky,
+                self.stride_h,
+                self.dilation_h,
+                self.pad_top,
+                self.in_h,
+            )
+        });
+        rows.flat_map(move |iy| {
+            (0..self.kernel_w)
+                .filter_map(move |kx| {
+                    window_coord(ox, kx, self.stride_w, self.dilation_w, self.pad_left, in_w)
+                })
+                .map(move |ix| &input[(iy * in_w + ix) * c..][..c])
         })
     }
 }
@@ -59,24 +84,17 @@ pub fn max_pool2d_nhwc(
     if !g.fits(input, output) {
         return false;
     }
-    let c = g.channels;
-    for oy in 0..g.out_h {
-        for ox in 0..g.out_w {
-            let out = &mut output[(oy * g.out_w + ox) * c..(oy * g.out_w + ox + 1) * c];
-            out.fill(f32::NEG_INFINITY);
-            for iy in g.taps(oy, g.stride_h, g.dilation_h, g.pad_top, g.in_h, g.kernel_h) {
-                for ix in g.taps(ox, g.stride_w, g.dilation_w, g.pad_left, g.in_w, g.kernel_w) {
-                    let px = &input[(iy * g.in_w + ix) * c..(iy * g.in_w + ix + 1) * c];
-                    for (o, &x) in out.iter_mut().zip(px) {
-                        *o = o.max(x);
-                    }
-                }
-            }
-            for o in out.iter_mut() {
-                *o = o.max(min).min(max);
+    g.for_each_output(output, |out, oy, ox| {
+        out.fill(f32::NEG_INFINITY);
+        for px in g.window(input, oy, ox) {
+            for (o, &x) in out.iter_mut().zip(px) {
+                *o = o.max(x);
             }
         }
-    }
+        for o in out.iter_mut() {
+            *o = o.max(min).min(max);
+        }
+    });
     true
 }
 
@@ -92,27 +110,20 @@ pub fn avg_pool2d_nhwc(
     if !g.fits(input, output) {
         return false;
     }
-    let c = g.channels;
-    for oy in 0..g.out_h {
-        for ox in 0..g.out_w {
-            let out = &mut output[(oy * g.out_w + ox) * c..(oy * g.out_w + ox + 1) * c];
-            out.fill(0.0);
-            let mut count = 0usize;
-            for iy in g.taps(oy, g.stride_h, g.dilation_h, g.pad_top, g.in_h, g.kernel_h) {
-                for ix in g.taps(ox, g.stride_w, g.dilation_w, g.pad_left, g.in_w, g.kernel_w) {
-                    count += 1;
-                    let px = &input[(iy * g.in_w + ix) * c..(iy * g.in_w + ix + 1) * c];
-                    for (o, &x) in out.iter_mut().zip(px) {
-                        *o += x;
-                    }
-                }
-            }
-            let scale = if count == 0 { 0.0 } else { 1.0 / count as f32 };
-            for o in out.iter_mut() {
-                *o = (*o * scale).max(min).min(max);
+    g.for_each_output(output, |out, oy, ox| {
+        out.fill(0.0);
+        let mut count = 0usize;
+        for px in g.window(input, oy, ox) {
+            count += 1;
+            for (o, &x) in out.iter_mut().zip(px) {
+                *o += x;
             }
         }
-    }
+        let scale = if count == 0 { 0.0 } else { 1.0 / count as f32 };
+        for o in out.iter_mut() {
+            *o = (*o * scale).max(min).min(max);
+        }
+    });
     true
 }
 

@@ -319,14 +319,8 @@ pub fn slice<T: Copy>(
     out: &mut [T],
 ) -> Result<(), KernelError> {
     let xs = contiguous_strides(xd);
-    let base: usize = start.iter().zip(&xs).map(|(a, b)| a * b).sum();
-    let dst = contiguous_strides(yd);
-    for_each_run(yd, &xs, &dst, |so, d, run, _| {
-        out.get_mut(d..d + run)
-            .zip(x.get(base + so..base + so + run))
-            .map(|(o, s)| o.copy_from_slice(s))
-            .ok_or_else(|| short("slice"))
-    })
+    let from = (x, offset(start, &xs), &xs);
+    copy_block(yd, from, (out, 0, &contiguous_strides(yd)), "slice")
 }
 
 /// Writes `x` (shape `xd`) into `out` (shape `yd`) at offset `pre` per axis.
@@ -338,13 +332,28 @@ pub fn embed(
     out: &mut [f32],
 ) -> Result<(), KernelError> {
     let ys = contiguous_strides(yd);
-    let base: usize = pre.iter().zip(&ys).map(|(a, b)| a * b).sum();
-    let src = contiguous_strides(xd);
-    for_each_run(xd, &src, &ys, |so, d, run, _| {
-        out.get_mut(base + d..base + d + run)
-            .zip(x.get(so..so + run))
+    let to = (out, offset(pre, &ys), &ys);
+    copy_block(xd, (x, 0, &contiguous_strides(xd)), to, "pad")
+}
+
+/// The element offset of the index `at` in a tensor of `strides`.
+fn offset(at: &[usize], strides: &[usize; MAX_DIMS]) -> usize {
+    at.iter().zip(strides).map(|(a, b)| a * b).sum()
+}
+
+/// Copies a block of shape `block` from `x` into `out`, each given as (elements, offset
+/// of the block's first element, strides); `what` names the node when one is short.
+fn copy_block<T: Copy>(
+    block: &Dims,
+    (x, x_at, x_strides): (&[T], usize, &[usize; MAX_DIMS]),
+    (out, out_at, out_strides): (&mut [T], usize, &[usize; MAX_DIMS]),
+    what: &str,
+) -> Result<(), KernelError> {
+    for_each_run(block, x_strides, out_strides, |so, d, run, _| {
+        out.get_mut(out_at + d..out_at + d + run)
+            .zip(x.get(x_at + so..x_at + so + run))
             .map(|(o, s)| o.copy_from_slice(s))
-            .ok_or_else(|| short("pad"))
+            .ok_or_else(|| short(what))
     })
 }
 

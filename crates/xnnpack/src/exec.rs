@@ -33,6 +33,42 @@ fn node_error(plan: &Plan, i: usize, reason: &str) -> KernelError {
     KernelError::invalid(format!("XNNPACK delegate node {i} ({kind}): {reason}"))
 }
 
+/// Runs `f` on each image of a batch of `batch`: the consecutive blocks of `in_len`
+/// elements of `x` and of `out_len` elements of `out` (`what` names the node in the
+/// error when either is short).
+fn per_image<T, U>(
+    what: &str,
+    batch: usize,
+    (x, in_len): (&[T], usize),
+    (out, out_len): (&mut [U], usize),
+    mut f: impl FnMut(&[T], &mut [U]) -> Result<(), KernelError>,
+) -> Result<(), KernelError> {
+    for b in 0..batch {
+        let src = x
+            .get(b * in_len..(b + 1) * in_len)
+            .ok_or_else(|| short(what))?;
+        let dst = out
+            .get_mut(b * out_len..(b + 1) * out_len)
+            .ok_or_else(|| short(what))?;
+        f(src, dst)?;
+    }
+    Ok(())
+}
+
+/// `Ok` when a linalg kernel that reports success as a `bool` succeeded.
+fn checked(ok: bool, what: &str) -> Result<(), KernelError> {
+    if ok { Ok(()) } else { Err(short(what)) }
+}
+
+/// The start of each dim of a slice of `xd` (its offsets, clamped as the shape pass does).
+fn slice_start(xd: &Dims, offsets: &Dims, sizes: &Dims) -> [usize; MAX_DIMS] {
+    let mut start = [0usize; MAX_DIMS];
+    for (i, s) in start.iter_mut().enumerate().take(xd.rank()) {
+        *s = shape::slice_extent(xd.get(i), offsets.get(i), sizes.get(i)).0;
+    }
+    start
+}
+
 fn arena_range(
     plan: &Plan,
     offsets: &[usize],
@@ -154,6 +190,17 @@ fn operands<'s>(
     Ok((out, ins))
 }
 
+/// Errs unless the call's `role` ("input" or "output") argument `arg`, of rank `found`,
+/// has the rank `graph` of the graph's value.
+fn check_rank(role: &str, arg: usize, found: usize, graph: usize) -> Result<(), KernelError> {
+    if found == graph {
+        return Ok(());
+    }
+    Err(KernelError::invalid(format!(
+        "XNNPACK delegate: {role} argument {arg} has rank {found}, the graph's value {graph}"
+    )))
+}
+
 /// Writes the dims of the external inputs into `shapes`: the physical dims, in the
 /// tensor's dim order (as `XNNExecutor::prepare_args`); a scalar keeps its serialized
 /// `[1]`.
@@ -175,13 +222,7 @@ fn set_input_dims(
             shapes[v] = serialized;
             continue;
         }
-        if t.rank() != serialized.rank() {
-            return Err(KernelError::invalid(format!(
-                "XNNPACK delegate: argument {arg} has rank {}, the graph expects {}",
-                t.rank(),
-                serialized.rank()
-            )));
-        }
+        check_rank("input", arg, t.rank(), serialized.rank())?;
         let mut d = [0usize; MAX_DIMS];
         for (j, &o) in t.dim_order().iter().enumerate() {
             d[j] = t.sizes()[o as usize];
@@ -274,13 +315,7 @@ pub fn execute(
                 .ok_or_else(|| short("output"))?;
             continue;
         }
-        if t.rank() != d.rank() {
-            return Err(KernelError::invalid(format!(
-                "XNNPACK delegate: output argument {arg} has rank {}, the graph computes {}",
-                t.rank(),
-                d.rank()
-            )));
-        }
+        check_rank("output", arg, t.rank(), d.rank())?;
         let mut sizes = [0usize; MAX_DIMS];
         for (j, &o) in t.dim_order().iter().enumerate() {
             sizes[o as usize] = d.get(j);
@@ -339,10 +374,7 @@ fn run_op(
             sizes,
         } if int8 => {
             let xd = shapes[*xv];
-            let mut start = [0usize; MAX_DIMS];
-            for (i, s) in start.iter_mut().enumerate().take(xd.rank()) {
-                *s = shape::slice_extent(xd.get(i), offsets.get(i), sizes.get(i)).0;
-            }
+            let start = slice_start(&xd, offsets, sizes);
             let src = bytes(x).get(..numel(*xv)).ok_or_else(|| short("slice"))?;
             let dst = bytes_mut(out)
                 .get_mut(..numel(*y))
@@ -365,33 +397,27 @@ fn run_op(
             let q = c.q.as_deref().ok_or_else(|| short("convolution"))?;
             let in_img = g.in_h * g.in_w * g.in_channels();
             let out_img = g.out_pixels() * g.out_channels();
-            let src = bytes(x);
-            let dst = bytes_mut(out);
-            for b in 0..xd.get(0) {
-                let s = src
-                    .get(b * in_img..(b + 1) * in_img)
-                    .ok_or_else(|| short("convolution"))?;
-                let d = dst
-                    .get_mut(b * out_img..(b + 1) * out_img)
-                    .ok_or_else(|| short("convolution"))?;
-                qs8::convolution(&g, q, c.kind == ConvKind::Depthwise, pool, s, d, col)?;
-            }
+            let depthwise = c.kind == ConvKind::Depthwise;
+            per_image(
+                "convolution",
+                xd.get(0),
+                (bytes(x), in_img),
+                (bytes_mut(out), out_img),
+                |s, d| qs8::convolution(&g, q, depthwise, pool, s, d, col),
+            )?
         }
         Op::Pool(p) if p.q.is_some() => {
             let (min, max) = p.q.unwrap_or((i8::MIN, i8::MAX));
             let g = pool_geometry(p, &shapes[p.x], &shapes[p.y]);
             let in_img = g.in_h * g.in_w * g.channels;
             let out_img = g.out_h * g.out_w * g.channels;
-            let (src, dst) = (bytes(x), bytes_mut(out));
-            for b in 0..shapes[p.x].get(0) {
-                let s = src
-                    .get(b * in_img..(b + 1) * in_img)
-                    .ok_or_else(|| short("pooling"))?;
-                let d = dst
-                    .get_mut(b * out_img..(b + 1) * out_img)
-                    .ok_or_else(|| short("pooling"))?;
-                qs8::max_pool(&g, s, min, max, d)?;
-            }
+            per_image(
+                "pooling",
+                shapes[p.x].get(0),
+                (bytes(x), in_img),
+                (bytes_mut(out), out_img),
+                |s, d| qs8::max_pool(&g, s, min, max, d),
+            )?
         }
         Op::GlobalAvgPool {
             x: xv, q: Some(q), ..
@@ -460,10 +486,7 @@ fn run_op(
             sizes,
         } => {
             let xd = shapes[*xv];
-            let mut start = [0usize; MAX_DIMS];
-            for (i, s) in start.iter_mut().enumerate().take(xd.rank()) {
-                *s = shape::slice_extent(xd.get(i), offsets.get(i), sizes.get(i)).0;
-            }
+            let start = slice_start(&xd, offsets, sizes);
             elementwise::slice(&xd, &start[..xd.rank()], &shapes[*y], x, out)?
         }
         Op::Concat { xs, n, axis, y } => concat(shapes, xs, *n, *axis, *y, ins, out)?,
@@ -496,15 +519,7 @@ fn run_op(
                     Filter::Packed(_) => ins[1],
                 }),
             };
-            let w = match filter {
-                Filter::Packed(p) => RhsF32::Packed(p),
-                Filter::Value {
-                    transposed: false, ..
-                } => RhsF32::NK(ins[1]),
-                Filter::Value {
-                    transposed: true, ..
-                } => RhsF32::KN(ins[1]),
-            };
+            let w = filter.rhs(ins[1]);
             fully_connected(pool, m, n, k, x, w, bias_slice, *min, *max, out, gemm)?
         }
         Op::BatchMatMul {
@@ -531,18 +546,16 @@ fn run_op(
             let d = shapes[*xv];
             let r = d.rank();
             let (h, w, c) = (d.get(r - 3), d.get(r - 2), d.get(r - 1));
-            let batch = d.product(0..r - 3);
-            for nb in 0..batch {
-                let src = x
-                    .get(nb * h * w * c..(nb + 1) * h * w * c)
-                    .ok_or_else(|| short("pool"))?;
-                let dst = out
-                    .get_mut(nb * c..(nb + 1) * c)
-                    .ok_or_else(|| short("pool"))?;
-                if !pool::global_avg_pool_nhwc(h * w, c, src, *min, *max, dst) {
-                    return Err(short("global average pooling"));
-                }
-            }
+            per_image(
+                "global average pooling",
+                d.product(0..r - 3),
+                (x, h * w * c),
+                (out, c),
+                |src, dst| {
+                    let ok = pool::global_avg_pool_nhwc(h * w, c, src, *min, *max, dst);
+                    checked(ok, "global average pooling")
+                },
+            )?
         }
         Op::Resize {
             x: xv,
@@ -554,27 +567,26 @@ fn run_op(
         } => {
             let d = shapes[*xv];
             let (nb, h, w, c) = (d.get(0), d.get(1), d.get(2), d.get(3));
-            for b in 0..nb {
-                let src = x
-                    .get(b * h * w * c..(b + 1) * h * w * c)
-                    .ok_or_else(|| short("resize"))?;
-                let dst = out
-                    .get_mut(b * height * width * c..(b + 1) * height * width * c)
-                    .ok_or_else(|| short("resize"))?;
-                if !resize::resize_bilinear_nhwc(
-                    h,
-                    w,
-                    c,
-                    *height,
-                    *width,
-                    *align_corners,
-                    *legacy,
-                    src,
-                    dst,
-                ) {
-                    return Err(short("bilinear resize"));
-                }
-            }
+            per_image(
+                "resize",
+                nb,
+                (x, h * w * c),
+                (out, height * width * c),
+                |src, dst| {
+                    let ok = resize::resize_bilinear_nhwc(
+                        h,
+                        w,
+                        c,
+                        *height,
+                        *width,
+                        *align_corners,
+                        *legacy,
+                        src,
+                        dst,
+                    );
+                    checked(ok, "bilinear resize")
+                },
+            )?
         }
     }
     Ok(())
@@ -649,13 +661,7 @@ fn gemm_scratch_len(plan: &Plan, shapes: &[Dims], threads: usize) -> usize {
             Op::FullyConnected { x, filter, .. } => {
                 let (n, k) = filter.dims(shapes);
                 let m = shapes[*x].numel().unwrap_or(0).checked_div(k).unwrap_or(0);
-                let w = match filter {
-                    Filter::Packed(p) => RhsF32::Packed(p),
-                    Filter::Value {
-                        transposed: true, ..
-                    } => RhsF32::KN(&[]),
-                    Filter::Value { .. } => RhsF32::NK(&[]),
-                };
+                let w = filter.rhs(&[]);
                 Some(
                     fc_gemm(m, n, k, &[], w, None, f32::NEG_INFINITY, f32::INFINITY)
                         .scratch_len(threads),
@@ -794,53 +800,49 @@ fn convolution(
     scratch: &mut [f32],
 ) -> Result<(), KernelError> {
     let g = geometry(c, xd, yd);
-    let batch = xd.get(0);
     let in_img = g.in_h * g.in_w * g.in_channels();
     let out_img = g.out_pixels() * g.out_channels();
-    for b in 0..batch {
-        let src = x
-            .get(b * in_img..(b + 1) * in_img)
-            .ok_or_else(|| short("convolution"))?;
-        let dst = out
-            .get_mut(b * out_img..(b + 1) * out_img)
-            .ok_or_else(|| short("convolution"))?;
-        let ok = match c.kind {
-            ConvKind::Conv => {
-                conv_gemm(&g, pool, src, c, dst, col, scratch)?;
-                true
-            }
-            ConvKind::Depthwise => {
-                let row = g.out_w * g.out_channels();
-                let rows = g.out_h.div_ceil(pool.threads()).max(1);
-                let ok = std::sync::atomic::AtomicBool::new(true);
-                pool.for_each_chunk_mut(dst, rows * row.max(1), 1, |i, chunk| {
-                    let r0 = i * rows;
-                    let r1 = (r0 + chunk.len() / row.max(1)).min(g.out_h);
-                    if !conv::depthwise_conv2d_nhwc(
-                        etch_linalg::dispatch().gemm,
-                        &g,
-                        src,
-                        &c.filter,
-                        &c.bias,
-                        c.min,
-                        c.max,
-                        r0..r1,
-                        chunk,
-                    ) {
-                        ok.store(false, std::sync::atomic::Ordering::Relaxed);
-                    }
-                });
-                ok.into_inner()
-            }
-            ConvKind::Transposed => {
-                conv::conv_transpose2d_nhwc(&g, src, &c.filter, &c.bias, c.min, c.max, dst)
-            }
-        };
-        if !ok {
-            return Err(short("convolution"));
-        }
-    }
-    Ok(())
+    per_image(
+        "convolution",
+        xd.get(0),
+        (x, in_img),
+        (out, out_img),
+        |src, dst| {
+            let ok = match c.kind {
+                ConvKind::Conv => {
+                    conv_gemm(&g, pool, src, c, dst, col, scratch)?;
+                    true
+                }
+                ConvKind::Depthwise => {
+                    let row = g.out_w * g.out_channels();
+                    let rows = g.out_h.div_ceil(pool.threads()).max(1);
+                    let ok = std::sync::atomic::AtomicBool::new(true);
+                    pool.for_each_chunk_mut(dst, rows * row.max(1), 1, |i, chunk| {
+                        let r0 = i * rows;
+                        let r1 = (r0 + chunk.len() / row.max(1)).min(g.out_h);
+                        if !conv::depthwise_conv2d_nhwc(
+                            etch_linalg::dispatch().gemm,
+                            &g,
+                            src,
+                            &c.filter,
+                            &c.bias,
+                            c.min,
+                            c.max,
+                            r0..r1,
+                            chunk,
+                        ) {
+                            ok.store(false, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    });
+                    ok.into_inner()
+                }
+                ConvKind::Transposed => {
+                    conv::conv_transpose2d_nhwc(&g, src, &c.filter, &c.bias, c.min, c.max, dst)
+                }
+            };
+            checked(ok, "convolution")
+        },
+    )
 }
 
 /// An fp32 convolution as GEMMs against the filter packed at init. Each thread of the
@@ -1045,39 +1047,21 @@ fn pooling(
     x: &[f32],
     out: &mut [f32],
 ) -> Result<(), KernelError> {
-    let w = &p.window;
-    let g = pool::PoolGeometry {
-        in_h: xd.get(1),
-        in_w: xd.get(2),
-        channels: xd.get(3),
-        out_h: yd.get(1),
-        out_w: yd.get(2),
-        kernel_h: w.kernel_h,
-        kernel_w: w.kernel_w,
-        stride_h: w.stride_h,
-        stride_w: w.stride_w,
-        dilation_h: w.dilation_h,
-        dilation_w: w.dilation_w,
-        pad_top: w.pad_top,
-        pad_left: w.pad_left,
-    };
+    let g = pool_geometry(p, xd, yd);
     let in_img = g.in_h * g.in_w * g.channels;
     let out_img = g.out_h * g.out_w * g.channels;
-    for b in 0..xd.get(0) {
-        let src = x
-            .get(b * in_img..(b + 1) * in_img)
-            .ok_or_else(|| short("pooling"))?;
-        let dst = out
-            .get_mut(b * out_img..(b + 1) * out_img)
-            .ok_or_else(|| short("pooling"))?;
-        let ok = if p.max_pool {
-            pool::max_pool2d_nhwc(&g, src, p.min, p.max, dst)
-        } else {
-            pool::avg_pool2d_nhwc(&g, src, p.min, p.max, dst)
-        };
-        if !ok {
-            return Err(short("pooling"));
-        }
-    }
-    Ok(())
+    per_image(
+        "pooling",
+        xd.get(0),
+        (x, in_img),
+        (out, out_img),
+        |src, dst| {
+            let ok = if p.max_pool {
+                pool::max_pool2d_nhwc(&g, src, p.min, p.max, dst)
+            } else {
+                pool::avg_pool2d_nhwc(&g, src, p.min, p.max, dst)
+            };
+            checked(ok, "pooling")
+        },
+    )
 }

@@ -34,20 +34,20 @@ fn header_error(field: &str, reason: String) -> BackendError {
     }
 }
 
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
+/// The `N` bytes of `bytes` at `at`, zeros where `bytes` is too short.
+fn bytes_at<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
     bytes
-        .get(at..at + 4)
+        .get(at..at + N)
         .and_then(|b| b.try_into().ok())
-        .map(u32::from_le_bytes)
-        .unwrap_or(0)
+        .unwrap_or([0; N])
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(bytes_at(bytes, at))
 }
 
 fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    bytes
-        .get(at..at + 8)
-        .and_then(|b| b.try_into().ok())
-        .map(u64::from_le_bytes)
-        .unwrap_or(0)
+    u64::from_le_bytes(bytes_at(bytes, at))
 }
 
 /// Reads the header of `payload`, checking every range against the payload's length

@@ -749,13 +749,24 @@ impl NodeReader<'_, '_> {
         }
     }
 
-    fn check_flags(&self, flags: u32, allowed: u32) -> Result<(), BackendError> {
+    /// The `flags` field (`id`), refused when it sets bits outside `allowed`.
+    fn flags(&self, id: u16, allowed: u32) -> Result<u32, BackendError> {
+        let flags = self.u32(id, "flags")?;
         if flags & !allowed != 0 {
             return Err(invalid(
                 self.field("flags"),
                 format!("unsupported flag bits {:#x}", flags & !allowed),
             ));
         }
+        Ok(flags)
+    }
+
+    /// A one-input node's `input_id`, `output_id` and `flags` (fields `id`, `id + 1`
+    /// and `id + 2`, flags within `allowed`) into `node`.
+    fn one_input(&self, node: &mut NodeDef, id: u16, allowed: u32) -> Result<(), BackendError> {
+        node.inputs = vec![Some(self.value(id, "input_id")?)];
+        node.outputs = vec![self.value(id + 1, "output_id")?];
+        node.flags = self.flags(id + 2, allowed)?;
         Ok(())
     }
 
@@ -840,15 +851,12 @@ impl NodeReader<'_, '_> {
             Softmax | Sigmoid | Clamp | Floor | Convert | GlobalAvgPooling2d | SquareRoot
             | Ceiling | Hardswish | Negate | Square | Abs | ReciprocalSquareRoot | Log | Gelu
             | Tanh | Exp | Sin | Copy | Cos => {
-                node.inputs = vec![Some(self.value(0, "input_id")?)];
-                node.outputs = vec![self.value(1, "output_id")?];
-                node.flags = self.u32(2, "flags")?;
                 let allowed = if self.kind == GlobalAvgPooling2d {
                     FLAG_KEEP_DIMS
                 } else {
                     0
                 };
-                self.check_flags(node.flags, allowed)?;
+                self.one_input(&mut node, 0, allowed)?;
             }
             Add | Div | Minimum | Multiply | Subtract | Maximum | PReLU | BatchMatrixMultiply => {
                 node.inputs = vec![
@@ -856,13 +864,12 @@ impl NodeReader<'_, '_> {
                     Some(self.value(1, "input2_id")?),
                 ];
                 node.outputs = vec![self.value(2, "output_id")?];
-                node.flags = self.u32(3, "flags")?;
                 let allowed = if self.kind == BatchMatrixMultiply {
                     FLAG_TRANSPOSE_WEIGHTS
                 } else {
                     0
                 };
-                self.check_flags(node.flags, allowed)?;
+                node.flags = self.flags(3, allowed)?;
             }
             FullyConnected => {
                 node.inputs = vec![
@@ -871,8 +878,7 @@ impl NodeReader<'_, '_> {
                     self.opt_value(2, "bias_id")?,
                 ];
                 node.outputs = vec![self.value(3, "output_id")?];
-                node.flags = self.u32(4, "flags")?;
-                self.check_flags(node.flags, FLAG_TRANSPOSE_WEIGHTS)?;
+                node.flags = self.flags(4, FLAG_TRANSPOSE_WEIGHTS)?;
             }
             Conv2d | DepthwiseConv2d | ConvTranspose2d => {
                 node.params = Params::Window(self.window(true)?);
@@ -882,15 +888,11 @@ impl NodeReader<'_, '_> {
                     self.opt_value(17, "bias_id")?,
                 ];
                 node.outputs = vec![self.value(18, "output_id")?];
-                node.flags = self.u32(19, "flags")?;
-                self.check_flags(node.flags, 0)?;
+                node.flags = self.flags(19, 0)?;
             }
             AvgPooling2d | MaxPooling2d => {
                 node.params = Params::Window(self.window(false)?);
-                node.inputs = vec![Some(self.value(10, "input_id")?)];
-                node.outputs = vec![self.value(11, "output_id")?];
-                node.flags = self.u32(12, "flags")?;
-                self.check_flags(node.flags, FLAG_KEEP_DIMS)?;
+                self.one_input(&mut node, 10, FLAG_KEEP_DIMS)?;
             }
             StaticTranspose => {
                 let perm = self.dims(1, "perm")?;
@@ -911,10 +913,7 @@ impl NodeReader<'_, '_> {
                     }
                 }
                 node.params = Params::Transpose(perm);
-                node.inputs = vec![Some(self.value(2, "input_id")?)];
-                node.outputs = vec![self.value(3, "output_id")?];
-                node.flags = self.u32(4, "flags")?;
-                self.check_flags(node.flags, 0)?;
+                self.one_input(&mut node, 2, 0)?;
             }
             StaticReshape => {
                 let shape = self.dims(1, "new_shape")?;
@@ -925,10 +924,7 @@ impl NodeReader<'_, '_> {
                     ));
                 }
                 node.params = Params::Reshape(shape);
-                node.inputs = vec![Some(self.value(2, "input_id")?)];
-                node.outputs = vec![self.value(3, "output_id")?];
-                node.flags = self.u32(4, "flags")?;
-                self.check_flags(node.flags, 0)?;
+                self.one_input(&mut node, 2, 0)?;
             }
             StaticSlice => {
                 let offsets = self.dims(1, "offsets")?;
@@ -940,10 +936,7 @@ impl NodeReader<'_, '_> {
                     ));
                 }
                 node.params = Params::Slice { offsets, sizes };
-                node.inputs = vec![Some(self.value(3, "input_id")?)];
-                node.outputs = vec![self.value(4, "output_id")?];
-                node.flags = self.u32(5, "flags")?;
-                self.check_flags(node.flags, 0)?;
+                self.one_input(&mut node, 3, 0)?;
             }
             StaticConstantPad => {
                 let pre = self.dims(0, "pre_paddings")?;
@@ -964,10 +957,7 @@ impl NodeReader<'_, '_> {
                 }
                 let value = self.f32(2, "padding_value")?;
                 node.params = Params::Pad { pre, post, value };
-                node.inputs = vec![Some(self.value(3, "input_id")?)];
-                node.outputs = vec![self.value(4, "output_id")?];
-                node.flags = self.u32(5, "flags")?;
-                self.check_flags(node.flags, 0)?;
+                self.one_input(&mut node, 3, 0)?;
             }
             StaticResizeBilinear2D => {
                 let height = self.usize(0, "new_height")?;
@@ -978,10 +968,11 @@ impl NodeReader<'_, '_> {
                     }
                 }
                 node.params = Params::Resize { height, width };
-                node.inputs = vec![Some(self.value(2, "input_id")?)];
-                node.outputs = vec![self.value(3, "output_id")?];
-                node.flags = self.u32(4, "flags")?;
-                self.check_flags(node.flags, FLAG_ALIGN_CORNERS | FLAG_TENSORFLOW_LEGACY_MODE)?;
+                self.one_input(
+                    &mut node,
+                    2,
+                    FLAG_ALIGN_CORNERS | FLAG_TENSORFLOW_LEGACY_MODE,
+                )?;
             }
             LeakyReLU | ELU => {
                 let name = if self.kind == ELU {
@@ -990,10 +981,7 @@ impl NodeReader<'_, '_> {
                     "negative_slope"
                 };
                 node.params = Params::Scalar(self.f32(0, name)?);
-                node.inputs = vec![Some(self.value(1, "input_id")?)];
-                node.outputs = vec![self.value(2, "output_id")?];
-                node.flags = self.u32(3, "flags")?;
-                self.check_flags(node.flags, 0)?;
+                self.one_input(&mut node, 1, 0)?;
             }
             Concatenate2 | Concatenate3 | Concatenate4 | Concatenate5 => {
                 let n = match self.kind {
@@ -1016,8 +1004,7 @@ impl NodeReader<'_, '_> {
                     axis: self.usize(0, "axis")?,
                 };
                 node.outputs = vec![self.value(5, "output_id")?];
-                node.flags = self.u32(6, "flags")?;
-                self.check_flags(node.flags, 0)?;
+                node.flags = self.flags(6, 0)?;
             }
             ArgMaxPooling2d | ScaledDotProductAttention => {
                 return Err(BackendError::Unsupported(format!(

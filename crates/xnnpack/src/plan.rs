@@ -4,7 +4,7 @@
 //! by lifetime, so a call needs one scratch block.
 
 use etch_kernels::BackendError;
-use etch_linalg::{PackedB, dispatch};
+use etch_linalg::{PackedB, RhsF32, dispatch};
 
 use crate::call_cache::CallCache;
 use crate::dims::Dims;
@@ -79,6 +79,20 @@ impl Filter {
                 let (a, b) = (d.get(0), d.get(1));
                 if *transposed { (b, a) } else { (a, b) }
             }
+        }
+    }
+
+    /// The GEMM's right-hand side: the packed panels, or `value` (the filter's elements
+    /// at run time) in its layout.
+    pub fn rhs<'a>(&'a self, value: &'a [f32]) -> RhsF32<'a> {
+        match self {
+            Filter::Packed(p) => RhsF32::Packed(p),
+            Filter::Value {
+                transposed: false, ..
+            } => RhsF32::NK(value),
+            Filter::Value {
+                transposed: true, ..
+            } => RhsF32::KN(value),
         }
     }
 }

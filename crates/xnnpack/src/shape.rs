@@ -63,29 +63,25 @@ fn window_out(
     Some((padded - effective) / stride + 1)
 }
 
+/// The output shape of a fully connected node from `x` (`[..., k]`) to `y` (`[..., n]`).
+fn fully_connected(shapes: &mut [Dims], x: usize, y: usize, n: usize, k: usize) -> ShapeResult {
+    let xd = get(shapes, x);
+    if xd.rank() == 0 || xd.get(xd.rank() - 1) != k {
+        return Err("input's last dimension differs from the filter's input channels");
+    }
+    let mut d = xd;
+    d.as_mut_slice()[xd.rank() - 1] = n;
+    set(shapes, y, d);
+    Ok(())
+}
+
 /// Infers the output shapes of `op` from its inputs' shapes in `shapes`.
 pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
     match op {
         Op::QuantizedFullyConnected { x, y, w, .. } => {
-            let xd = get(shapes, *x);
-            if xd.rank() == 0 || xd.get(xd.rank() - 1) != w.k() {
-                return Err("input's last dimension differs from the filter's input channels");
-            }
-            let mut d = xd;
-            let r = d.rank();
-            d.as_mut_slice()[r - 1] = w.n();
-            set(shapes, *y, d);
+            fully_connected(shapes, *x, *y, w.n(), w.k())?
         }
-        Op::Qs8FullyConnected { x, y, w, .. } => {
-            let xd = get(shapes, *x);
-            if xd.rank() == 0 || xd.get(xd.rank() - 1) != w.k() {
-                return Err("input's last dimension differs from the filter's input channels");
-            }
-            let mut d = xd;
-            let r = d.rank();
-            d.as_mut_slice()[r - 1] = w.n();
-            set(shapes, *y, d);
-        }
+        Op::Qs8FullyConnected { x, y, w, .. } => fully_connected(shapes, *x, *y, w.n(), w.k())?,
         Op::Unary { x, y, .. }
         | Op::Qs8Unary { x, y, .. }
         | Op::Copy { x, y }
@@ -103,15 +99,8 @@ pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
             set(shapes, *y, d);
         }
         Op::FullyConnected { x, y, filter, .. } => {
-            let xd = get(shapes, *x);
             let (n, k) = filter.dims(shapes);
-            if xd.rank() == 0 || xd.get(xd.rank() - 1) != k {
-                return Err("input's last dimension differs from the filter's input channels");
-            }
-            let mut d = xd;
-            let r = d.rank();
-            d.as_mut_slice()[r - 1] = n;
-            set(shapes, *y, d);
+            fully_connected(shapes, *x, *y, n, k)?
         }
         Op::BatchMatMul {
             a,

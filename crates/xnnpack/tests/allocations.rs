@@ -6,11 +6,9 @@ mod common;
 
 use common::*;
 use etch_format::ScalarType;
-use etch_kernels::Backend;
 use etch_kernels::testing::Harness;
 use etch_memory::allocator::CachingAllocator;
 use etch_memory::counting::{CountingAllocator, count_allocations};
-use etch_xnnpack::XnnpackBackend;
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -18,10 +16,7 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 #[test]
 fn execute_does_not_allocate_after_warm_up() {
     let file = linear_program();
-    let named = FileNamedData(&file);
-    let handle = XnnpackBackend
-        .init(&payload(&file), &init_ctx(&named))
-        .unwrap();
+    let handle = init_linear(&file);
     let mut h = Harness::new();
     h.temp = Some(Box::new(CachingAllocator::new(1 << 20)));
     let x: Vec<f32> = (0..16).map(|i| i as f32 / 8.0 - 1.0).collect();

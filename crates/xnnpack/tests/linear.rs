@@ -6,17 +6,12 @@ mod common;
 
 use common::*;
 use etch_format::ScalarType;
-use etch_kernels::Backend;
 use etch_kernels::testing::Harness;
-use etch_xnnpack::XnnpackBackend;
 
 #[test]
 fn parses_and_summarises() {
     let file = linear_program();
-    let named = FileNamedData(&file);
-    let handle = XnnpackBackend
-        .init(&payload(&file), &init_ctx(&named))
-        .unwrap();
+    let handle = init_linear(&file);
     let s = handle.summary();
     let kinds: Vec<&str> = s.nodes.iter().map(|(k, _)| k.as_str()).collect();
     assert!(kinds.contains(&"FullyConnected"), "{s:?}");
@@ -27,10 +22,7 @@ fn parses_and_summarises() {
 #[test]
 fn runs_like_the_formula_on_the_files_weights() {
     let file = linear_program();
-    let named = FileNamedData(&file);
-    let handle = XnnpackBackend
-        .init(&payload(&file), &init_ctx(&named))
-        .unwrap();
+    let handle = init_linear(&file);
     let mut weight = Vec::new();
     let mut bias = Vec::new();
     for nd in &file.program().named_data {

@@ -29,13 +29,7 @@ fn mutations_never_panic() {
     let file = linear_program();
     let named = FileNamedData(&file);
     let bytes = payload(&file);
-    let mut seed = 0x9e3779b97f4a7c15u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
+    let mut next = xorshift(0x9e3779b97f4a7c15);
     let mut errors = 0;
     for _ in 0..3000 {
         let mut m = bytes.clone();

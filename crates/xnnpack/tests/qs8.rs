@@ -7,11 +7,9 @@ mod common;
 use common::fbs::{self, F, T};
 use common::*;
 use etch_format::ScalarType;
-use etch_kernels::backend::NoNamedData;
+use etch_kernels::BackendError;
 use etch_kernels::testing::Harness;
-use etch_kernels::{Backend, BackendError};
 use etch_linalg::quant::qs8::{quantize_bound, requantize};
-use etch_xnnpack::XnnpackBackend;
 
 const S_IN: f32 = 0.02;
 const ZP_IN: i32 = -3;
@@ -172,9 +170,7 @@ fn reference_conv(x: &[f32]) -> Vec<i8> {
 
 #[test]
 fn convert_conv_add_match_the_integer_model() {
-    let handle = XnnpackBackend
-        .init(&payload(&Params::default()), &init_ctx(&NoNamedData))
-        .unwrap();
+    let handle = init_standalone(&payload(&Params::default()));
     let x = input();
     let mut h = Harness::new();
     let xi = h.tensor(&[1, 5, 5, 3], &x);
@@ -207,10 +203,7 @@ fn convert_conv_add_match_the_integer_model() {
 }
 
 fn init_error(p: &Params) -> BackendError {
-    XnnpackBackend
-        .init(&payload(p), &init_ctx(&NoNamedData))
-        .err()
-        .expect("a malformed payload must be refused")
+    init_standalone_error(&payload(p))
 }
 
 fn assert_field(err: BackendError, want: &str) {
@@ -269,29 +262,11 @@ fn bad_quantization_parameters_are_named() {
 #[test]
 fn mutated_int8_graphs_never_panic() {
     let good = payload(&Params::default());
-    let mut seed = 0x51f1_5eed_u64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    for _ in 0..600 {
-        let mut m = good.clone();
-        for _ in 0..1 + next() % 4 {
-            let at = 30 + (next() as usize) % (m.len() - 30);
-            m[at] = match next() % 3 {
-                0 => 0xff,
-                1 => m[at] ^ (1 << (next() % 8)),
-                _ => next() as u8,
-            };
-        }
-        if let Ok(handle) = XnnpackBackend.init(&m, &init_ctx(&NoNamedData)) {
-            let mut h = Harness::new();
-            let xi = h.tensor(&[1, 5, 5, 3], &input());
-            let ci = h.out(ScalarType::Float, &[1, 3, 3, 4]);
-            let ai = h.out(ScalarType::Float, &[1, 3, 3, 4]);
-            let _ = run(&mut h, handle.as_ref(), &[xi, ci, ai]);
-        }
-    }
+    for_each_valid_mutation(&good, 0x51f1_5eed, 600, |handle| {
+        let mut h = Harness::new();
+        let xi = h.tensor(&[1, 5, 5, 3], &input());
+        let ci = h.out(ScalarType::Float, &[1, 3, 3, 4]);
+        let ai = h.out(ScalarType::Float, &[1, 3, 3, 4]);
+        let _ = run(&mut h, handle, &[xi, ci, ai]);
+    });
 }

@@ -9,12 +9,10 @@ mod common;
 use common::fbs::{self, F, T};
 use common::*;
 use etch_format::ScalarType;
-use etch_kernels::backend::NoNamedData;
+use etch_kernels::BackendError;
 use etch_kernels::testing::Harness;
-use etch_kernels::{Backend, BackendError};
 use etch_linalg::conv::{ConvGeometry, conv2d_nhwc_reference};
 use etch_linalg::pool::{PoolGeometry, global_avg_pool_nhwc, max_pool2d_nhwc};
-use etch_xnnpack::XnnpackBackend;
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
@@ -76,9 +74,7 @@ fn conv_payload(filter_id: u32) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
 #[test]
 fn conv2d_with_header_constants_matches_the_reference() {
     let (payload, filter, bias) = conv_payload(1);
-    let handle = XnnpackBackend
-        .init(&payload, &init_ctx(&NoNamedData))
-        .unwrap();
+    let handle = init_standalone(&payload);
     assert_eq!(handle.summary().nodes, vec![("Conv2d".to_string(), 1)]);
     let x = data(75, 3);
     let mut h = Harness::new();
@@ -115,10 +111,7 @@ fn conv2d_with_header_constants_matches_the_reference() {
 #[test]
 fn a_bad_filter_id_names_node_and_field() {
     let (payload, _, _) = conv_payload(77);
-    let err = XnnpackBackend
-        .init(&payload, &init_ctx(&NoNamedData))
-        .err()
-        .unwrap();
+    let err = init_standalone_error(&payload);
     match err {
         BackendError::InvalidPayload { field, .. } => {
             assert_eq!(field, "xnodes[0].Conv2d.filter_id")
@@ -164,9 +157,7 @@ fn depthwise_then_pooling() {
         vec![fbs::constant_at(0, 144), fbs::constant_at(144, 16)],
     );
     let payload = fbs::payload(&fbs::finish(&g), &constants);
-    let handle = XnnpackBackend
-        .init(&payload, &init_ctx(&NoNamedData))
-        .unwrap();
+    let handle = init_standalone(&payload);
     let x = data(72, 7);
     let mut h = Harness::new();
     let xi = h.tensor(&[1, 6, 6, 2], &x);
@@ -276,9 +267,7 @@ fn broadcast_add_follows_dynamic_rows() {
         vec![fbs::constant_at(0, 16)],
     );
     let payload = fbs::payload(&fbs::finish(&g), &bytes(&c));
-    let handle = XnnpackBackend
-        .init(&payload, &init_ctx(&NoNamedData))
-        .unwrap();
+    let handle = init_standalone(&payload);
     let mut h = Harness::new();
     for n in [3usize, 1, 2] {
         let x = data(n * 4, n as u32);
@@ -306,10 +295,7 @@ fn unsupported_kinds_and_quantized_values_are_named() {
         vec![],
     );
     let payload = fbs::payload(&fbs::finish(&g), &[]);
-    let err = XnnpackBackend
-        .init(&payload, &init_ctx(&NoNamedData))
-        .err()
-        .unwrap();
+    let err = init_standalone_error(&payload);
     assert!(
         matches!(err, BackendError::Unsupported(ref m) if m.contains("ArgMaxPooling2d")),
         "{err}"
@@ -330,10 +316,7 @@ fn a_value_read_before_it_is_written_is_refused() {
         vec![],
     );
     let payload = fbs::payload(&fbs::finish(&g), &[]);
-    let err = XnnpackBackend
-        .init(&payload, &init_ctx(&NoNamedData))
-        .err()
-        .unwrap();
+    let err = init_standalone_error(&payload);
     match err {
         BackendError::InvalidPayload { field, .. } => assert_eq!(field, "xnodes[0].Add.inputs[0]"),
         other => panic!("{other}"),
@@ -399,9 +382,7 @@ fn data_movement_softmax_and_matrix_products() {
         vec![fbs::constant_at(0, 40), fbs::constant_at(40, 8)],
     );
     let payload = fbs::payload(&fbs::finish(&g), &constants);
-    let handle = XnnpackBackend
-        .init(&payload, &init_ctx(&NoNamedData))
-        .unwrap();
+    let handle = init_standalone(&payload);
     let x = data(6, 4);
     let mut h = Harness::new();
     let xi = h.tensor(&[2, 3], &x);
@@ -461,9 +442,7 @@ fn resize_and_transposed_convolution_shapes() {
         vec![fbs::constant_at(0, 16)],
     );
     let payload = fbs::payload(&fbs::finish(&g), &bytes(&filter));
-    let handle = XnnpackBackend
-        .init(&payload, &init_ctx(&NoNamedData))
-        .unwrap();
+    let handle = init_standalone(&payload);
     let mut h = Harness::new();
     let xi = h.tensor(&[1, 2, 2, 1], &[0.0f32, 4.0, 8.0, 12.0]);
     let yi = h.out(ScalarType::Float, &[1, 8, 8, 1]);
@@ -536,9 +515,7 @@ fn dynamically_quantized_linear_with_4_bit_blocks() {
         ],
     );
     let payload = fbs::payload(&fbs::finish(&g), &constants);
-    let handle = XnnpackBackend
-        .init(&payload, &init_ctx(&NoNamedData))
-        .unwrap();
+    let handle = init_standalone(&payload);
     assert_eq!(
         handle.summary().nodes,
         vec![
@@ -571,30 +548,12 @@ fn mutated_synthetic_graphs_never_panic() {
     // The conv graph and the quantized-linear graph exercise the window, filter and
     // quantization parsers; mutate their flatbuffers byte by byte.
     let (conv, _, _) = conv_payload(1);
-    let mut seed = 0x2545f4914f6cdd1du64;
-    let mut next = || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    for _ in 0..600 {
-        let mut m = conv.clone();
-        for _ in 0..1 + next() % 4 {
-            let at = 30 + (next() as usize) % (m.len() - 30);
-            m[at] = match next() % 3 {
-                0 => 0xff,
-                1 => m[at] ^ (1 << (next() % 8)),
-                _ => next() as u8,
-            };
-        }
-        if let Ok(handle) = XnnpackBackend.init(&m, &init_ctx(&NoNamedData)) {
-            // A graph that still validates must run (or fail with an error) on inputs of
-            // its declared shape.
-            let mut h = Harness::new();
-            let xi = h.tensor(&[1, 5, 5, 3], &data(75, 1));
-            let yi = h.out(ScalarType::Float, &[1, 3, 3, 4]);
-            let _ = run(&mut h, handle.as_ref(), &[xi, yi]);
-        }
-    }
+    for_each_valid_mutation(&conv, 0x2545f4914f6cdd1d, 600, |handle| {
+        // A graph that still validates must run (or fail with an error) on inputs of
+        // its declared shape.
+        let mut h = Harness::new();
+        let xi = h.tensor(&[1, 5, 5, 3], &data(75, 1));
+        let yi = h.out(ScalarType::Float, &[1, 3, 3, 4]);
+        let _ = run(&mut h, handle, &[xi, yi]);
+    });
 }

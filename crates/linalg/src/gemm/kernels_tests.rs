@@ -1,16 +1,5 @@
 use super::*;
-
-fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
+use crate::test_util::rand_vec;
 
 /// Every micro-kernel against the scalar twin of its own tile shape.
 #[test]

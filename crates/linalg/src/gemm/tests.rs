@@ -2,17 +2,35 @@ use half::{bf16, f16};
 use proptest::prelude::*;
 
 use super::*;
+use crate::test_util::rand_vec;
 
-fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+/// The product `g` with the kernels of `isa`, into outputs of type `O` (filled with `nan`
+/// first).
+fn gemm_into<O: OutElem>(
+    pool: &ThreadPool,
+    isa: Isa,
+    g: &Gemm<'_>,
+    scratch: &mut [f32],
+    nan: O,
+) -> Vec<O> {
+    let mut out = vec![nan; g.a.rows * g.b.cols];
+    gemm(pool, isa, g, &mut out, scratch).unwrap();
+    out
+}
+
+/// Asserts `|got[i] - want[i]| <= tol(want[i])` for every output (`what` names the case).
+fn assert_close<O: Copy + Into<f64> + std::fmt::Display>(
+    got: &[O],
+    want: &[f64],
+    tol: impl Fn(f64) -> f64,
+    what: &str,
+) {
+    for (idx, (&o, &w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (o.into() - w).abs() <= tol(w),
+            "{what} at {idx}: {o} vs {w}"
+        );
+    }
 }
 
 /// Naive f64 reference of `alpha*A·B + beta*C` for the given views.
@@ -153,37 +171,12 @@ fn check(
             Dt::F16 => 2e-3 * (1.0 + w.abs()) + 1e-4 * k as f64,
             Dt::Bf16 => 1e-2 * (1.0 + w.abs()) + 1e-3 * k as f64,
         };
+        let what = format!("{isa:?} {dt:?} {m}x{n}x{k} ta={ta} tb={tb} add={addend} t={threads}");
+        let s = &mut scratch;
         match dt {
-            Dt::F32 => {
-                let mut out = vec![f32::NAN; m * n];
-                gemm(&pool, isa, &g, &mut out, &mut scratch).unwrap();
-                for (idx, (&o, &w)) in out.iter().zip(&want).enumerate() {
-                    assert!(
-                        (o as f64 - w).abs() <= tol(w),
-                        "{isa:?} {m}x{n}x{k} ta={ta} tb={tb} add={addend} t={threads} at {idx}: {o} vs {w}"
-                    );
-                }
-            }
-            Dt::F16 => {
-                let mut out = vec![f16::NAN; m * n];
-                gemm(&pool, isa, &g, &mut out, &mut scratch).unwrap();
-                for (&o, &w) in out.iter().zip(&want) {
-                    assert!(
-                        (o.to_f64() - w).abs() <= tol(w),
-                        "{isa:?} f16 {m}x{n}x{k}: {o} vs {w}"
-                    );
-                }
-            }
-            Dt::Bf16 => {
-                let mut out = vec![bf16::NAN; m * n];
-                gemm(&pool, isa, &g, &mut out, &mut scratch).unwrap();
-                for (&o, &w) in out.iter().zip(&want) {
-                    assert!(
-                        (o.to_f64() - w).abs() <= tol(w),
-                        "{isa:?} bf16 {m}x{n}x{k}: {o} vs {w}"
-                    );
-                }
-            }
+            Dt::F32 => assert_close(&gemm_into(&pool, isa, &g, s, f32::NAN), &want, tol, &what),
+            Dt::F16 => assert_close(&gemm_into(&pool, isa, &g, s, f16::NAN), &want, tol, &what),
+            Dt::Bf16 => assert_close(&gemm_into(&pool, isa, &g, s, bf16::NAN), &want, tol, &what),
         }
     }
 }
@@ -343,12 +336,8 @@ fn check_f32_api(
             let mut scratch = vec![0f32; p.scratch_len_with(isa, threads)];
             let mut out = vec![f32::NAN; m * n];
             gemm_f32_with(&pool, isa, &p, &mut out, &mut scratch).unwrap();
-            for (idx, (&o, &w)) in out.iter().zip(&want).enumerate() {
-                assert!(
-                    (o as f64 - w).abs() <= 1e-4 * (1.0 + w.abs()) * (1.0 + (k as f64).sqrt()),
-                    "{isa:?} {b:?} {m}x{n}x{k} at {idx}: {o} vs {w}"
-                );
-            }
+            let tol = |w: f64| 1e-4 * (1.0 + w.abs()) * (1.0 + (k as f64).sqrt());
+            assert_close(&out, &want, tol, &format!("{isa:?} {b:?} {m}x{n}x{k}"));
         }
     }
 }

@@ -350,50 +350,7 @@ pub fn im2col_qs8(
     col: &mut [i8],
     stride: usize,
 ) -> bool {
-    let patch = g.patch_len();
-    let c = g.in_channels();
-    if stride < patch
-        || input.len() < g.in_h * g.in_w * c
-        || col.len() < pixels.len() * stride
-        || group >= g.groups
-    {
-        return false;
-    }
-    let c0 = group * g.group_in;
-    for (row, p) in col.chunks_exact_mut(stride.max(1)).zip(pixels) {
-        let (oy, ox) = (p / g.out_w.max(1), p % g.out_w.max(1));
-        let mut at = 0;
-        for ky in 0..g.kernel_h {
-            let iy = source(oy, ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h);
-            for kx in 0..g.kernel_w {
-                let ix = source(ox, kx, g.stride_w, g.dilation_w, g.pad_left, g.in_w);
-                let dst = &mut row[at..at + g.group_in];
-                match (iy, ix) {
-                    (Some(iy), Some(ix)) => {
-                        let s = (iy * g.in_w + ix) * c + c0;
-                        dst.copy_from_slice(&input[s..s + g.group_in]);
-                    }
-                    _ => dst.fill(zero_point),
-                }
-                at += g.group_in;
-            }
-        }
-        row[patch..].fill(0);
-    }
-    true
-}
-
-fn source(
-    out: usize,
-    tap: usize,
-    stride: usize,
-    dilation: usize,
-    pad: usize,
-    size: usize,
-) -> Option<usize> {
-    (out * stride + tap * dilation)
-        .checked_sub(pad)
-        .filter(|&s| s < size)
+    crate::conv::im2col_rows(g, input, group, pixels, col, stride, zero_point)
 }
 
 /// Direct depthwise convolution of one int8 NHWC image, output rows `rows` into `out`
@@ -432,25 +389,14 @@ pub fn depthwise_conv2d_qs8(
                 let nc = (co - c0).min(CH);
                 let mut acc = [0i32; CH];
                 acc[..nc].copy_from_slice(&bias[c0..c0 + nc]);
-                for ky in 0..g.kernel_h {
-                    let Some(iy) = source(oy, ky, g.stride_h, g.dilation_h, g.pad_top, g.in_h)
-                    else {
-                        continue;
-                    };
-                    for kx in 0..g.kernel_w {
-                        let Some(ix) = source(ox, kx, g.stride_w, g.dilation_w, g.pad_left, g.in_w)
-                        else {
-                            continue;
-                        };
-                        let px = &input[(iy * g.in_w + ix) * ci..(iy * g.in_w + ix + 1) * ci];
-                        let tap = (ky * g.kernel_w + kx) * co + c0;
-                        let taps = &filter[tap..tap + nc];
-                        for (j, (s, &wv)) in acc.iter_mut().zip(taps).enumerate() {
-                            let x = i32::from(px[(c0 + j) / mult]) - input_zero_point;
-                            *s += x * i32::from(wv);
-                        }
+                g.for_each_tap(oy, ox, |pixel, tap| {
+                    let px = &input[pixel * ci..(pixel + 1) * ci];
+                    let taps = &filter[tap * co + c0..][..nc];
+                    for (j, (s, &wv)) in acc.iter_mut().zip(taps).enumerate() {
+                        let x = i32::from(px[(c0 + j) / mult]) - input_zero_point;
+                        *s += x * i32::from(wv);
                     }
-                }
+                });
                 for (j, (o, &s)) in dst[c0..c0 + nc].iter_mut().zip(&acc).enumerate() {
                     *o = requantize(s, rq.scales[c0 + j], rq.zero_point, rq.min, rq.max);
                 }

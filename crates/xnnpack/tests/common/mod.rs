@@ -3,10 +3,13 @@
 #![allow(dead_code)]
 
 use etch_format::ProgramFile;
-use etch_kernels::backend::{NamedBytes, NamedDataMap};
+use etch_kernels::backend::{NamedBytes, NamedDataMap, NoNamedData};
 use etch_kernels::testing::Harness;
-use etch_kernels::{Args, BackendInitContext, DelegateHandle, KernelContext, KernelError};
+use etch_kernels::{
+    Args, Backend, BackendError, BackendInitContext, DelegateHandle, KernelContext, KernelError,
+};
 use etch_memory::TempScope;
+use etch_xnnpack::XnnpackBackend;
 
 pub mod fbs;
 
@@ -21,6 +24,65 @@ pub fn payload(file: &ProgramFile) -> Vec<u8> {
     let plan = file.plan("forward").unwrap();
     let range = file.delegate_data(&plan.delegates[0].processed).unwrap();
     file.slice(range).unwrap().to_vec()
+}
+
+/// The delegate of `file` (`xnnpack_linear.pte`) initialised on the file's named data.
+pub fn init_linear(file: &ProgramFile) -> Box<dyn DelegateHandle> {
+    let named = FileNamedData(file);
+    XnnpackBackend
+        .init(&payload(file), &init_ctx(&named))
+        .unwrap()
+}
+
+/// `payload` initialised without named data (its constants are in its own header).
+pub fn init_standalone(payload: &[u8]) -> Box<dyn DelegateHandle> {
+    XnnpackBackend
+        .init(payload, &init_ctx(&NoNamedData))
+        .unwrap()
+}
+
+/// The error that initialising `payload` without named data must give.
+pub fn init_standalone_error(payload: &[u8]) -> BackendError {
+    XnnpackBackend
+        .init(payload, &init_ctx(&NoNamedData))
+        .err()
+        .expect("a malformed payload must be refused")
+}
+
+/// A xorshift64 generator started at `seed` (not zero): the bytes of the mutation tests.
+pub fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
+/// Mutates `rounds` copies of the synthetic graph `good` (one to four bytes past its
+/// first 30 each: all ones, a flipped bit, or a random byte) and calls `run` on the
+/// handle of every copy that still initialises without named data.
+pub fn for_each_valid_mutation(
+    good: &[u8],
+    seed: u64,
+    rounds: usize,
+    mut run: impl FnMut(&dyn DelegateHandle),
+) {
+    let mut next = xorshift(seed);
+    for _ in 0..rounds {
+        let mut m = good.to_vec();
+        for _ in 0..1 + next() % 4 {
+            let at = 30 + (next() as usize) % (m.len() - 30);
+            m[at] = match next() % 3 {
+                0 => 0xff,
+                1 => m[at] ^ (1 << (next() % 8)),
+                _ => next() as u8,
+            };
+        }
+        if let Ok(handle) = XnnpackBackend.init(&m, &init_ctx(&NoNamedData)) {
+            run(handle.as_ref());
+        }
+    }
 }
 
 /// Named data of a loaded program.
