@@ -38,6 +38,37 @@ fn elems<'a>(ctx: &'a KernelContext<'_>, t: &Tensor) -> Result<Elems<'a>, Kernel
     }
 }
 
+/// A view of `data` from element `offset`: `rows x cols`, row stride `rs`, column
+/// stride `cs` (a row-major matrix has `rs = cols`, `cs = 1`).
+fn view(
+    data: Elems<'_>,
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+) -> MatRef<'_> {
+    MatRef {
+        data,
+        offset,
+        rows,
+        cols,
+        rs,
+        cs,
+    }
+}
+
+/// The plain product `a · b`: no scaling, addend or clamp.
+fn product<'a>(a: MatRef<'a>, b: MatRef<'a>) -> Gemm<'a> {
+    Gemm {
+        a,
+        b,
+        alpha: 1.0,
+        addend: None,
+        clamp: None,
+    }
+}
+
 /// Runs `count` products, product `i` being `make(i)`, into consecutive `m x n`
 /// blocks of `out`, with `alpha`/`beta` scaling.
 #[allow(clippy::too_many_arguments)]
@@ -151,36 +182,10 @@ fn linear(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
         None => None,
     };
     let g = Gemm {
-        a: MatRef {
-            data: x,
-            offset: 0,
-            rows: m,
-            cols: k,
-            rs: k,
-            cs: 1,
-        },
-        b: MatRef {
-            data: w,
-            offset: 0,
-            rows: k,
-            cols: n,
-            rs: 1,
-            cs: k,
-        },
+        a: view(x, 0, m, k, k, 1),
+        b: view(w, 0, k, n, 1, k),
         alpha: 1.0,
-        addend: b.map(|d| {
-            (
-                MatRef {
-                    data: d,
-                    offset: 0,
-                    rows: m,
-                    cols: n,
-                    rs: 0,
-                    cs: bias_cs,
-                },
-                1.0,
-            )
-        }),
+        addend: b.map(|d| (view(d, 0, m, n, 0, bias_cs), 1.0)),
         clamp: None,
     };
     run_products(ctx, &out, 1, m, n, 1.0, 1.0, |_| g)
@@ -222,27 +227,7 @@ fn mm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     }
     let out = out.resize(a, &[m, n])?;
     let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
-    let g = Gemm {
-        a: MatRef {
-            data: xd,
-            offset: 0,
-            rows: m,
-            cols: k,
-            rs: k,
-            cs: 1,
-        },
-        b: MatRef {
-            data: yd,
-            offset: 0,
-            rows: k,
-            cols: n,
-            rs: n,
-            cs: 1,
-        },
-        alpha: 1.0,
-        addend: None,
-        clamp: None,
-    };
+    let g = product(view(xd, 0, m, k, k, 1), view(yd, 0, k, n, n, 1));
     run_products(ctx, &out, 1, m, n, 1.0, 0.0, |_| g)
 }
 
@@ -295,34 +280,10 @@ fn addmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let out = out.resize(a, &[m, n])?;
     let (xd, yd, cd) = (elems(ctx, &x)?, elems(ctx, &y)?, elems(ctx, &c)?);
     let g = Gemm {
-        a: MatRef {
-            data: xd,
-            offset: 0,
-            rows: m,
-            cols: k,
-            rs: k,
-            cs: 1,
-        },
-        b: MatRef {
-            data: yd,
-            offset: 0,
-            rows: k,
-            cols: n,
-            rs: n,
-            cs: 1,
-        },
+        a: view(xd, 0, m, k, k, 1),
+        b: view(yd, 0, k, n, n, 1),
         alpha: alpha as f32,
-        addend: Some((
-            MatRef {
-                data: cd,
-                offset: 0,
-                rows: m,
-                cols: n,
-                rs: crs,
-                cs: ccs,
-            },
-            beta as f32,
-        )),
+        addend: Some((view(cd, 0, m, n, crs, ccs), beta as f32)),
         clamp: None,
     };
     run_products(ctx, &out, 1, m, n, alpha, beta, |_| g)
@@ -355,26 +316,11 @@ fn bmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     }
     let out = out.resize(a, &[bx, m, n])?;
     let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
-    run_products(ctx, &out, bx, m, n, 1.0, 0.0, |i| Gemm {
-        a: MatRef {
-            data: xd,
-            offset: i * m * k,
-            rows: m,
-            cols: k,
-            rs: k,
-            cs: 1,
-        },
-        b: MatRef {
-            data: yd,
-            offset: i * k * n,
-            rows: k,
-            cols: n,
-            rs: n,
-            cs: 1,
-        },
-        alpha: 1.0,
-        addend: None,
-        clamp: None,
+    run_products(ctx, &out, bx, m, n, 1.0, 0.0, |i| {
+        product(
+            view(xd, i * m * k, m, k, k, 1),
+            view(yd, i * k * n, k, n, n, 1),
+        )
     })
 }
 
@@ -453,26 +399,11 @@ fn matmul(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
     let count: usize = batch.iter().product();
     let out = out.resize(a, &sizes[..r])?;
     let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
-    run_products(ctx, &out, count, m, n, 1.0, 0.0, |i| Gemm {
-        a: MatRef {
-            data: xd,
-            offset: batch_offset(i, batch, xbs),
-            rows: m,
-            cols: k,
-            rs: xrs,
-            cs: 1,
-        },
-        b: MatRef {
-            data: yd,
-            offset: batch_offset(i, batch, ybs),
-            rows: k,
-            cols: n,
-            rs: yrs,
-            cs: ycs,
-        },
-        alpha: 1.0,
-        addend: None,
-        clamp: None,
+    run_products(ctx, &out, count, m, n, 1.0, 0.0, |i| {
+        product(
+            view(xd, batch_offset(i, batch, xbs), m, k, xrs, 1),
+            view(yd, batch_offset(i, batch, ybs), k, n, yrs, ycs),
+        )
     })
 }
 
