@@ -145,40 +145,21 @@ fn random_mask(rng: &mut Rng, c: &Case) -> Vec<f32> {
     m
 }
 
-trait TestFloat: etch_kernels::Element + Copy {
-    fn from(x: f32) -> Self;
-    fn to(self) -> f64;
+/// An element type the attention tests run in, with its tolerance.
+trait TestFloat: etch_kernels::Element {
     /// Absolute tolerance of outputs in [-1, 1].
     const TOL: f64;
 }
 
 impl TestFloat for f32 {
-    fn from(x: f32) -> Self {
-        x
-    }
-    fn to(self) -> f64 {
-        self as f64
-    }
     const TOL: f64 = 5e-5;
 }
 
 impl TestFloat for f16 {
-    fn from(x: f32) -> Self {
-        f16::from_f32(x)
-    }
-    fn to(self) -> f64 {
-        self.to_f64()
-    }
     const TOL: f64 = 2e-3;
 }
 
 impl TestFloat for bf16 {
-    fn from(x: f32) -> Self {
-        bf16::from_f32(x)
-    }
-    fn to(self) -> f64 {
-        self.to_f64()
-    }
     const TOL: f64 = 1.2e-2;
 }
 
@@ -204,12 +185,12 @@ fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
 fn check_custom_sdpa<E: TestFloat>(c: &Case) {
     let mut rng = Rng::new(c.seed);
     let (qs, ks) = shapes(c);
-    let round = |x: Vec<f32>| x.into_iter().map(E::from).collect::<Vec<E>>();
+    let round = |x: Vec<f32>| x.into_iter().map(E::from_f32).collect::<Vec<E>>();
     let q = round(rng.vec(qs.iter().product()));
     let k = round(rng.vec(ks.iter().product()));
     let v = round(rng.vec(ks.iter().product()));
     let mask = c.masked.then(|| random_mask(&mut rng, c));
-    let widen = |x: &[E]| x.iter().map(|e| e.to()).collect::<Vec<f64>>();
+    let widen = |x: &[E]| x.iter().map(|e| e.to_f64()).collect::<Vec<f64>>();
     let mask64 = mask
         .as_ref()
         .map(|m| m.iter().map(|&x| x as f64).collect::<Vec<f64>>());

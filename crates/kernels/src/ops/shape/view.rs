@@ -2,8 +2,7 @@
 //! output holds the input's elements in the same order under new sizes.
 
 use crate::ops::prim::infer_view_sizes;
-use crate::ops::same_dtype;
-use crate::ops::shape::common::{Strided, copy_tensor, require_contiguous};
+use crate::ops::shape::common::{Strided, copy_tensor, require_copy_pair};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tensor, normalize_dim};
 
@@ -24,10 +23,7 @@ fn reshape_into(
     out: OutArg,
     sizes: &[usize],
 ) -> Result<(), KernelError> {
-    let o = out.tensor();
-    same_dtype(input, &o)?;
-    require_contiguous(input, "input")?;
-    require_contiguous(&o, "out")?;
+    require_copy_pair(input, &out.tensor())?;
     let o = out.resize(a, sizes)?;
     if o.numel() != input.numel() {
         return Err(KernelError::invalid(format!(
