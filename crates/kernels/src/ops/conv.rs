@@ -17,11 +17,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use etch_base::ScalarType;
 use etch_linalg::conv::ConvGeometry;
 use etch_linalg::conv_nchw::{col2im_add_nchw, conv2d_plane_nchw, im2col_nchw};
 use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
 
+use super::f32_only;
 use super::layout::{NchwOut, read_nchw, require_nchw_or_channels_last};
 use super::window::spatial_list;
 use crate::schema::{OpArgs, OutArg, op_args};
@@ -55,17 +55,6 @@ impl Conv {
         } else {
             [n, c, h, w]
         }
-    }
-}
-
-fn f32_only(t: &Tensor, what: &'static str) -> Result<(), KernelError> {
-    if t.dtype() == ScalarType::Float {
-        Ok(())
-    } else {
-        Err(KernelError::UnsupportedDtype {
-            dtype: t.dtype(),
-            what,
-        })
     }
 }
 
