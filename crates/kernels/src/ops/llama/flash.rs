@@ -149,10 +149,26 @@ pub trait Rows: Sync {
     fn layout(&self) -> &RowLayout;
     /// True when tiles are converted into a buffer (so one must be provided).
     fn converts(&self) -> bool;
-    /// Row `(b, s, h)` times `scale`, as f32, into `dst` (`width` long).
-    fn load_row(&self, b: usize, s: usize, h: usize, scale: f32, dst: &mut [f32]);
+    /// Row `(b, s, h)` as f32 into `dst` (`width` long).
+    fn convert_row(&self, b: usize, s: usize, h: usize, dst: &mut [f32]);
+    /// Rows `s0 .. s0 + n` of head `h` borrowed as f32, `(data, row stride)`, when
+    /// they are stored as f32.
+    #[inline(always)]
+    fn borrow_tile(&self, _b: usize, _s0: usize, _n: usize, _h: usize) -> Option<(&[f32], usize)> {
+        None
+    }
+
+    /// Row `(b, s, h)` times `scale`, as f32, into `dst` (`width` long): converted
+    /// exactly, then scaled (as the reference does).
+    #[inline(always)]
+    fn load_row(&self, b: usize, s: usize, h: usize, scale: f32, dst: &mut [f32]) {
+        self.convert_row(b, s, h, dst);
+        attention::scale(dst, scale);
+    }
+
     /// Rows `s0 .. s0 + n` of head `h` as f32: `(data, row stride)`, borrowed when
     /// possible, otherwise converted into `buf` (at least `n * width` long).
+    #[inline(always)]
     fn tile<'a>(
         &'a self,
         b: usize,
@@ -160,7 +176,16 @@ pub trait Rows: Sync {
         n: usize,
         h: usize,
         buf: &'a mut [f32],
-    ) -> (&'a [f32], usize);
+    ) -> (&'a [f32], usize) {
+        if let Some(borrowed) = self.borrow_tile(b, s0, n, h) {
+            return borrowed;
+        }
+        let w = self.layout().width;
+        for (r, dst) in buf.chunks_exact_mut(w).take(n).enumerate() {
+            self.convert_row(b, s0 + r, h, dst);
+        }
+        (buf.get(..n * w).unwrap_or(&[]), w)
+    }
 }
 
 /// Rows of a float tensor (f32 tiles are borrowed, f16/bf16 converted).
@@ -187,33 +212,18 @@ impl<E: Float> Rows for FloatRows<'_, E> {
     }
 
     #[inline(always)]
-    fn load_row(&self, b: usize, s: usize, h: usize, scale: f32, dst: &mut [f32]) {
+    fn convert_row(&self, b: usize, s: usize, h: usize, dst: &mut [f32]) {
         let off = self.lay.offset(b, s, h);
         let src = self.data.get(off..off + self.lay.width).unwrap_or(&[]);
         etch_base::cast_slice(src, dst);
-        attention::scale(dst, scale);
     }
 
     #[inline(always)]
-    fn tile<'a>(
-        &'a self,
-        b: usize,
-        s0: usize,
-        n: usize,
-        h: usize,
-        buf: &'a mut [f32],
-    ) -> (&'a [f32], usize) {
-        let w = self.lay.width;
+    fn borrow_tile(&self, b: usize, s0: usize, n: usize, h: usize) -> Option<(&[f32], usize)> {
+        let f = E::as_f32(self.data)?;
         let off = self.lay.offset(b, s0, h);
-        if let Some(f) = E::as_f32(self.data) {
-            let end = off + n.saturating_sub(1) * self.lay.stride_s + w;
-            return (f.get(off..end).unwrap_or(&[]), self.lay.stride_s);
-        }
-        for (r, dst) in buf.chunks_exact_mut(w).take(n).enumerate() {
-            let o = self.lay.offset(b, s0 + r, h);
-            etch_base::cast_slice(self.data.get(o..o + w).unwrap_or(&[]), dst);
-        }
-        (buf.get(..n * w).unwrap_or(&[]), w)
+        let end = off + n.saturating_sub(1) * self.lay.stride_s + self.lay.width;
+        Some((f.get(off..end).unwrap_or(&[]), self.lay.stride_s))
     }
 }
 
@@ -249,18 +259,6 @@ impl<'a> QuantRows<'a> {
             qlay,
         })
     }
-
-    #[inline(always)]
-    fn dequantize(&self, b: usize, s: usize, h: usize, scale: f32, dst: &mut [f32]) {
-        let off = self.lay.offset(b, s, h);
-        let src = self.data.get(off..off + self.lay.width).unwrap_or(&[]);
-        let qo = self.qlay.offset(b, s, h);
-        let sc = self.scales.get(qo).copied().unwrap_or(0.0) * scale;
-        let zp = self.zero_points.get(qo).copied().unwrap_or(0) as f32;
-        for (d, &x) in dst.iter_mut().zip(src) {
-            *d = (x as f32 - zp) * sc;
-        }
-    }
 }
 
 impl Rows for QuantRows<'_> {
@@ -272,27 +270,17 @@ impl Rows for QuantRows<'_> {
         true
     }
 
+    /// Dequantizes row `(b, s, h)`: `(x - zero_point) * scale`.
     #[inline(always)]
-    fn load_row(&self, b: usize, s: usize, h: usize, scale: f32, dst: &mut [f32]) {
-        // Dequantize exactly, then scale (as the reference does).
-        self.dequantize(b, s, h, 1.0, dst);
-        attention::scale(dst, scale);
-    }
-
-    #[inline(always)]
-    fn tile<'a>(
-        &'a self,
-        b: usize,
-        s0: usize,
-        n: usize,
-        h: usize,
-        buf: &'a mut [f32],
-    ) -> (&'a [f32], usize) {
-        let w = self.lay.width;
-        for (r, dst) in buf.chunks_exact_mut(w).take(n).enumerate() {
-            self.dequantize(b, s0 + r, h, 1.0, dst);
+    fn convert_row(&self, b: usize, s: usize, h: usize, dst: &mut [f32]) {
+        let off = self.lay.offset(b, s, h);
+        let src = self.data.get(off..off + self.lay.width).unwrap_or(&[]);
+        let qo = self.qlay.offset(b, s, h);
+        let sc = self.scales.get(qo).copied().unwrap_or(0.0);
+        let zp = self.zero_points.get(qo).copied().unwrap_or(0) as f32;
+        for (d, &x) in dst.iter_mut().zip(src) {
+            *d = (x as f32 - zp) * sc;
         }
-        (buf.get(..n * w).unwrap_or(&[]), w)
     }
 }
 
