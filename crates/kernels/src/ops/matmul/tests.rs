@@ -3,17 +3,14 @@ use half::{bf16, f16};
 use proptest::prelude::*;
 
 use crate::ThreadPool;
+use crate::ops::elementwise::testutil::Lcg;
 use crate::testing::Harness;
 
 fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
+    Lcg(seed)
+        .vec(n, 1.0)
+        .into_iter()
+        .map(|v| v as f32)
         .collect()
 }
 
