@@ -269,6 +269,31 @@ pub(crate) fn gather_copy<T: Copy + Send + Sync>(
     offset: usize,
     layout: &Strided,
 ) -> Result<(), KernelError> {
+    gather_rows(pool, dst, src, offset, layout, copy_row)
+}
+
+/// Like [`gather_copy`] but converting each element from `S` to `D`.
+pub(crate) fn gather_cast<S: Element, D: Element>(
+    pool: &ThreadPool,
+    dst: &mut [D],
+    src: &[S],
+    offset: usize,
+    layout: &Strided,
+) -> Result<(), KernelError> {
+    gather_rows(pool, dst, src, offset, layout, cast_row)
+}
+
+/// The engine of [`gather_copy`] and [`gather_cast`]: `row_op(row, src, base,
+/// stride)` fills one innermost row from `src[base]`, `src[base + stride]`, ...
+#[inline(always)]
+fn gather_rows<S: Sync, D: Send>(
+    pool: &ThreadPool,
+    dst: &mut [D],
+    src: &[S],
+    offset: usize,
+    layout: &Strided,
+    row_op: impl Fn(&mut [D], &[S], usize, usize) + Sync,
+) -> Result<(), KernelError> {
     let numel = check_gather(dst.len(), src.len(), offset, layout)?;
     if numel == 0 {
         return Ok(());
@@ -279,7 +304,7 @@ pub(crate) fn gather_copy<T: Copy + Send + Sync>(
     let inner_stride = c.strides[rank - 1];
     let rows = numel / inner;
     let dst = &mut dst[..numel];
-    let run = |first_row: usize, chunk: &mut [T]| {
+    let run = |first_row: usize, chunk: &mut [D]| {
         // Multi-index of `first_row` over the outer dims.
         let mut idx = [0usize; MAX_DIMS];
         let mut r = first_row;
@@ -290,7 +315,7 @@ pub(crate) fn gather_copy<T: Copy + Send + Sync>(
             base += idx[d] * c.strides[d];
         }
         for row in chunk.chunks_exact_mut(inner) {
-            copy_row(row, src, base, inner_stride);
+            row_op(row, src, base, inner_stride);
             c.next_row(&mut idx, &mut base);
         }
     };
@@ -344,34 +369,15 @@ pub(crate) fn copy_tensor(
     })
 }
 
-/// Like [`gather_copy`] but converting each element from `S` to `D`.
-pub(crate) fn gather_cast<S: Element, D: Element>(
-    dst: &mut [D],
-    src: &[S],
-    offset: usize,
-    layout: &Strided,
-) -> Result<(), KernelError> {
-    let numel = check_gather(dst.len(), src.len(), offset, layout)?;
-    if numel == 0 {
-        return Ok(());
-    }
-    let c = layout.coalesced();
-    let rank = c.rank;
-    let inner = c.sizes[rank - 1];
-    let s = c.strides[rank - 1];
-    let mut idx = [0usize; MAX_DIMS];
-    let mut base = offset;
-    for row in dst[..numel].chunks_exact_mut(inner) {
-        if s == 1 {
-            cast_slice(&src[base..base + inner], row);
-        } else {
-            for (j, d) in row.iter_mut().enumerate() {
-                *d = cast(src[base + j * s]);
-            }
+#[inline]
+fn cast_row<S: Element, D: Element>(row: &mut [D], src: &[S], base: usize, stride: usize) {
+    if stride == 1 {
+        cast_slice(&src[base..base + row.len()], row);
+    } else {
+        for (j, d) in row.iter_mut().enumerate() {
+            *d = cast(src[base + j * stride]);
         }
-        c.next_row(&mut idx, &mut base);
     }
-    Ok(())
 }
 
 /// Copies `src` through `layout` into `out`, casting to `out`'s dtype when it differs.
@@ -393,7 +399,7 @@ pub(crate) fn copy_tensor_cast(
         with_cast_type!(out.dtype(), what, D => {
             let s = ctx.read_raw::<S>(src)?;
             let d = ctx.write_raw::<D>(out)?;
-            gather_cast::<S, D>(d, s, offset, layout)
+            gather_cast::<S, D>(ctx.pool(), d, s, offset, layout)
         })
     })
 }
