@@ -236,14 +236,23 @@ fn convolution(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
     let bs = bias.as_ref().map(|b| ctx.read::<f32>(b)).transpose()?;
     let mut staged = NchwOut::<f32>::new(ctx, &out, "convolution out")?;
     let os = staged.data();
+    let io = Operands { xs, ws, bs, os };
     if conv.transposed {
-        transposed(ctx, &conv, xs, ws, bs, os)?;
+        transposed(ctx, &conv, io)?;
     } else if conv.g.group_in == 1 && conv.g.groups > 1 {
-        depthwise(ctx, &conv, xs, ws, bs, os)?;
+        depthwise(ctx, &conv, io)?;
     } else {
-        im2col_gemm(ctx, &conv, xs, ws, bs, os)?;
+        im2col_gemm(ctx, &conv, io)?;
     }
     staged.finish("convolution out")
+}
+
+/// The f32 NCHW data of one convolution: input, weight, bias and output.
+struct Operands<'a> {
+    xs: &'a [f32],
+    ws: &'a [f32],
+    bs: Option<&'a [f32]>,
+    os: &'a mut [f32],
 }
 
 fn geometry_error() -> KernelError {
@@ -279,14 +288,8 @@ fn run_gemm<'s>(
 }
 
 /// One GEMM per image and group.
-fn im2col_gemm(
-    ctx: &KernelContext<'_>,
-    conv: &Conv,
-    xs: &[f32],
-    ws: &[f32],
-    bs: Option<&[f32]>,
-    os: &mut [f32],
-) -> Result<(), KernelError> {
+fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(), KernelError> {
+    let Operands { xs, ws, bs, os } = io;
     let g = &conv.g;
     let (patch, px) = (g.patch_len(), g.out_pixels());
     let (in_plane, out_img) = (g.in_h * g.in_w, g.out_channels() * px);
@@ -363,14 +366,8 @@ fn fill_im2col(
 }
 
 /// One direct plane convolution per output channel (group_in == 1).
-fn depthwise(
-    ctx: &KernelContext<'_>,
-    conv: &Conv,
-    xs: &[f32],
-    ws: &[f32],
-    bs: Option<&[f32]>,
-    os: &mut [f32],
-) -> Result<(), KernelError> {
+fn depthwise(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(), KernelError> {
+    let Operands { xs, ws, bs, os } = io;
     let g = &conv.g;
     let (in_plane, px, taps) = (g.in_h * g.in_w, g.out_pixels(), g.kernel_h * g.kernel_w);
     let (ci, co, mult) = (g.in_channels(), g.out_channels(), g.group_out);
@@ -392,14 +389,8 @@ fn depthwise(
 }
 
 /// GEMM into columns, then col2im onto the bias-filled output.
-fn transposed(
-    ctx: &KernelContext<'_>,
-    conv: &Conv,
-    xs: &[f32],
-    ws: &[f32],
-    bs: Option<&[f32]>,
-    os: &mut [f32],
-) -> Result<(), KernelError> {
+fn transposed(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(), KernelError> {
+    let Operands { xs, ws, bs, os } = io;
     let g = &conv.g;
     let taps = g.kernel_h * g.kernel_w;
     let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_pixels());
