@@ -272,18 +272,7 @@ pub(crate) fn gather_copy<T: Copy + Send + Sync>(
     gather_rows(pool, dst, src, offset, layout, copy_row)
 }
 
-/// Like [`gather_copy`] but converting each element from `S` to `D`.
-pub(crate) fn gather_cast<S: Element, D: Element>(
-    pool: &ThreadPool,
-    dst: &mut [D],
-    src: &[S],
-    offset: usize,
-    layout: &Strided,
-) -> Result<(), KernelError> {
-    gather_rows(pool, dst, src, offset, layout, cast_row)
-}
-
-/// The engine of [`gather_copy`] and [`gather_cast`]: `row_op(row, src, base,
+/// The engine of [`gather_copy`] and [`copy_tensor_cast`]: `row_op(row, src, base,
 /// stride)` fills one innermost row from `src[base]`, `src[base + stride]`, ...
 #[inline(always)]
 fn gather_rows<S: Sync, D: Send>(
@@ -399,7 +388,7 @@ pub(crate) fn copy_tensor_cast(
         with_cast_type!(out.dtype(), what, D => {
             let s = ctx.read_raw::<S>(src)?;
             let d = ctx.write_raw::<D>(out)?;
-            gather_cast::<S, D>(ctx.pool(), d, s, offset, layout)
+            gather_rows(ctx.pool(), d, s, offset, layout, cast_row::<S, D>)
         })
     })
 }
