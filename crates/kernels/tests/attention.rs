@@ -181,6 +181,21 @@ fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
     }
 }
 
+/// The `attn_mask`, `dropout_p` (0), `is_causal` and `scale` arguments of case `c`.
+fn attention_options(h: &mut Harness, c: &Case, mask: Option<&[f32]>) -> [usize; 4] {
+    let mi = match mask {
+        Some(m) => h.tensor(&[c.q_len, c.kv_len], m),
+        None => h.none(),
+    };
+    let drop = h.double(0.0);
+    let causal = h.bool(c.causal);
+    let scale = match c.scale {
+        Some(s) => h.double(s),
+        None => h.none(),
+    };
+    [mi, drop, causal, scale]
+}
+
 /// Runs `custom_sdpa.out` on a case in dtype `E` and checks it against the reference.
 fn check_custom_sdpa<E: TestFloat>(c: &Case) {
     let mut rng = Rng::new(c.seed);
@@ -206,16 +221,7 @@ fn check_custom_sdpa<E: TestFloat>(c: &Case) {
     let mut h = harness(c.threads);
     let (qi, ki, vi) = (h.tensor(&qs, &q), h.tensor(&ks, &k), h.tensor(&ks, &v));
     let sp = h.int(c.start_pos as i64);
-    let mi = match &mask {
-        Some(m) => h.tensor(&[c.q_len, c.kv_len], m),
-        None => h.none(),
-    };
-    let drop = h.double(0.0);
-    let causal = h.bool(c.causal);
-    let scale = match c.scale {
-        Some(s) => h.double(s),
-        None => h.none(),
-    };
+    let [mi, drop, causal, scale] = attention_options(&mut h, c, mask.as_deref());
     // A dynamic out with a larger bound: the kernel must resize it.
     let out = h.out(E::DTYPE, &[c.batch, c.q_len + 3, c.q_heads, c.head_dim]);
     h.call(
@@ -629,15 +635,7 @@ fn check_sdpa_with_kv_cache(c: &Case) {
         let (kci, vci) = (h.tensor(&ks, &kc), h.tensor(&ks, &vc));
         let sp = h.int(c.start_pos as i64);
         let sl = h.int(c.q_len as i64);
-        let mi = match &mask {
-            Some(m) => h.tensor(&[c.q_len, c.kv_len], m),
-            None => h.none(),
-        };
-        let (drop, causal) = (h.double(0.0), h.bool(c.causal));
-        let scale = match c.scale {
-            Some(s) => h.double(s),
-            None => h.none(),
-        };
+        let [mi, drop, causal, scale] = attention_options(&mut h, c, mask.as_deref());
         let out = h.out(ScalarType::Float, &qs);
         if fused {
             h.call(
@@ -777,15 +775,7 @@ fn check_quantized(c: &Case, seq_dim2: bool) {
         h.tensor(&pq(ks), &vsc),
     ];
     let sp = h.int(c.start_pos as i64);
-    let mi = match &mask {
-        Some(m) => h.tensor(&[c.q_len, c.kv_len], m),
-        None => h.none(),
-    };
-    let (drop, causal) = (h.double(0.0), h.bool(c.causal));
-    let scale = match c.scale {
-        Some(s) => h.double(s),
-        None => h.none(),
-    };
+    let [mi, drop, causal, scale] = attention_options(&mut h, c, mask.as_deref());
     let dim2 = h.bool(seq_dim2);
     let out = h.out(ScalarType::Float, &qs);
     let mut args = vec![qi, ki, vi, sp, mi, drop, causal, scale];
