@@ -26,7 +26,7 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use half::{bf16, f16};
 
@@ -61,8 +61,24 @@ fn add(a: usize, b: usize) -> Result<usize, KernelError> {
     a.checked_add(b).ok_or_else(overflow)
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+/// The next item of a queue the pool's tasks share; the lock is released before the
+/// item is used (a poisoned lock is taken over: the queue itself stays valid).
+fn pop<I: Iterator>(queue: &Mutex<I>) -> Option<I::Item> {
+    queue.lock().unwrap_or_else(PoisonError::into_inner).next()
+}
+
+/// A task's workspace in the next free scratch slot, laid out as `lay`; `None`, with
+/// `failed` set, when no slot is left or it is too short.
+fn take_workspace<'a, I: Iterator<Item = &'a mut [f32]>>(
+    slots: &Mutex<I>,
+    lay: &SlotLayout,
+    failed: &AtomicBool,
+) -> Option<Workspace<'a>> {
+    let ws = pop(slots).and_then(|slot| Workspace::new(slot, lay));
+    if ws.is_none() {
+        failed.store(true, Ordering::Relaxed);
+    }
+    ws
 }
 
 /// A float element the engine reads and writes (accumulating in f32): f32, f16, bf16.
@@ -915,14 +931,10 @@ pub fn run<Q: Rows, K: Rows, V: Rows, O: Float>(
     if plan.splits == 1 {
         let queue = Mutex::new(OutItems::new(grid, out, d));
         pool.parallel_for(0..plan.tasks, 1, |_, _| {
-            let slot = lock(&slots).next();
-            let Some(mut ws) = slot.and_then(|s| Workspace::new(s, &plan.slot)) else {
-                failed.store(true, Ordering::Relaxed);
+            let Some(mut ws) = take_workspace(&slots, &plan.slot, &failed) else {
                 return;
             };
-            loop {
-                let next = lock(&queue).next();
-                let Some((item, chunk)) = next else { break };
+            while let Some((item, chunk)) = pop(&queue) {
                 let keys = 0..item_key_end(p, &item);
                 job.item(&mut ws, item, keys, Sink::Out(chunk));
             }
@@ -935,14 +947,10 @@ pub fn run<Q: Rows, K: Rows, V: Rows, O: Float>(
             let chunks = partials.chunks_mut(plan.unit_len.max(1)).take(units);
             let queue = Mutex::new(chunks.enumerate());
             pool.parallel_for(0..plan.tasks, 1, |_, _| {
-                let slot = lock(&slots).next();
-                let Some(mut ws) = slot.and_then(|s| Workspace::new(s, &plan.slot)) else {
-                    failed.store(true, Ordering::Relaxed);
+                let Some(mut ws) = take_workspace(&slots, &plan.slot, &failed) else {
                     return;
                 };
-                loop {
-                    let next = lock(&queue).next();
-                    let Some((unit, buf)) = next else { break };
+                while let Some((unit, buf)) = pop(&queue) {
                     let item = grid.item(unit / splits);
                     let split = unit % splits;
                     let end = item_key_end(p, &item);
@@ -1189,74 +1197,26 @@ mod tests {
         let plan = Plan::new(&p, 1, false, false).unwrap();
         let mut scratch = vec![0f32; plan.scratch_len().unwrap()];
         let mut out = vec![0f32; d.q.len()];
+        // Runs with `k` as keys and values; true when the call is rejected.
+        let rejects = |p: &Problem,
+                       q: &FloatRows<'_, f32>,
+                       mask: Mask<'_>,
+                       out: &mut [f32],
+                       scratch: &mut [f32]| {
+            run(&pool, p, &plan, q, &k, &k, mask, out, scratch, Isa::Scalar).is_err()
+        };
         // k given as the query: wrong shape.
-        assert!(
-            run(
-                &pool,
-                &p,
-                &plan,
-                &k,
-                &k,
-                &k,
-                Mask::None,
-                &mut out,
-                &mut scratch,
-                Isa::Scalar
-            )
-            .is_err()
-        );
+        assert!(rejects(&p, &k, Mask::None, &mut out, &mut scratch));
         // out too short, scratch too short.
         let mut short = vec![0f32; 3];
-        assert!(
-            run(
-                &pool,
-                &p,
-                &plan,
-                &q,
-                &k,
-                &k,
-                Mask::None,
-                &mut short,
-                &mut scratch,
-                Isa::Scalar
-            )
-            .is_err()
-        );
-        assert!(
-            run(
-                &pool,
-                &p,
-                &plan,
-                &q,
-                &k,
-                &k,
-                Mask::None,
-                &mut out,
-                &mut short,
-                Isa::Scalar
-            )
-            .is_err()
-        );
+        assert!(rejects(&p, &q, Mask::None, &mut short, &mut scratch));
+        assert!(rejects(&p, &q, Mask::None, &mut out, &mut short));
         // A short mask.
         let mut pm = p;
         pm.causal = false;
         pm.n_keys = 8;
         let m = [0f32; 9];
-        assert!(
-            run(
-                &pool,
-                &pm,
-                &plan,
-                &q,
-                &k,
-                &k,
-                Mask::F32(&m),
-                &mut out,
-                &mut scratch,
-                Isa::Scalar
-            )
-            .is_err()
-        );
+        assert!(rejects(&pm, &q, Mask::F32(&m), &mut out, &mut scratch));
         // Data shorter than its layout.
         assert!(FloatRows::new(&d.q[..5], lay(2, 6)).is_err());
         assert!(
