@@ -145,40 +145,21 @@ fn random_mask(rng: &mut Rng, c: &Case) -> Vec<f32> {
     m
 }
 
-trait TestFloat: etch_kernels::Element + Copy {
-    fn from(x: f32) -> Self;
-    fn to(self) -> f64;
+/// An element type the attention tests run in, with its tolerance.
+trait TestFloat: etch_kernels::Element {
     /// Absolute tolerance of outputs in [-1, 1].
     const TOL: f64;
 }
 
 impl TestFloat for f32 {
-    fn from(x: f32) -> Self {
-        x
-    }
-    fn to(self) -> f64 {
-        self as f64
-    }
     const TOL: f64 = 5e-5;
 }
 
 impl TestFloat for f16 {
-    fn from(x: f32) -> Self {
-        f16::from_f32(x)
-    }
-    fn to(self) -> f64 {
-        self.to_f64()
-    }
     const TOL: f64 = 2e-3;
 }
 
 impl TestFloat for bf16 {
-    fn from(x: f32) -> Self {
-        bf16::from_f32(x)
-    }
-    fn to(self) -> f64 {
-        self.to_f64()
-    }
     const TOL: f64 = 1.2e-2;
 }
 
@@ -200,16 +181,31 @@ fn assert_close(got: &[f64], want: &[f64], tol: f64, what: &str) {
     }
 }
 
+/// The `attn_mask`, `dropout_p` (0), `is_causal` and `scale` arguments of case `c`.
+fn attention_options(h: &mut Harness, c: &Case, mask: Option<&[f32]>) -> [usize; 4] {
+    let mi = match mask {
+        Some(m) => h.tensor(&[c.q_len, c.kv_len], m),
+        None => h.none(),
+    };
+    let drop = h.double(0.0);
+    let causal = h.bool(c.causal);
+    let scale = match c.scale {
+        Some(s) => h.double(s),
+        None => h.none(),
+    };
+    [mi, drop, causal, scale]
+}
+
 /// Runs `custom_sdpa.out` on a case in dtype `E` and checks it against the reference.
 fn check_custom_sdpa<E: TestFloat>(c: &Case) {
     let mut rng = Rng::new(c.seed);
     let (qs, ks) = shapes(c);
-    let round = |x: Vec<f32>| x.into_iter().map(E::from).collect::<Vec<E>>();
+    let round = |x: Vec<f32>| x.into_iter().map(E::from_f32).collect::<Vec<E>>();
     let q = round(rng.vec(qs.iter().product()));
     let k = round(rng.vec(ks.iter().product()));
     let v = round(rng.vec(ks.iter().product()));
     let mask = c.masked.then(|| random_mask(&mut rng, c));
-    let widen = |x: &[E]| x.iter().map(|e| e.to()).collect::<Vec<f64>>();
+    let widen = |x: &[E]| x.iter().map(|e| e.to_f64()).collect::<Vec<f64>>();
     let mask64 = mask
         .as_ref()
         .map(|m| m.iter().map(|&x| x as f64).collect::<Vec<f64>>());
@@ -225,16 +221,7 @@ fn check_custom_sdpa<E: TestFloat>(c: &Case) {
     let mut h = harness(c.threads);
     let (qi, ki, vi) = (h.tensor(&qs, &q), h.tensor(&ks, &k), h.tensor(&ks, &v));
     let sp = h.int(c.start_pos as i64);
-    let mi = match &mask {
-        Some(m) => h.tensor(&[c.q_len, c.kv_len], m),
-        None => h.none(),
-    };
-    let drop = h.double(0.0);
-    let causal = h.bool(c.causal);
-    let scale = match c.scale {
-        Some(s) => h.double(s),
-        None => h.none(),
-    };
+    let [mi, drop, causal, scale] = attention_options(&mut h, c, mask.as_deref());
     // A dynamic out with a larger bound: the kernel must resize it.
     let out = h.out(E::DTYPE, &[c.batch, c.q_len + 3, c.q_heads, c.head_dim]);
     h.call(
@@ -648,15 +635,7 @@ fn check_sdpa_with_kv_cache(c: &Case) {
         let (kci, vci) = (h.tensor(&ks, &kc), h.tensor(&ks, &vc));
         let sp = h.int(c.start_pos as i64);
         let sl = h.int(c.q_len as i64);
-        let mi = match &mask {
-            Some(m) => h.tensor(&[c.q_len, c.kv_len], m),
-            None => h.none(),
-        };
-        let (drop, causal) = (h.double(0.0), h.bool(c.causal));
-        let scale = match c.scale {
-            Some(s) => h.double(s),
-            None => h.none(),
-        };
+        let [mi, drop, causal, scale] = attention_options(&mut h, c, mask.as_deref());
         let out = h.out(ScalarType::Float, &qs);
         if fused {
             h.call(
@@ -796,15 +775,7 @@ fn check_quantized(c: &Case, seq_dim2: bool) {
         h.tensor(&pq(ks), &vsc),
     ];
     let sp = h.int(c.start_pos as i64);
-    let mi = match &mask {
-        Some(m) => h.tensor(&[c.q_len, c.kv_len], m),
-        None => h.none(),
-    };
-    let (drop, causal) = (h.double(0.0), h.bool(c.causal));
-    let scale = match c.scale {
-        Some(s) => h.double(s),
-        None => h.none(),
-    };
+    let [mi, drop, causal, scale] = attention_options(&mut h, c, mask.as_deref());
     let dim2 = h.bool(seq_dim2);
     let out = h.out(ScalarType::Float, &qs);
     let mut args = vec![qi, ki, vi, sp, mi, drop, causal, scale];

@@ -17,11 +17,13 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use etch_base::ScalarType;
 use etch_linalg::conv::ConvGeometry;
 use etch_linalg::conv_nchw::{col2im_add_nchw, conv2d_plane_nchw, im2col_nchw};
-use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
+use etch_linalg::gemm::{self, Elems, Gemm};
 
+use super::matmul::{product, view};
+
+use super::f32_only;
 use super::layout::{NchwOut, read_nchw, require_nchw_or_channels_last};
 use super::window::spatial_list;
 use crate::schema::{OpArgs, OutArg, op_args};
@@ -55,17 +57,6 @@ impl Conv {
         } else {
             [n, c, h, w]
         }
-    }
-}
-
-fn f32_only(t: &Tensor, what: &'static str) -> Result<(), KernelError> {
-    if t.dtype() == ScalarType::Float {
-        Ok(())
-    } else {
-        Err(KernelError::UnsupportedDtype {
-            dtype: t.dtype(),
-            what,
-        })
     }
 }
 
@@ -245,14 +236,23 @@ fn convolution(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
     let bs = bias.as_ref().map(|b| ctx.read::<f32>(b)).transpose()?;
     let mut staged = NchwOut::<f32>::new(ctx, &out, "convolution out")?;
     let os = staged.data();
+    let io = Operands { xs, ws, bs, os };
     if conv.transposed {
-        transposed(ctx, &conv, xs, ws, bs, os)?;
+        transposed(ctx, &conv, io)?;
     } else if conv.g.group_in == 1 && conv.g.groups > 1 {
-        depthwise(ctx, &conv, xs, ws, bs, os)?;
+        depthwise(ctx, &conv, io)?;
     } else {
-        im2col_gemm(ctx, &conv, xs, ws, bs, os)?;
+        im2col_gemm(ctx, &conv, io)?;
     }
     staged.finish("convolution out")
+}
+
+/// The f32 NCHW data of one convolution: input, weight, bias and output.
+struct Operands<'a> {
+    xs: &'a [f32],
+    ws: &'a [f32],
+    bs: Option<&'a [f32]>,
+    os: &'a mut [f32],
 }
 
 fn geometry_error() -> KernelError {
@@ -268,15 +268,28 @@ fn geometry_checked(ok: &AtomicBool) -> Result<(), KernelError> {
     }
 }
 
-/// One GEMM per image and group.
-fn im2col_gemm(
-    ctx: &KernelContext<'_>,
-    conv: &Conv,
-    xs: &[f32],
-    ws: &[f32],
-    bs: Option<&[f32]>,
-    os: &mut [f32],
+/// Runs `product` into `dst`, taking the GEMM's scratch on first use (every product
+/// of one convolution needs the same amount).
+fn run_gemm<'s>(
+    ctx: &'s KernelContext<'_>,
+    isa: etch_linalg::Isa,
+    product: &Gemm<'_>,
+    dst: &mut [f32],
+    scratch: &mut Option<&'s mut [f32]>,
 ) -> Result<(), KernelError> {
+    let pool = ctx.pool();
+    if scratch.is_none() {
+        let need = gemm::scratch_len(isa, product, pool.threads());
+        *scratch = Some(ctx.scratch::<f32>(need)?);
+    }
+    let s = scratch.as_deref_mut().unwrap_or(&mut []);
+    gemm::gemm(pool, isa, product, dst, s)?;
+    Ok(())
+}
+
+/// One GEMM per image and group.
+fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(), KernelError> {
+    let Operands { xs, ws, bs, os } = io;
     let g = &conv.g;
     let (patch, px) = (g.patch_len(), g.out_pixels());
     let (in_plane, out_img) = (g.in_h * g.in_w, g.out_channels() * px);
@@ -303,46 +316,26 @@ fn im2col_gemm(
                 fill_im2col(pool, g, x_grp, col)?;
             }
             let b_data: &[f32] = if pointwise { x_grp } else { col };
-            let product = Gemm {
-                a: MatRef {
-                    data: Elems::F32(ws),
-                    offset: grp * g.group_out * patch,
-                    rows: g.group_out,
-                    cols: patch,
-                    rs: patch,
-                    cs: 1,
-                },
-                b: MatRef {
-                    data: Elems::F32(b_data),
-                    offset: 0,
-                    rows: patch,
-                    cols: px,
-                    rs: px,
-                    cs: 1,
-                },
-                alpha: 1.0,
+            let weights = view(
+                Elems::F32(ws),
+                grp * g.group_out * patch,
+                g.group_out,
+                patch,
+                patch,
+                1,
+            );
+            let columns = view(Elems::F32(b_data), 0, patch, px, px, 1);
+            let mm = Gemm {
                 addend: bs.map(|b| {
                     (
-                        MatRef {
-                            data: Elems::F32(b),
-                            offset: grp * g.group_out,
-                            rows: g.group_out,
-                            cols: px,
-                            rs: 1,
-                            cs: 0,
-                        },
+                        view(Elems::F32(b), grp * g.group_out, g.group_out, px, 1, 0),
                         1.0,
                     )
                 }),
-                clamp: None,
+                ..product(weights, columns)
             };
-            if scratch.is_none() {
-                let need = gemm::scratch_len(isa, &product, pool.threads());
-                scratch = Some(ctx.scratch::<f32>(need)?);
-            }
-            let s = scratch.as_deref_mut().unwrap_or(&mut []);
             let dst = &mut o_img[grp * g.group_out * px..(grp + 1) * g.group_out * px];
-            gemm::gemm(pool, isa, &product, dst, s)?;
+            run_gemm(ctx, isa, &mm, dst, &mut scratch)?;
         }
     }
     Ok(())
@@ -373,14 +366,8 @@ fn fill_im2col(
 }
 
 /// One direct plane convolution per output channel (group_in == 1).
-fn depthwise(
-    ctx: &KernelContext<'_>,
-    conv: &Conv,
-    xs: &[f32],
-    ws: &[f32],
-    bs: Option<&[f32]>,
-    os: &mut [f32],
-) -> Result<(), KernelError> {
+fn depthwise(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(), KernelError> {
+    let Operands { xs, ws, bs, os } = io;
     let g = &conv.g;
     let (in_plane, px, taps) = (g.in_h * g.in_w, g.out_pixels(), g.kernel_h * g.kernel_w);
     let (ci, co, mult) = (g.in_channels(), g.out_channels(), g.group_out);
@@ -402,14 +389,8 @@ fn depthwise(
 }
 
 /// GEMM into columns, then col2im onto the bias-filled output.
-fn transposed(
-    ctx: &KernelContext<'_>,
-    conv: &Conv,
-    xs: &[f32],
-    ws: &[f32],
-    bs: Option<&[f32]>,
-    os: &mut [f32],
-) -> Result<(), KernelError> {
+fn transposed(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(), KernelError> {
+    let Operands { xs, ws, bs, os } = io;
     let g = &conv.g;
     let taps = g.kernel_h * g.kernel_w;
     let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_pixels());
@@ -427,33 +408,25 @@ fn transposed(
         }
         for grp in 0..g.groups {
             // col[(o, tap), p] = sum_i W[grp * gi + i, (o, tap)] x[grp * gi + i, p].
-            let product = Gemm {
-                a: MatRef {
-                    data: Elems::F32(ws),
-                    offset: grp * g.group_in * rows,
+            let mm = product(
+                view(
+                    Elems::F32(ws),
+                    grp * g.group_in * rows,
                     rows,
-                    cols: g.group_in,
-                    rs: 1,
-                    cs: rows,
-                },
-                b: MatRef {
-                    data: Elems::F32(x_img),
-                    offset: grp * g.group_in * in_plane,
-                    rows: g.group_in,
-                    cols: in_plane,
-                    rs: in_plane,
-                    cs: 1,
-                },
-                alpha: 1.0,
-                addend: None,
-                clamp: None,
-            };
-            if scratch.is_none() {
-                let need = gemm::scratch_len(isa, &product, pool.threads());
-                scratch = Some(ctx.scratch::<f32>(need)?);
-            }
-            let s = scratch.as_deref_mut().unwrap_or(&mut []);
-            gemm::gemm(pool, isa, &product, col, s)?;
+                    g.group_in,
+                    1,
+                    rows,
+                ),
+                view(
+                    Elems::F32(x_img),
+                    grp * g.group_in * in_plane,
+                    g.group_in,
+                    in_plane,
+                    in_plane,
+                    1,
+                ),
+            );
+            run_gemm(ctx, isa, &mm, col, &mut scratch)?;
             let col: &[f32] = col;
             let one = ConvGeometry {
                 groups: 1,

@@ -19,14 +19,22 @@ pub fn register(r: &mut Registry) {
     r.register("aten::empty.out", empty);
 }
 
-fn fill(ctx: &KernelContext<'_>, out: &Tensor, v: Scalar) -> Result<(), KernelError> {
+/// Resizes `out` to `sizes` and fills it with `v` (cast to its dtype).
+fn fill(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
+    out: OutArg,
+    sizes: &[usize],
+    v: Scalar,
+) -> Result<(), KernelError> {
+    let out = out.resize(a, sizes)?;
     if !is_supported(out.dtype()) {
         return Err(unsupported(out.dtype(), "fill"));
     }
     if out.numel() == 0 {
         return Ok(());
     }
-    Out::write(ctx, out)?.fill_scalar(v);
+    Out::write(ctx, &out)?.fill_scalar(v);
     Ok(())
 }
 
@@ -61,8 +69,7 @@ fn full(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     } = FullArgs::unpack(a)?;
     let mut buf = [0usize; MAX_RANK];
     let sizes = sizes_of(size, &mut buf)?;
-    let out = out.resize(a, sizes)?;
-    fill(ctx, &out, fill_value)
+    fill(ctx, a, out, sizes, fill_value)
 }
 
 op_args! {
@@ -77,8 +84,7 @@ fn fill_sized(ctx: &KernelContext<'_>, a: &mut Args<'_>, v: Scalar) -> Result<()
     let SizedArgs { size, out } = SizedArgs::unpack(a)?;
     let mut buf = [0usize; MAX_RANK];
     let sizes = sizes_of(size, &mut buf)?;
-    let out = out.resize(a, sizes)?;
-    fill(ctx, &out, v)
+    fill(ctx, a, out, sizes, v)
 }
 
 op_args! {
@@ -99,8 +105,7 @@ fn full_like(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErro
         out,
         ..
     } = FullLikeArgs::unpack(a)?;
-    let out = out.resize(a, input.sizes())?;
-    fill(ctx, &out, fill_value)
+    fill(ctx, a, out, input.sizes(), fill_value)
 }
 
 op_args! {
@@ -114,8 +119,7 @@ op_args! {
 
 fn fill_scalar(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let FillScalarArgs { input, value, out } = FillScalarArgs::unpack(a)?;
-    let out = out.resize(a, input.sizes())?;
-    fill(ctx, &out, value)
+    fill(ctx, a, out, input.sizes(), value)
 }
 
 op_args! {
@@ -167,8 +171,7 @@ op_args! {
 
 fn scalar_tensor(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let ScalarTensorArgs { s, out } = ScalarTensorArgs::unpack(a)?;
-    let out = out.resize(a, &[])?;
-    fill(ctx, &out, s)
+    fill(ctx, a, out, &[], s)
 }
 
 op_args! {

@@ -17,9 +17,9 @@ use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
     r.register("aten::linear.out", linear);
-    r.register("aten::mm.out", mm);
+    r.register("aten::mm.out", |c, a| matrix_product(c, a, false));
     r.register("aten::addmm.out", addmm);
-    r.register("aten::bmm.out", bmm);
+    r.register("aten::bmm.out", |c, a| matrix_product(c, a, true));
     r.register("aten::matmul.out", matmul);
 }
 
@@ -35,6 +35,37 @@ fn elems<'a>(ctx: &'a KernelContext<'_>, t: &Tensor) -> Result<Elems<'a>, Kernel
             dtype,
             what: "matrix product (f32, f16, bf16 or f64)",
         }),
+    }
+}
+
+/// A view of `data` from element `offset`: `rows x cols`, row stride `rs`, column
+/// stride `cs` (a row-major matrix has `rs = cols`, `cs = 1`).
+pub(crate) fn view(
+    data: Elems<'_>,
+    offset: usize,
+    rows: usize,
+    cols: usize,
+    rs: usize,
+    cs: usize,
+) -> MatRef<'_> {
+    MatRef {
+        data,
+        offset,
+        rows,
+        cols,
+        rs,
+        cs,
+    }
+}
+
+/// The plain product `a · b`: no scaling, addend or clamp.
+pub(crate) fn product<'a>(a: MatRef<'a>, b: MatRef<'a>) -> Gemm<'a> {
+    Gemm {
+        a,
+        b,
+        alpha: 1.0,
+        addend: None,
+        clamp: None,
     }
 }
 
@@ -151,36 +182,10 @@ fn linear(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
         None => None,
     };
     let g = Gemm {
-        a: MatRef {
-            data: x,
-            offset: 0,
-            rows: m,
-            cols: k,
-            rs: k,
-            cs: 1,
-        },
-        b: MatRef {
-            data: w,
-            offset: 0,
-            rows: k,
-            cols: n,
-            rs: 1,
-            cs: k,
-        },
+        a: view(x, 0, m, k, k, 1),
+        b: view(w, 0, k, n, 1, k),
         alpha: 1.0,
-        addend: b.map(|d| {
-            (
-                MatRef {
-                    data: d,
-                    offset: 0,
-                    rows: m,
-                    cols: n,
-                    rs: 0,
-                    cs: bias_cs,
-                },
-                1.0,
-            )
-        }),
+        addend: b.map(|d| (view(d, 0, m, n, 0, bias_cs), 1.0)),
         clamp: None,
     };
     run_products(ctx, &out, 1, m, n, 1.0, 1.0, |_| g)
@@ -206,8 +211,12 @@ op_args! {
     } returns 1
 }
 
-/// `mm.out(Tensor self, Tensor mat2, *, Tensor(a!) out)`.
-fn mm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+/// `mm` (`[m, k] · [k, n]`, `batched` false) and `bmm` (`[b, m, k] · [b, k, n]`).
+fn matrix_product(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
+    batched: bool,
+) -> Result<(), KernelError> {
     let MatrixProductArgs {
         input: x,
         mat2: y,
@@ -215,35 +224,51 @@ fn mm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     } = MatrixProductArgs::unpack(a)?;
     same_dtype(&x, &y)?;
     same_dtype(&x, &out.tensor())?;
-    let (m, k) = matrix(&x, "mm self")?;
-    let (k2, n) = matrix(&y, "mm mat2")?;
+    let (batch, m, k, n) = if batched {
+        bmm_dims(&x, &y)?
+    } else {
+        mm_dims(&x, &y)?
+    };
+    let sizes = [batch, m, n];
+    let out = out.resize(a, if batched { &sizes } else { &sizes[1..] })?;
+    let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
+    run_products(ctx, &out, batch, m, n, 1.0, 0.0, |i| {
+        product(
+            view(xd, i * m * k, m, k, k, 1),
+            view(yd, i * k * n, k, n, n, 1),
+        )
+    })
+}
+
+/// `(1, m, k, n)` of `mm`'s `[m, k]` and `[k, n]` operands.
+fn mm_dims(x: &Tensor, y: &Tensor) -> Result<(usize, usize, usize, usize), KernelError> {
+    let (m, k) = matrix(x, "mm self")?;
+    let (k2, n) = matrix(y, "mm mat2")?;
     if k != k2 {
         return Err(KernelError::invalid(format!("mm of {m}x{k} and {k2}x{n}")));
     }
-    let out = out.resize(a, &[m, n])?;
-    let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
-    let g = Gemm {
-        a: MatRef {
-            data: xd,
-            offset: 0,
-            rows: m,
-            cols: k,
-            rs: k,
-            cs: 1,
-        },
-        b: MatRef {
-            data: yd,
-            offset: 0,
-            rows: k,
-            cols: n,
-            rs: n,
-            cs: 1,
-        },
-        alpha: 1.0,
-        addend: None,
-        clamp: None,
-    };
-    run_products(ctx, &out, 1, m, n, 1.0, 0.0, |_| g)
+    Ok((1, m, k, n))
+}
+
+/// `(b, m, k, n)` of `bmm`'s `[b, m, k]` and `[b, k, n]` operands.
+fn bmm_dims(x: &Tensor, y: &Tensor) -> Result<(usize, usize, usize, usize), KernelError> {
+    if x.rank() != 3 || y.rank() != 3 {
+        return Err(KernelError::invalid(format!(
+            "bmm expects 3-d operands, got {:?} and {:?}",
+            x.sizes(),
+            y.sizes()
+        )));
+    }
+    let (bx, m, k) = (x.sizes()[0], x.sizes()[1], x.sizes()[2]);
+    let (by, k2, n) = (y.sizes()[0], y.sizes()[1], y.sizes()[2]);
+    if bx != by || k != k2 {
+        return Err(KernelError::invalid(format!(
+            "bmm of {:?} and {:?}",
+            x.sizes(),
+            y.sizes()
+        )));
+    }
+    Ok((bx, m, k, n))
 }
 
 /// A scalar argument as f64 (ints and bools convert).
@@ -295,87 +320,13 @@ fn addmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let out = out.resize(a, &[m, n])?;
     let (xd, yd, cd) = (elems(ctx, &x)?, elems(ctx, &y)?, elems(ctx, &c)?);
     let g = Gemm {
-        a: MatRef {
-            data: xd,
-            offset: 0,
-            rows: m,
-            cols: k,
-            rs: k,
-            cs: 1,
-        },
-        b: MatRef {
-            data: yd,
-            offset: 0,
-            rows: k,
-            cols: n,
-            rs: n,
-            cs: 1,
-        },
+        a: view(xd, 0, m, k, k, 1),
+        b: view(yd, 0, k, n, n, 1),
         alpha: alpha as f32,
-        addend: Some((
-            MatRef {
-                data: cd,
-                offset: 0,
-                rows: m,
-                cols: n,
-                rs: crs,
-                cs: ccs,
-            },
-            beta as f32,
-        )),
+        addend: Some((view(cd, 0, m, n, crs, ccs), beta as f32)),
         clamp: None,
     };
     run_products(ctx, &out, 1, m, n, alpha, beta, |_| g)
-}
-
-/// `bmm.out(Tensor self, Tensor mat2, *, Tensor(a!) out)`.
-fn bmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    let MatrixProductArgs {
-        input: x,
-        mat2: y,
-        out,
-    } = MatrixProductArgs::unpack(a)?;
-    same_dtype(&x, &y)?;
-    same_dtype(&x, &out.tensor())?;
-    if x.rank() != 3 || y.rank() != 3 {
-        return Err(KernelError::invalid(format!(
-            "bmm expects 3-d operands, got {:?} and {:?}",
-            x.sizes(),
-            y.sizes()
-        )));
-    }
-    let (bx, m, k) = (x.sizes()[0], x.sizes()[1], x.sizes()[2]);
-    let (by, k2, n) = (y.sizes()[0], y.sizes()[1], y.sizes()[2]);
-    if bx != by || k != k2 {
-        return Err(KernelError::invalid(format!(
-            "bmm of {:?} and {:?}",
-            x.sizes(),
-            y.sizes()
-        )));
-    }
-    let out = out.resize(a, &[bx, m, n])?;
-    let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
-    run_products(ctx, &out, bx, m, n, 1.0, 0.0, |i| Gemm {
-        a: MatRef {
-            data: xd,
-            offset: i * m * k,
-            rows: m,
-            cols: k,
-            rs: k,
-            cs: 1,
-        },
-        b: MatRef {
-            data: yd,
-            offset: i * k * n,
-            rows: k,
-            cols: n,
-            rs: n,
-            cs: 1,
-        },
-        alpha: 1.0,
-        addend: None,
-        clamp: None,
-    })
 }
 
 /// Element offset of batch `i` (row-major over `batch`) with `strides`.
@@ -453,26 +404,11 @@ fn matmul(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
     let count: usize = batch.iter().product();
     let out = out.resize(a, &sizes[..r])?;
     let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
-    run_products(ctx, &out, count, m, n, 1.0, 0.0, |i| Gemm {
-        a: MatRef {
-            data: xd,
-            offset: batch_offset(i, batch, xbs),
-            rows: m,
-            cols: k,
-            rs: xrs,
-            cs: 1,
-        },
-        b: MatRef {
-            data: yd,
-            offset: batch_offset(i, batch, ybs),
-            rows: k,
-            cols: n,
-            rs: yrs,
-            cs: ycs,
-        },
-        alpha: 1.0,
-        addend: None,
-        clamp: None,
+    run_products(ctx, &out, count, m, n, 1.0, 0.0, |i| {
+        product(
+            view(xd, batch_offset(i, batch, xbs), m, k, xrs, 1),
+            view(yd, batch_offset(i, batch, ybs), k, n, yrs, ycs),
+        )
     })
 }
 

@@ -39,6 +39,18 @@ pub(crate) fn same_dtype(expected: &Tensor, found: &Tensor) -> Result<(), Kernel
     }
 }
 
+/// Fails with [`KernelError::UnsupportedDtype`] (naming `what`) unless `t` is f32.
+pub(crate) fn f32_only(t: &Tensor, what: &'static str) -> Result<(), KernelError> {
+    if t.dtype() == etch_base::ScalarType::Float {
+        Ok(())
+    } else {
+        Err(KernelError::UnsupportedDtype {
+            dtype: t.dtype(),
+            what,
+        })
+    }
+}
+
 /// Registers every kernel etch ships.
 pub fn register_all(r: &mut Registry) {
     prim::register(r);

@@ -13,6 +13,7 @@
 
 use etch_base::ScalarType;
 
+use super::f32_only;
 use super::layout::{NchwOut, read_nchw};
 use super::window::{nchw_dims, output_len, spatial_list};
 use crate::schema::{OpArgs, OutArg, op_args};
@@ -36,17 +37,6 @@ struct Window {
     s: [usize; 2],
     p: [usize; 2],
     d: [usize; 2],
-}
-
-fn f32_only(t: &Tensor, what: &'static str) -> Result<(), KernelError> {
-    if t.dtype() == ScalarType::Float {
-        Ok(())
-    } else {
-        Err(KernelError::UnsupportedDtype {
-            dtype: t.dtype(),
-            what,
-        })
-    }
 }
 
 /// The output shape: the input's with its last two dims replaced.

@@ -26,7 +26,7 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use half::{bf16, f16};
 
@@ -61,8 +61,24 @@ fn add(a: usize, b: usize) -> Result<usize, KernelError> {
     a.checked_add(b).ok_or_else(overflow)
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+/// The next item of a queue the pool's tasks share; the lock is released before the
+/// item is used (a poisoned lock is taken over: the queue itself stays valid).
+fn pop<I: Iterator>(queue: &Mutex<I>) -> Option<I::Item> {
+    queue.lock().unwrap_or_else(PoisonError::into_inner).next()
+}
+
+/// A task's workspace in the next free scratch slot, laid out as `lay`; `None`, with
+/// `failed` set, when no slot is left or it is too short.
+fn take_workspace<'a, I: Iterator<Item = &'a mut [f32]>>(
+    slots: &Mutex<I>,
+    lay: &SlotLayout,
+    failed: &AtomicBool,
+) -> Option<Workspace<'a>> {
+    let ws = pop(slots).and_then(|slot| Workspace::new(slot, lay));
+    if ws.is_none() {
+        failed.store(true, Ordering::Relaxed);
+    }
+    ws
 }
 
 /// A float element the engine reads and writes (accumulating in f32): f32, f16, bf16.
@@ -149,10 +165,26 @@ pub trait Rows: Sync {
     fn layout(&self) -> &RowLayout;
     /// True when tiles are converted into a buffer (so one must be provided).
     fn converts(&self) -> bool;
-    /// Row `(b, s, h)` times `scale`, as f32, into `dst` (`width` long).
-    fn load_row(&self, b: usize, s: usize, h: usize, scale: f32, dst: &mut [f32]);
+    /// Row `(b, s, h)` as f32 into `dst` (`width` long).
+    fn convert_row(&self, b: usize, s: usize, h: usize, dst: &mut [f32]);
+    /// Rows `s0 .. s0 + n` of head `h` borrowed as f32, `(data, row stride)`, when
+    /// they are stored as f32.
+    #[inline(always)]
+    fn borrow_tile(&self, _b: usize, _s0: usize, _n: usize, _h: usize) -> Option<(&[f32], usize)> {
+        None
+    }
+
+    /// Row `(b, s, h)` times `scale`, as f32, into `dst` (`width` long): converted
+    /// exactly, then scaled (as the reference does).
+    #[inline(always)]
+    fn load_row(&self, b: usize, s: usize, h: usize, scale: f32, dst: &mut [f32]) {
+        self.convert_row(b, s, h, dst);
+        attention::scale(dst, scale);
+    }
+
     /// Rows `s0 .. s0 + n` of head `h` as f32: `(data, row stride)`, borrowed when
     /// possible, otherwise converted into `buf` (at least `n * width` long).
+    #[inline(always)]
     fn tile<'a>(
         &'a self,
         b: usize,
@@ -160,7 +192,16 @@ pub trait Rows: Sync {
         n: usize,
         h: usize,
         buf: &'a mut [f32],
-    ) -> (&'a [f32], usize);
+    ) -> (&'a [f32], usize) {
+        if let Some(borrowed) = self.borrow_tile(b, s0, n, h) {
+            return borrowed;
+        }
+        let w = self.layout().width;
+        for (r, dst) in buf.chunks_exact_mut(w).take(n).enumerate() {
+            self.convert_row(b, s0 + r, h, dst);
+        }
+        (buf.get(..n * w).unwrap_or(&[]), w)
+    }
 }
 
 /// Rows of a float tensor (f32 tiles are borrowed, f16/bf16 converted).
@@ -187,33 +228,18 @@ impl<E: Float> Rows for FloatRows<'_, E> {
     }
 
     #[inline(always)]
-    fn load_row(&self, b: usize, s: usize, h: usize, scale: f32, dst: &mut [f32]) {
+    fn convert_row(&self, b: usize, s: usize, h: usize, dst: &mut [f32]) {
         let off = self.lay.offset(b, s, h);
         let src = self.data.get(off..off + self.lay.width).unwrap_or(&[]);
         etch_base::cast_slice(src, dst);
-        attention::scale(dst, scale);
     }
 
     #[inline(always)]
-    fn tile<'a>(
-        &'a self,
-        b: usize,
-        s0: usize,
-        n: usize,
-        h: usize,
-        buf: &'a mut [f32],
-    ) -> (&'a [f32], usize) {
-        let w = self.lay.width;
+    fn borrow_tile(&self, b: usize, s0: usize, n: usize, h: usize) -> Option<(&[f32], usize)> {
+        let f = E::as_f32(self.data)?;
         let off = self.lay.offset(b, s0, h);
-        if let Some(f) = E::as_f32(self.data) {
-            let end = off + n.saturating_sub(1) * self.lay.stride_s + w;
-            return (f.get(off..end).unwrap_or(&[]), self.lay.stride_s);
-        }
-        for (r, dst) in buf.chunks_exact_mut(w).take(n).enumerate() {
-            let o = self.lay.offset(b, s0 + r, h);
-            etch_base::cast_slice(self.data.get(o..o + w).unwrap_or(&[]), dst);
-        }
-        (buf.get(..n * w).unwrap_or(&[]), w)
+        let end = off + n.saturating_sub(1) * self.lay.stride_s + self.lay.width;
+        Some((f.get(off..end).unwrap_or(&[]), self.lay.stride_s))
     }
 }
 
@@ -249,18 +275,6 @@ impl<'a> QuantRows<'a> {
             qlay,
         })
     }
-
-    #[inline(always)]
-    fn dequantize(&self, b: usize, s: usize, h: usize, scale: f32, dst: &mut [f32]) {
-        let off = self.lay.offset(b, s, h);
-        let src = self.data.get(off..off + self.lay.width).unwrap_or(&[]);
-        let qo = self.qlay.offset(b, s, h);
-        let sc = self.scales.get(qo).copied().unwrap_or(0.0) * scale;
-        let zp = self.zero_points.get(qo).copied().unwrap_or(0) as f32;
-        for (d, &x) in dst.iter_mut().zip(src) {
-            *d = (x as f32 - zp) * sc;
-        }
-    }
 }
 
 impl Rows for QuantRows<'_> {
@@ -272,27 +286,17 @@ impl Rows for QuantRows<'_> {
         true
     }
 
+    /// Dequantizes row `(b, s, h)`: `(x - zero_point) * scale`.
     #[inline(always)]
-    fn load_row(&self, b: usize, s: usize, h: usize, scale: f32, dst: &mut [f32]) {
-        // Dequantize exactly, then scale (as the reference does).
-        self.dequantize(b, s, h, 1.0, dst);
-        attention::scale(dst, scale);
-    }
-
-    #[inline(always)]
-    fn tile<'a>(
-        &'a self,
-        b: usize,
-        s0: usize,
-        n: usize,
-        h: usize,
-        buf: &'a mut [f32],
-    ) -> (&'a [f32], usize) {
-        let w = self.lay.width;
-        for (r, dst) in buf.chunks_exact_mut(w).take(n).enumerate() {
-            self.dequantize(b, s0 + r, h, 1.0, dst);
+    fn convert_row(&self, b: usize, s: usize, h: usize, dst: &mut [f32]) {
+        let off = self.lay.offset(b, s, h);
+        let src = self.data.get(off..off + self.lay.width).unwrap_or(&[]);
+        let qo = self.qlay.offset(b, s, h);
+        let sc = self.scales.get(qo).copied().unwrap_or(0.0);
+        let zp = self.zero_points.get(qo).copied().unwrap_or(0) as f32;
+        for (d, &x) in dst.iter_mut().zip(src) {
+            *d = (x as f32 - zp) * sc;
         }
-        (buf.get(..n * w).unwrap_or(&[]), w)
     }
 }
 
@@ -927,14 +931,10 @@ pub fn run<Q: Rows, K: Rows, V: Rows, O: Float>(
     if plan.splits == 1 {
         let queue = Mutex::new(OutItems::new(grid, out, d));
         pool.parallel_for(0..plan.tasks, 1, |_, _| {
-            let slot = lock(&slots).next();
-            let Some(mut ws) = slot.and_then(|s| Workspace::new(s, &plan.slot)) else {
-                failed.store(true, Ordering::Relaxed);
+            let Some(mut ws) = take_workspace(&slots, &plan.slot, &failed) else {
                 return;
             };
-            loop {
-                let next = lock(&queue).next();
-                let Some((item, chunk)) = next else { break };
+            while let Some((item, chunk)) = pop(&queue) {
                 let keys = 0..item_key_end(p, &item);
                 job.item(&mut ws, item, keys, Sink::Out(chunk));
             }
@@ -947,14 +947,10 @@ pub fn run<Q: Rows, K: Rows, V: Rows, O: Float>(
             let chunks = partials.chunks_mut(plan.unit_len.max(1)).take(units);
             let queue = Mutex::new(chunks.enumerate());
             pool.parallel_for(0..plan.tasks, 1, |_, _| {
-                let slot = lock(&slots).next();
-                let Some(mut ws) = slot.and_then(|s| Workspace::new(s, &plan.slot)) else {
-                    failed.store(true, Ordering::Relaxed);
+                let Some(mut ws) = take_workspace(&slots, &plan.slot, &failed) else {
                     return;
                 };
-                loop {
-                    let next = lock(&queue).next();
-                    let Some((unit, buf)) = next else { break };
+                while let Some((unit, buf)) = pop(&queue) {
                     let item = grid.item(unit / splits);
                     let split = unit % splits;
                     let end = item_key_end(p, &item);
@@ -1201,74 +1197,26 @@ mod tests {
         let plan = Plan::new(&p, 1, false, false).unwrap();
         let mut scratch = vec![0f32; plan.scratch_len().unwrap()];
         let mut out = vec![0f32; d.q.len()];
+        // Runs with `k` as keys and values; true when the call is rejected.
+        let rejects = |p: &Problem,
+                       q: &FloatRows<'_, f32>,
+                       mask: Mask<'_>,
+                       out: &mut [f32],
+                       scratch: &mut [f32]| {
+            run(&pool, p, &plan, q, &k, &k, mask, out, scratch, Isa::Scalar).is_err()
+        };
         // k given as the query: wrong shape.
-        assert!(
-            run(
-                &pool,
-                &p,
-                &plan,
-                &k,
-                &k,
-                &k,
-                Mask::None,
-                &mut out,
-                &mut scratch,
-                Isa::Scalar
-            )
-            .is_err()
-        );
+        assert!(rejects(&p, &k, Mask::None, &mut out, &mut scratch));
         // out too short, scratch too short.
         let mut short = vec![0f32; 3];
-        assert!(
-            run(
-                &pool,
-                &p,
-                &plan,
-                &q,
-                &k,
-                &k,
-                Mask::None,
-                &mut short,
-                &mut scratch,
-                Isa::Scalar
-            )
-            .is_err()
-        );
-        assert!(
-            run(
-                &pool,
-                &p,
-                &plan,
-                &q,
-                &k,
-                &k,
-                Mask::None,
-                &mut out,
-                &mut short,
-                Isa::Scalar
-            )
-            .is_err()
-        );
+        assert!(rejects(&p, &q, Mask::None, &mut short, &mut scratch));
+        assert!(rejects(&p, &q, Mask::None, &mut out, &mut short));
         // A short mask.
         let mut pm = p;
         pm.causal = false;
         pm.n_keys = 8;
         let m = [0f32; 9];
-        assert!(
-            run(
-                &pool,
-                &pm,
-                &plan,
-                &q,
-                &k,
-                &k,
-                Mask::F32(&m),
-                &mut out,
-                &mut scratch,
-                Isa::Scalar
-            )
-            .is_err()
-        );
+        assert!(rejects(&pm, &q, Mask::F32(&m), &mut out, &mut scratch));
         // Data shorter than its layout.
         assert!(FloatRows::new(&d.q[..5], lay(2, 6)).is_err());
         assert!(

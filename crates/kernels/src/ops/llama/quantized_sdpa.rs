@@ -9,7 +9,7 @@
 use etch_base::ScalarType;
 
 use super::flash::{self, Plan, QuantRows, RowLayout, SeqDim};
-use super::sdpa::{attn_shape, problem, read_mask};
+use super::sdpa::{attn_shape, problem, read_mask, resize_out};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, Tensor};
 
@@ -130,19 +130,7 @@ pub(crate) fn custom_quantized_sdpa_out(
     let vz = check_qparam(v_zero_points, &v, ScalarType::Char, "v_zero_points")?;
     let vs = check_qparam(v_scales, &v, ScalarType::Float, "v_scales")?;
     let p = problem(&s, start_pos, mask.as_ref(), causal, scale, dim)?;
-    let out = out_arg.tensor();
-    if out.dtype() != ScalarType::Float {
-        return Err(KernelError::DtypeMismatch {
-            expected: ScalarType::Float,
-            found: out.dtype(),
-        });
-    }
-    if !out.is_contiguous() {
-        return Err(KernelError::invalid(
-            "custom_quantized_sdpa: out must be in contiguous dim order",
-        ));
-    }
-    let out = out_arg.resize(a, q.sizes())?;
+    let out = resize_out(a, out_arg, &q, ScalarType::Float, "custom_quantized_sdpa")?;
     if p.is_empty() {
         return Ok(());
     }

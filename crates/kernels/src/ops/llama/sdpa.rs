@@ -235,12 +235,14 @@ fn check_float_dtypes(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<ScalarType, 
     Ok(dtype)
 }
 
-/// Resizes `out` (argument `i`) to q's sizes and checks its dtype.
-fn resize_out(
+/// Checks that `out` has `dtype` and the contiguous dim order, then resizes it to
+/// q's sizes; `op` names the kernel in the error.
+pub(super) fn resize_out(
     a: &mut Args<'_>,
     out_arg: OutArg,
     q: &Tensor,
     dtype: ScalarType,
+    op: &str,
 ) -> Result<Tensor, KernelError> {
     let out = out_arg.tensor();
     if out.dtype() != dtype {
@@ -250,9 +252,9 @@ fn resize_out(
         });
     }
     if !out.is_contiguous() {
-        return Err(KernelError::invalid(
-            "sdpa: out must be in contiguous dim order",
-        ));
+        return Err(KernelError::invalid(format!(
+            "{op}: out must be in contiguous dim order"
+        )));
     }
     out_arg.resize(a, q.sizes())
 }
@@ -314,7 +316,7 @@ pub(crate) fn custom_sdpa_out(
     let dtype = check_float_dtypes(&q, &k, &v)?;
     let s = attn_shape(&q, &k, &v, SeqDim::One)?;
     let p = problem(&s, start_pos, mask.as_ref(), causal, scale, SeqDim::One)?;
-    let out = resize_out(a, out, &q, dtype)?;
+    let out = resize_out(a, out, &q, dtype, "sdpa")?;
     if p.is_empty() {
         return Ok(());
     }
@@ -378,7 +380,7 @@ pub(crate) fn sdpa_with_kv_cache_out(
     }
     let s = attn_shape(&q, &kc, &vc, SeqDim::One)?;
     let p = problem(&s, start_pos, mask.as_ref(), causal, scale, SeqDim::One)?;
-    let out = resize_out(a, out, &q, dtype)?;
+    let out = resize_out(a, out, &q, dtype, "sdpa")?;
     let mask = read_mask(ctx, mask.as_ref(), dtype)?;
     let kc_bytes = ctx.write_bytes(&kc)?;
     let vc_bytes = ctx.write_bytes(&vc)?;

@@ -1,19 +1,16 @@
-use etch_base::ScalarType;
+use etch_base::{Element, ScalarType};
 use half::{bf16, f16};
 use proptest::prelude::*;
 
 use crate::ThreadPool;
+use crate::ops::elementwise::testutil::Lcg;
 use crate::testing::Harness;
 
 fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
+    Lcg(seed)
+        .vec(n, 1.0)
+        .into_iter()
+        .map(|v| v as f32)
         .collect()
 }
 
@@ -103,63 +100,37 @@ fn linear_small_shapes() {
     }
 }
 
-#[test]
-fn linear_half_types() {
+/// `linear` in the half type `E` (f16 or bf16) against the f64 reference on the
+/// rounded operands, within one rounding of the f32 result (`ulp`, relative).
+fn check_linear_half<E: Element>(dtype: ScalarType, ulp: f64) {
     let (m, n, k) = (3, 37, 100);
-    let x = rand_vec(m * k, 1);
-    let w = rand_vec(n * k, 2);
-    let b = rand_vec(n, 3);
-    for dtype in [ScalarType::Half, ScalarType::BFloat16] {
-        for mm in [1, m] {
-            let mut h = Harness::with_pool(ThreadPool::new(2).unwrap());
-            let (xi, wi, bi, xq, wq, bq): (usize, usize, usize, Vec<f32>, Vec<f32>, Vec<f32>) =
-                if dtype == ScalarType::Half {
-                    let cv = |v: &[f32]| v.iter().map(|&a| f16::from_f32(a)).collect::<Vec<_>>();
-                    let (xh, wh, bh) = (cv(&x[..mm * k]), cv(&w), cv(&b));
-                    let back = |v: &[f16]| v.iter().map(|a| a.to_f32()).collect::<Vec<_>>();
-                    (
-                        h.tensor(&[mm, k], &xh),
-                        h.tensor(&[n, k], &wh),
-                        h.tensor(&[n], &bh),
-                        back(&xh),
-                        back(&wh),
-                        back(&bh),
-                    )
-                } else {
-                    let cv = |v: &[f32]| v.iter().map(|&a| bf16::from_f32(a)).collect::<Vec<_>>();
-                    let (xh, wh, bh) = (cv(&x[..mm * k]), cv(&w), cv(&b));
-                    let back = |v: &[bf16]| v.iter().map(|a| a.to_f32()).collect::<Vec<_>>();
-                    (
-                        h.tensor(&[mm, k], &xh),
-                        h.tensor(&[n, k], &wh),
-                        h.tensor(&[n], &bh),
-                        back(&xh),
-                        back(&wh),
-                        back(&bh),
-                    )
-                };
-            let out = h.out(dtype, &[mm, n]);
-            h.call("aten::linear.out", &[xi, wi, bi, out, out]).unwrap();
-            let want = linear_ref(&xq, &wq, Some(&bq), mm, n, k);
-            let got: Vec<f64> = if dtype == ScalarType::Half {
-                h.read::<f16>(out).iter().map(|v| v.to_f64()).collect()
-            } else {
-                h.read::<bf16>(out).iter().map(|v| v.to_f64()).collect()
-            };
-            for (g, w) in got.iter().zip(&want) {
-                // One rounding of the f32 result into the output type.
-                let ulp = if dtype == ScalarType::Half {
-                    1e-3
-                } else {
-                    8e-3
-                };
-                assert!(
-                    (g - w).abs() <= ulp * (1.0 + w.abs()),
-                    "{dtype} m={mm}: {g} vs {w}"
-                );
-            }
+    let round = |v: &[f32]| v.iter().map(|&a| E::from_f32(a)).collect::<Vec<E>>();
+    let widen = |v: &[E]| v.iter().map(|a| a.to_f32()).collect::<Vec<f32>>();
+    let x = round(&rand_vec(m * k, 1));
+    let w = round(&rand_vec(n * k, 2));
+    let b = round(&rand_vec(n, 3));
+    for mm in [1, m] {
+        let mut h = Harness::with_pool(ThreadPool::new(2).unwrap());
+        let xi = h.tensor(&[mm, k], &x[..mm * k]);
+        let wi = h.tensor(&[n, k], &w);
+        let bi = h.tensor(&[n], &b);
+        let out = h.out(dtype, &[mm, n]);
+        h.call("aten::linear.out", &[xi, wi, bi, out, out]).unwrap();
+        let want = linear_ref(&widen(&x[..mm * k]), &widen(&w), Some(&widen(&b)), mm, n, k);
+        for (g, w) in h.read::<E>(out).iter().zip(&want) {
+            let g = g.to_f64();
+            assert!(
+                (g - w).abs() <= ulp * (1.0 + w.abs()),
+                "{dtype} m={mm}: {g} vs {w}"
+            );
         }
     }
+}
+
+#[test]
+fn linear_half_types() {
+    check_linear_half::<f16>(ScalarType::Half, 1e-3);
+    check_linear_half::<bf16>(ScalarType::BFloat16, 8e-3);
 }
 
 #[test]

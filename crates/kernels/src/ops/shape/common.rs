@@ -23,6 +23,13 @@ pub(crate) fn require_contiguous(t: &Tensor, what: &'static str) -> Result<(), K
     }
 }
 
+/// Checks the two ends of a byte copy: the same dtype, both contiguous.
+pub(crate) fn require_copy_pair(input: &Tensor, out: &Tensor) -> Result<(), KernelError> {
+    crate::ops::same_dtype(input, out)?;
+    require_contiguous(input, "input")?;
+    require_contiguous(out, "out")
+}
+
 /// Views bytes as a mutable slice of `T` (fails when misaligned or ragged).
 pub(crate) fn typed_mut<T: Pod>(bytes: &mut [u8]) -> Result<&mut [T], KernelError> {
     bytemuck::try_cast_slice_mut(bytes)
@@ -133,6 +140,22 @@ impl Strided {
         Ok(last + 1)
     }
 
+    /// Steps the multi-index `idx` of a row (over every dim but the last) to the next
+    /// row in row-major order, keeping `base`, the source offset of the row's first
+    /// element, in step.
+    #[inline(always)]
+    fn next_row(&self, idx: &mut [usize; MAX_DIMS], base: &mut usize) {
+        for d in (0..self.rank - 1).rev() {
+            idx[d] += 1;
+            *base += self.strides[d];
+            if idx[d] < self.sizes[d] {
+                return;
+            }
+            *base -= self.strides[d] * self.sizes[d];
+            idx[d] = 0;
+        }
+    }
+
     /// The same layout with size-1 dims dropped and mergeable neighbours merged
     /// (the result always has at least one dim).
     pub(crate) fn coalesced(&self) -> Self {
@@ -209,6 +232,33 @@ pub(crate) fn worth_parallel(rows: usize, total: usize) -> bool {
     rows >= 8 && total >= GRAIN_SIZE
 }
 
+/// Checks that a destination of `dst_len` elements holds `layout`'s elements and
+/// that a source of `src_len` elements holds them read from `offset`; returns their
+/// count (the source is not checked when there are none).
+fn check_gather(
+    dst_len: usize,
+    src_len: usize,
+    offset: usize,
+    layout: &Strided,
+) -> Result<usize, KernelError> {
+    let numel = layout.numel()?;
+    if dst_len < numel {
+        return Err(KernelError::invalid(format!(
+            "copy of {numel} elements into {dst_len} elements"
+        )));
+    }
+    if numel == 0 {
+        return Ok(0);
+    }
+    let extent = layout.extent()?;
+    if offset.checked_add(extent).is_none_or(|end| end > src_len) {
+        return Err(KernelError::invalid(format!(
+            "copy reads elements {offset}..{offset}+{extent} of {src_len}"
+        )));
+    }
+    Ok(numel)
+}
+
 /// Copies `src` laid out as `layout` (from element `offset`) into the first
 /// `layout.numel()` elements of `dst`, in row-major order of `layout`'s sizes.
 /// Checks every bound first; runs on the pool for large copies.
@@ -219,22 +269,23 @@ pub(crate) fn gather_copy<T: Copy + Send + Sync>(
     offset: usize,
     layout: &Strided,
 ) -> Result<(), KernelError> {
-    let numel = layout.numel()?;
-    if dst.len() < numel {
-        return Err(KernelError::invalid(format!(
-            "copy of {numel} elements into {} elements",
-            dst.len()
-        )));
-    }
+    gather_rows(pool, dst, src, offset, layout, copy_row)
+}
+
+/// The engine of [`gather_copy`] and [`copy_tensor_cast`]: `row_op(row, src, base,
+/// stride)` fills one innermost row from `src[base]`, `src[base + stride]`, ...
+#[inline(always)]
+fn gather_rows<S: Sync, D: Send>(
+    pool: &ThreadPool,
+    dst: &mut [D],
+    src: &[S],
+    offset: usize,
+    layout: &Strided,
+    row_op: impl Fn(&mut [D], &[S], usize, usize) + Sync,
+) -> Result<(), KernelError> {
+    let numel = check_gather(dst.len(), src.len(), offset, layout)?;
     if numel == 0 {
         return Ok(());
-    }
-    let extent = layout.extent()?;
-    if offset.checked_add(extent).is_none_or(|end| end > src.len()) {
-        return Err(KernelError::invalid(format!(
-            "copy reads elements {offset}..{offset}+{extent} of {}",
-            src.len()
-        )));
     }
     let c = layout.coalesced();
     let rank = c.rank;
@@ -242,7 +293,7 @@ pub(crate) fn gather_copy<T: Copy + Send + Sync>(
     let inner_stride = c.strides[rank - 1];
     let rows = numel / inner;
     let dst = &mut dst[..numel];
-    let run = |first_row: usize, chunk: &mut [T]| {
+    let run = |first_row: usize, chunk: &mut [D]| {
         // Multi-index of `first_row` over the outer dims.
         let mut idx = [0usize; MAX_DIMS];
         let mut r = first_row;
@@ -253,17 +304,8 @@ pub(crate) fn gather_copy<T: Copy + Send + Sync>(
             base += idx[d] * c.strides[d];
         }
         for row in chunk.chunks_exact_mut(inner) {
-            copy_row(row, src, base, inner_stride);
-            // Advance the odometer.
-            for d in (0..rank - 1).rev() {
-                idx[d] += 1;
-                base += c.strides[d];
-                if idx[d] < c.sizes[d] {
-                    break;
-                }
-                base -= c.strides[d] * c.sizes[d];
-                idx[d] = 0;
-            }
+            row_op(row, src, base, inner_stride);
+            c.next_row(&mut idx, &mut base);
         }
     };
     for_rows(
@@ -316,55 +358,15 @@ pub(crate) fn copy_tensor(
     })
 }
 
-/// Like [`gather_copy`] but converting each element from `S` to `D`.
-pub(crate) fn gather_cast<S: Element, D: Element>(
-    dst: &mut [D],
-    src: &[S],
-    offset: usize,
-    layout: &Strided,
-) -> Result<(), KernelError> {
-    let numel = layout.numel()?;
-    if dst.len() < numel {
-        return Err(KernelError::invalid(format!(
-            "copy of {numel} elements into {} elements",
-            dst.len()
-        )));
-    }
-    if numel == 0 {
-        return Ok(());
-    }
-    let extent = layout.extent()?;
-    if offset.checked_add(extent).is_none_or(|end| end > src.len()) {
-        return Err(KernelError::invalid(format!(
-            "copy reads elements {offset}..{offset}+{extent} of {}",
-            src.len()
-        )));
-    }
-    let c = layout.coalesced();
-    let rank = c.rank;
-    let inner = c.sizes[rank - 1];
-    let s = c.strides[rank - 1];
-    let mut idx = [0usize; MAX_DIMS];
-    let mut base = offset;
-    for row in dst[..numel].chunks_exact_mut(inner) {
-        if s == 1 {
-            cast_slice(&src[base..base + inner], row);
-        } else {
-            for (j, d) in row.iter_mut().enumerate() {
-                *d = cast(src[base + j * s]);
-            }
-        }
-        for d in (0..rank - 1).rev() {
-            idx[d] += 1;
-            base += c.strides[d];
-            if idx[d] < c.sizes[d] {
-                break;
-            }
-            base -= c.strides[d] * c.sizes[d];
-            idx[d] = 0;
+#[inline]
+fn cast_row<S: Element, D: Element>(row: &mut [D], src: &[S], base: usize, stride: usize) {
+    if stride == 1 {
+        cast_slice(&src[base..base + row.len()], row);
+    } else {
+        for (j, d) in row.iter_mut().enumerate() {
+            *d = cast(src[base + j * stride]);
         }
     }
-    Ok(())
 }
 
 /// Copies `src` through `layout` into `out`, casting to `out`'s dtype when it differs.
@@ -386,7 +388,7 @@ pub(crate) fn copy_tensor_cast(
         with_cast_type!(out.dtype(), what, D => {
             let s = ctx.read_raw::<S>(src)?;
             let d = ctx.write_raw::<D>(out)?;
-            gather_cast::<S, D>(d, s, offset, layout)
+            gather_rows(ctx.pool(), d, s, offset, layout, cast_row::<S, D>)
         })
     })
 }

@@ -281,6 +281,14 @@ fn split_into(
     Ok(())
 }
 
+/// The dim a split runs along (normalized); a 0-d tensor cannot be split.
+fn split_dim(input: &Tensor, dim: i64) -> Result<usize, KernelError> {
+    if input.rank() == 0 {
+        return Err(KernelError::invalid("split of a 0-d tensor"));
+    }
+    Ok(input.normalize_dim(dim)?)
+}
+
 op_args! {
     /// `split_with_sizes_copy.out(Tensor self, SymInt[] split_sizes, int dim=0, *,
     /// Tensor(a!)[] out) -> ()`, emitted with or without a trailing copy of `out`.
@@ -299,10 +307,7 @@ fn split_with_sizes_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<()
         dim,
         out,
     } = SplitWithSizesArgs::unpack(a)?;
-    if input.rank() == 0 {
-        return Err(KernelError::invalid("split of a 0-d tensor"));
-    }
-    let dim = input.normalize_dim(dim)?;
+    let dim = split_dim(&input, dim)?;
     let mut splits = [0i64; 256];
     if list.len() > splits.len() {
         return Err(KernelError::invalid("too many split sizes"));
@@ -347,10 +352,7 @@ fn split_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
         dim,
         out,
     } = SplitArgs::unpack(a)?;
-    if input.rank() == 0 {
-        return Err(KernelError::invalid("split of a 0-d tensor"));
-    }
-    let dim = input.normalize_dim(dim)?;
+    let dim = split_dim(&input, dim)?;
     let size = input.sizes()[dim];
     if split < 0 || (split == 0 && size != 0) {
         return Err(KernelError::invalid(format!("invalid split size {split}")));

@@ -2,8 +2,7 @@
 //! and `repeat`. Each builds a source layout (sizes and strides, 0 for broadcast
 //! dims) and runs the shared gather-copy engine.
 
-use crate::ops::same_dtype;
-use crate::ops::shape::common::{MAX_DIMS, Strided, copy_tensor, require_contiguous};
+use crate::ops::shape::common::{MAX_DIMS, Strided, copy_tensor, require_copy_pair};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tensor, normalize_dim};
 
@@ -25,10 +24,7 @@ fn gather_into(
     sizes: &[usize],
     layout: &Strided,
 ) -> Result<(), KernelError> {
-    let o = out.tensor();
-    same_dtype(input, &o)?;
-    require_contiguous(input, "input")?;
-    require_contiguous(&o, "out")?;
+    require_copy_pair(input, &out.tensor())?;
     let o = out.resize(a, sizes)?;
     copy_tensor(ctx, input, &o, 0, layout)
 }

@@ -7,7 +7,7 @@
 //! each leading row with one `memcpy`.
 
 use crate::ops::same_dtype;
-use crate::ops::shape::common::{for_rows, require_contiguous, with_bits_type, worth_parallel};
+use crate::ops::shape::common::{for_rows, require_copy_pair, with_bits_type, worth_parallel};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
@@ -48,9 +48,7 @@ pub(crate) fn copy_slice(
     out: &Tensor,
     s: DimSlice,
 ) -> Result<(), KernelError> {
-    same_dtype(input, out)?;
-    require_contiguous(input, "input")?;
-    require_contiguous(out, "out")?;
+    require_copy_pair(input, out)?;
     let sizes = input.sizes();
     let size = *sizes.get(s.dim).ok_or_else(|| {
         KernelError::invalid(format!("slice dim {} of rank {}", s.dim, sizes.len()))

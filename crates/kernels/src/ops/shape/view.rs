@@ -2,8 +2,7 @@
 //! output holds the input's elements in the same order under new sizes.
 
 use crate::ops::prim::infer_view_sizes;
-use crate::ops::same_dtype;
-use crate::ops::shape::common::{Strided, copy_tensor, require_contiguous};
+use crate::ops::shape::common::{Strided, copy_tensor, require_copy_pair};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tensor, normalize_dim};
 
@@ -24,10 +23,7 @@ fn reshape_into(
     out: OutArg,
     sizes: &[usize],
 ) -> Result<(), KernelError> {
-    let o = out.tensor();
-    same_dtype(input, &o)?;
-    require_contiguous(input, "input")?;
-    require_contiguous(&o, "out")?;
+    require_copy_pair(input, &out.tensor())?;
     let o = out.resize(a, sizes)?;
     if o.numel() != input.numel() {
         return Err(KernelError::invalid(format!(
@@ -93,20 +89,23 @@ fn unsqueeze_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kerne
     reshape_into(ctx, a, &input, out, &sizes[..=rank])
 }
 
-/// Sizes of `input` without the dims flagged in `drop` whose size is 1.
-fn squeezed<'b>(
+/// Copies `input` into `out` without the dims flagged in `drop` whose size is 1.
+fn squeeze_into(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
     input: &Tensor,
+    out: OutArg,
     drop: &[bool; MAX_RANK],
-    buf: &'b mut [usize; MAX_RANK],
-) -> &'b [usize] {
+) -> Result<(), KernelError> {
+    let mut sizes = [0usize; MAX_RANK];
     let mut n = 0;
     for (d, &s) in input.sizes().iter().enumerate() {
         if !(drop[d] && s == 1) {
-            buf[n] = s;
+            sizes[n] = s;
             n += 1;
         }
     }
-    &buf[..n]
+    reshape_into(ctx, a, input, out, &sizes[..n])
 }
 
 op_args! {
@@ -133,9 +132,7 @@ fn squeeze_copy_dims(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Ke
             )));
         }
     }
-    let mut buf = [0usize; MAX_RANK];
-    let sizes = squeezed(&input, &drop, &mut buf);
-    reshape_into(ctx, a, &input, out, sizes)
+    squeeze_into(ctx, a, &input, out, &drop)
 }
 
 op_args! {
@@ -151,9 +148,7 @@ fn squeeze_copy_dim(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Ker
     let SqueezeDimArgs { input, dim, out } = SqueezeDimArgs::unpack(a)?;
     let mut drop = [false; MAX_RANK];
     drop[normalize_dim(dim, input.rank())?] = true;
-    let mut buf = [0usize; MAX_RANK];
-    let sizes = squeezed(&input, &drop, &mut buf);
-    reshape_into(ctx, a, &input, out, sizes)
+    squeeze_into(ctx, a, &input, out, &drop)
 }
 
 op_args! {
@@ -167,9 +162,7 @@ op_args! {
 fn squeeze_copy_all(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let SqueezeAllArgs { input, out } = SqueezeAllArgs::unpack(a)?;
     let drop = [true; MAX_RANK];
-    let mut buf = [0usize; MAX_RANK];
-    let sizes = squeezed(&input, &drop, &mut buf);
-    reshape_into(ctx, a, &input, out, sizes)
+    squeeze_into(ctx, a, &input, out, &drop)
 }
 
 #[cfg(test)]
