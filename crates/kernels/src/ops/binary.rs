@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use etch_base::ScalarType;
 
+use super::elementwise::args_form::args_form;
 use super::elementwise::dtype::{Bool8, with_compute};
 use super::elementwise::num::Num;
 use super::elementwise::promote::{ResultType, check_can_cast, to_float};
@@ -133,7 +134,8 @@ op_args! {
     } returns 1
 }
 
-/// The arguments of the four arithmetic schemas above, in one form.
+/// The arguments of the four arithmetic schemas above, in one form (`alpha` is none
+/// where the schema has none).
 struct ArithOperands {
     input: Tensor,
     other: Operand,
@@ -141,28 +143,12 @@ struct ArithOperands {
     out: OutArg,
 }
 
-/// Reads each arithmetic schema as [`ArithOperands`]: its `other` operand and its
-/// `alpha` (none where the schema has none).
-macro_rules! arith_operands {
-    ($($schema:ident => |$a:ident| ($other:expr, $alpha:expr);)*) => {$(
-        impl From<$schema> for ArithOperands {
-            fn from($a: $schema) -> Self {
-                ArithOperands {
-                    input: $a.input,
-                    other: $other,
-                    alpha: $alpha,
-                    out: $a.out,
-                }
-            }
-        }
-    )*};
-}
-
-arith_operands! {
-    TensorTensorArgs => |a| (Operand::Tensor(a.other), None);
-    TensorTensorAlphaArgs => |a| (Operand::Tensor(a.other), Some(a.alpha));
-    TensorScalarArgs => |a| (Operand::Scalar(a.other), None);
-    TensorScalarAlphaArgs => |a| (Operand::Scalar(a.other), Some(a.alpha));
+args_form! {
+    ArithOperands { input, out }:
+    TensorTensorArgs => |a| { other: Operand::Tensor(a.other), alpha: None };
+    TensorTensorAlphaArgs => |a| { other: Operand::Tensor(a.other), alpha: Some(a.alpha) };
+    TensorScalarArgs => |a| { other: Operand::Scalar(a.other), alpha: None };
+    TensorScalarAlphaArgs => |a| { other: Operand::Scalar(a.other), alpha: Some(a.alpha) };
 }
 
 /// `op(self: Tensor, other: Tensor or Scalar[, alpha], out)`, with the arguments of
