@@ -552,13 +552,9 @@ impl Reduction {
 
     /// Reads [`DimsArgs`] and resizes `out` to the result.
     fn of_dims(a: &mut Args<'_>) -> Result<Self, KernelError> {
-        let DimsArgs {
-            input: x,
-            dim,
-            keepdim,
-            out,
-        } = DimsArgs::unpack(a)?;
-        let mask = mask_of(&x, dim)?;
+        let args = DimsArgs::unpack(a)?;
+        let mask = mask_of(&args.input, args.dim)?;
+        let (x, keepdim, out) = (args.input, args.keepdim, args.out);
         Reduction::new(a, x, mask, keepdim, out)
     }
 
