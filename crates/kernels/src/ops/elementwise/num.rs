@@ -72,6 +72,17 @@ macro_rules! operator_methods {
     )*};
 }
 
+/// Binary `Num` methods that call another method: `fn name(self, o) -> Self {
+/// self.method(o) }`.
+macro_rules! method_alias {
+    ($($name:ident => $method:ident),* $(,)?) => {$(
+        #[inline(always)]
+        fn $name(self, o: Self) -> Self {
+            self.$method(o)
+        }
+    )*};
+}
+
 /// `Num` methods that are the float type's inherent function of the same name.
 macro_rules! float_methods {
     ($t:ty: $($name:ident),* $(,)?) => {$(
@@ -182,23 +193,9 @@ impl Num for i64 {
     const ZERO: Self = 0;
     const ONE: Self = 1;
     operator_methods!(bitand => &, bitor => |, bitxor => ^);
+    // Integers wrap, as PyTorch's do; `div` of integers truncates.
+    method_alias!(add => wrapping_add, sub => wrapping_sub, mul => wrapping_mul, div => div_trunc);
     via_f64_methods!(exp, ln, sqrt, sin, cos, tanh);
-    #[inline(always)]
-    fn add(self, o: Self) -> Self {
-        self.wrapping_add(o)
-    }
-    #[inline(always)]
-    fn sub(self, o: Self) -> Self {
-        self.wrapping_sub(o)
-    }
-    #[inline(always)]
-    fn mul(self, o: Self) -> Self {
-        self.wrapping_mul(o)
-    }
-    #[inline(always)]
-    fn div(self, o: Self) -> Self {
-        self.div_trunc(o)
-    }
     #[inline(always)]
     fn div_trunc(self, o: Self) -> Self {
         if o == 0 { 0 } else { self.wrapping_div(o) }
