@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use etch_base::ScalarType;
 
+use super::elementwise::args_form::args_form;
 use super::elementwise::dtype::{Bool8, with_compute};
 use super::elementwise::num::Num;
 use super::elementwise::promote::{ResultType, check_can_cast, to_float};
@@ -23,71 +24,47 @@ use super::elementwise::{Operand, Spec, Src, broadcast_operands, map, zip2, zip3
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
 
+/// Registers `name => op` pairs as [`arith_op`] over the arguments of `schema`.
+macro_rules! register_arith {
+    ($r:ident, $schema:ident: $($name:literal => $op:ident),* $(,)?) => {
+        $($r.register($name, |c, a| arith_op::<$schema>(c, a, Op::$op));)*
+    };
+}
+
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
-    r.register("aten::add.out", |c, a| tensor_op(c, a, Op::Add, true));
-    r.register("aten::sub.out", |c, a| tensor_op(c, a, Op::Sub, true));
-    r.register("aten::mul.out", |c, a| tensor_op(c, a, Op::Mul, false));
-    r.register("aten::div.out", |c, a| tensor_op(c, a, Op::Div, false));
+    register_arith!(r, TensorTensorAlphaArgs: "aten::add.out" => Add, "aten::sub.out" => Sub);
+    register_arith!(r, TensorScalarAlphaArgs:
+        "aten::add.Scalar_out" => Add,
+        "aten::sub.Scalar_out" => Sub,
+        "aten::rsub.Scalar_out" => Rsub,
+    );
+    register_arith!(r, TensorTensorArgs:
+        "aten::mul.out" => Mul,
+        "aten::div.out" => Div,
+        "aten::pow.Tensor_Tensor_out" => Pow,
+        "aten::floor_divide.out" => DivFloor,
+        "aten::fmod.Tensor_out" => Fmod,
+        "aten::remainder.Tensor_out" => Remainder,
+        "aten::maximum.out" => Max,
+        "aten::minimum.out" => Min,
+        "aten::bitwise_and.Tensor_out" => BitAnd,
+        "aten::bitwise_or.Tensor_out" => BitOr,
+        "aten::bitwise_xor.Tensor_out" => BitXor,
+    );
+    register_arith!(r, TensorScalarArgs:
+        "aten::mul.Scalar_out" => Mul,
+        "aten::div.Scalar_out" => Div,
+        "aten::pow.Tensor_Scalar_out" => Pow,
+        "aten::fmod.Scalar_out" => Fmod,
+        "aten::remainder.Scalar_out" => Remainder,
+        "aten::bitwise_and.Scalar_out" => BitAnd,
+        "aten::bitwise_or.Scalar_out" => BitOr,
+        "aten::bitwise_xor.Scalar_out" => BitXor,
+    );
     r.register("aten::div.out_mode", div_mode_tensor);
-    r.register("aten::add.Scalar_out", |c, a| {
-        scalar_op(c, a, Op::Add, true)
-    });
-    r.register("aten::sub.Scalar_out", |c, a| {
-        scalar_op(c, a, Op::Sub, true)
-    });
-    r.register("aten::mul.Scalar_out", |c, a| {
-        scalar_op(c, a, Op::Mul, false)
-    });
-    r.register("aten::div.Scalar_out", |c, a| {
-        scalar_op(c, a, Op::Div, false)
-    });
     r.register("aten::div.Scalar_mode_out", div_mode_scalar);
-    r.register("aten::rsub.Scalar_out", |c, a| {
-        scalar_op(c, a, Op::Rsub, true)
-    });
-    r.register("aten::pow.Tensor_Scalar_out", |c, a| {
-        scalar_op(c, a, Op::Pow, false)
-    });
-    r.register("aten::pow.Tensor_Tensor_out", |c, a| {
-        tensor_op(c, a, Op::Pow, false)
-    });
     r.register("aten::pow.Scalar_out", pow_scalar_base);
-    r.register("aten::floor_divide.out", |c, a| {
-        tensor_op(c, a, Op::DivFloor, false)
-    });
-    r.register("aten::fmod.Tensor_out", |c, a| {
-        tensor_op(c, a, Op::Fmod, false)
-    });
-    r.register("aten::fmod.Scalar_out", |c, a| {
-        scalar_op(c, a, Op::Fmod, false)
-    });
-    r.register("aten::remainder.Tensor_out", |c, a| {
-        tensor_op(c, a, Op::Remainder, false)
-    });
-    r.register("aten::remainder.Scalar_out", |c, a| {
-        scalar_op(c, a, Op::Remainder, false)
-    });
-    r.register("aten::maximum.out", |c, a| tensor_op(c, a, Op::Max, false));
-    r.register("aten::minimum.out", |c, a| tensor_op(c, a, Op::Min, false));
-    r.register("aten::bitwise_and.Tensor_out", |c, a| {
-        tensor_op(c, a, Op::BitAnd, false)
-    });
-    r.register("aten::bitwise_or.Tensor_out", |c, a| {
-        tensor_op(c, a, Op::BitOr, false)
-    });
-    r.register("aten::bitwise_xor.Tensor_out", |c, a| {
-        tensor_op(c, a, Op::BitXor, false)
-    });
-    r.register("aten::bitwise_and.Scalar_out", |c, a| {
-        scalar_op(c, a, Op::BitAnd, false)
-    });
-    r.register("aten::bitwise_or.Scalar_out", |c, a| {
-        scalar_op(c, a, Op::BitOr, false)
-    });
-    r.register("aten::bitwise_xor.Scalar_out", |c, a| {
-        scalar_op(c, a, Op::BitXor, false)
-    });
     r.register("aten::logical_and.out", |c, a| logical(c, a, Logic::And));
     r.register("aten::logical_or.out", |c, a| logical(c, a, Logic::Or));
     r.register("aten::logical_xor.out", |c, a| logical(c, a, Logic::Xor));
@@ -157,64 +134,36 @@ op_args! {
     } returns 1
 }
 
-/// `op(self: Tensor, other: Tensor[, alpha], out)`.
-fn tensor_op(
-    ctx: &KernelContext<'_>,
-    a: &mut Args<'_>,
-    op: Op,
-    has_alpha: bool,
-) -> Result<(), KernelError> {
-    let (x, y, alpha, out) = if has_alpha {
-        let TensorTensorAlphaArgs {
-            input,
-            other,
-            alpha,
-            out,
-        } = TensorTensorAlphaArgs::unpack(a)?;
-        (input, other, Some(alpha), out)
-    } else {
-        let TensorTensorArgs { input, other, out } = TensorTensorArgs::unpack(a)?;
-        (input, other, None, out)
-    };
-    arith(
-        ctx,
-        a,
-        Operand::Tensor(x),
-        Operand::Tensor(y),
-        op,
-        alpha,
-        out,
-    )
+/// The arguments of the four arithmetic schemas above, in one form (`alpha` is none
+/// where the schema has none).
+struct ArithOperands {
+    input: Tensor,
+    other: Operand,
+    alpha: Option<Scalar>,
+    out: OutArg,
 }
 
-/// `op(self: Tensor, other: Scalar[, alpha], out)`.
-fn scalar_op(
-    ctx: &KernelContext<'_>,
-    a: &mut Args<'_>,
-    op: Op,
-    has_alpha: bool,
-) -> Result<(), KernelError> {
-    let (x, y, alpha, out) = if has_alpha {
-        let TensorScalarAlphaArgs {
-            input,
-            other,
-            alpha,
-            out,
-        } = TensorScalarAlphaArgs::unpack(a)?;
-        (input, other, Some(alpha), out)
-    } else {
-        let TensorScalarArgs { input, other, out } = TensorScalarArgs::unpack(a)?;
-        (input, other, None, out)
-    };
-    arith(
-        ctx,
-        a,
-        Operand::Tensor(x),
-        Operand::Scalar(y),
-        op,
+args_form! {
+    ArithOperands { input, out }:
+    TensorTensorArgs => |a| { other: Operand::Tensor(a.other), alpha: None };
+    TensorTensorAlphaArgs => |a| { other: Operand::Tensor(a.other), alpha: Some(a.alpha) };
+    TensorScalarArgs => |a| { other: Operand::Scalar(a.other), alpha: None };
+    TensorScalarAlphaArgs => |a| { other: Operand::Scalar(a.other), alpha: Some(a.alpha) };
+}
+
+/// `op(self: Tensor, other: Tensor or Scalar[, alpha], out)`, with the arguments of
+/// schema `S`.
+fn arith_op<S>(ctx: &KernelContext<'_>, a: &mut Args<'_>, op: Op) -> Result<(), KernelError>
+where
+    S: for<'x> OpArgs<'x> + Into<ArithOperands>,
+{
+    let ArithOperands {
+        input,
+        other,
         alpha,
         out,
-    )
+    } = S::unpack(a)?.into();
+    arith(ctx, a, Operand::Tensor(input), other, op, alpha, out)
 }
 
 op_args! {
@@ -258,15 +207,10 @@ op_args! {
 }
 
 fn div_mode_tensor(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    let DivModeArgs {
-        input,
-        other,
-        rounding_mode,
-        out,
-    } = DivModeArgs::unpack(a)?;
-    let op = rounding_op(rounding_mode)?;
-    let (x, y) = (Operand::Tensor(input), Operand::Tensor(other));
-    arith(ctx, a, x, y, op, None, out)
+    let args = DivModeArgs::unpack(a)?;
+    let op = rounding_op(args.rounding_mode)?;
+    let (x, y) = (Operand::Tensor(args.input), Operand::Tensor(args.other));
+    arith(ctx, a, x, y, op, None, args.out)
 }
 
 op_args! {
@@ -281,15 +225,10 @@ op_args! {
 }
 
 fn div_mode_scalar(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    let DivScalarModeArgs {
-        input,
-        other,
-        rounding_mode,
-        out,
-    } = DivScalarModeArgs::unpack(a)?;
-    let op = rounding_op(rounding_mode)?;
-    let (x, y) = (Operand::Tensor(input), Operand::Scalar(other));
-    arith(ctx, a, x, y, op, None, out)
+    let args = DivScalarModeArgs::unpack(a)?;
+    let op = rounding_op(args.rounding_mode)?;
+    let (x, y) = (Operand::Tensor(args.input), Operand::Scalar(args.other));
+    arith(ctx, a, x, y, op, None, args.out)
 }
 
 fn check_alpha(common: ScalarType, alpha: Scalar) -> Result<(), KernelError> {

@@ -9,29 +9,30 @@
 use etch_base::ScalarType;
 
 use super::elementwise::BLOCK;
-use super::elementwise::dtype::{In, Out};
+use super::elementwise::args_form::args_form;
+use super::elementwise::dtype::{Element, In, Out};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, GRAIN_SIZE, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
     r.register("quantized_decomposed::embedding_byte.out", |c, a| {
-        embedding(c, a, 8, false)
+        embedding::<EmbeddingArgs>(c, a, 8)
     });
     r.register("quantized_decomposed::embedding_byte.dtype_out", |c, a| {
-        embedding(c, a, 8, true)
+        embedding::<EmbeddingDtypeArgs>(c, a, 8)
     });
     r.register("quantized_decomposed::embedding_4bit.out", |c, a| {
-        embedding(c, a, 4, false)
+        embedding::<EmbeddingArgs>(c, a, 4)
     });
     r.register("quantized_decomposed::embedding_4bit.dtype_out", |c, a| {
-        embedding(c, a, 4, true)
+        embedding::<EmbeddingDtypeArgs>(c, a, 4)
     });
     r.register("quantized_decomposed::embedding_2bit.out", |c, a| {
-        embedding(c, a, 2, false)
+        embedding::<EmbeddingArgs>(c, a, 2)
     });
     r.register("quantized_decomposed::embedding_2bit.dtype_out", |c, a| {
-        embedding(c, a, 2, true)
+        embedding::<EmbeddingDtypeArgs>(c, a, 2)
     });
     r.register(
         "quantized_decomposed::choose_qparams_per_token_asymmetric.out",
@@ -39,25 +40,27 @@ pub fn register(r: &mut Registry) {
     );
     r.register(
         "quantized_decomposed::quantize_per_token.out",
-        quantize_per_token,
+        quantize::<QuantizePerTokenArgs>,
     );
     r.register(
         "quantized_decomposed::dequantize_per_token.out",
-        dequantize_per_token,
+        dequantize::<DequantizePerTokenArgs>,
     );
-    r.register("quantized_decomposed::quantize_per_tensor.out", |c, a| {
-        quantize_per_tensor(c, a, false)
-    });
+    r.register(
+        "quantized_decomposed::quantize_per_tensor.out",
+        quantize::<QuantizePerTensorArgs>,
+    );
     r.register(
         "quantized_decomposed::quantize_per_tensor.tensor_out",
-        |c, a| quantize_per_tensor(c, a, true),
+        quantize::<QuantizePerTensorTensorArgs>,
     );
-    r.register("quantized_decomposed::dequantize_per_tensor.out", |c, a| {
-        dequantize_per_tensor(c, a, false)
-    });
+    r.register(
+        "quantized_decomposed::dequantize_per_tensor.out",
+        dequantize::<DequantizePerTensorArgs>,
+    );
     r.register(
         "quantized_decomposed::dequantize_per_tensor.tensor_out",
-        |c, a| dequantize_per_tensor(c, a, true),
+        dequantize::<DequantizePerTensorTensorArgs>,
     );
 }
 
@@ -107,57 +110,36 @@ op_args! {
     } returns 1
 }
 
-/// The quantized embedding lookups; `.dtype_out` names the out dtype.
-fn embedding(
-    ctx: &KernelContext<'_>,
-    a: &mut Args<'_>,
-    bits: usize,
-    with_dtype: bool,
-) -> Result<(), KernelError> {
-    let (weight, scales, zps, qmin, qmax, indices, dtype, out_arg) = if with_dtype {
-        let EmbeddingDtypeArgs {
-            weight,
-            weight_scales,
-            weight_zero_points,
-            weight_quant_min,
-            weight_quant_max,
-            indices,
-            dtype,
-            out,
-        } = EmbeddingDtypeArgs::unpack(a)?;
-        let (w, s, z) = (weight, weight_scales, weight_zero_points);
-        (
-            w,
-            s,
-            z,
-            weight_quant_min,
-            weight_quant_max,
-            indices,
-            dtype,
-            out,
-        )
-    } else {
-        let EmbeddingArgs {
-            weight,
-            weight_scales,
-            weight_zero_points,
-            weight_quant_min,
-            weight_quant_max,
-            indices,
-            out,
-        } = EmbeddingArgs::unpack(a)?;
-        let (w, s, z) = (weight, weight_scales, weight_zero_points);
-        (
-            w,
-            s,
-            z,
-            weight_quant_min,
-            weight_quant_max,
-            indices,
-            None,
-            out,
-        )
-    };
+// The `.out` arguments are the `.dtype_out` ones with no dtype named.
+args_form! {
+    EmbeddingDtypeArgs {
+        weight,
+        weight_scales,
+        weight_zero_points,
+        weight_quant_min,
+        weight_quant_max,
+        indices,
+        out,
+    }:
+    EmbeddingArgs => |a| { dtype: None };
+}
+
+/// The quantized embedding lookups over `bits`-bit weights, with the arguments of
+/// schema `S` (`.dtype_out` names the out dtype).
+fn embedding<S>(ctx: &KernelContext<'_>, a: &mut Args<'_>, bits: usize) -> Result<(), KernelError>
+where
+    S: for<'x> OpArgs<'x> + Into<EmbeddingDtypeArgs>,
+{
+    let EmbeddingDtypeArgs {
+        weight,
+        weight_scales: scales,
+        weight_zero_points: zps,
+        weight_quant_min: qmin,
+        weight_quant_max: qmax,
+        indices,
+        dtype,
+        out: out_arg,
+    } = S::unpack(a)?.into();
     if qmin > qmax {
         return Err(KernelError::invalid(format!(
             "weight quant min {qmin} is greater than quant max {qmax}"
@@ -567,6 +549,16 @@ struct QParams<'a> {
 }
 
 impl QParams<'_> {
+    /// One scale and zero point for every row.
+    fn single(scale: f64, zp: i64) -> Self {
+        QParams {
+            scales: In::I64(&[]),
+            zps: None,
+            scale,
+            zp,
+        }
+    }
+
     #[inline]
     fn row(&self, r: usize) -> (f64, i64) {
         if self.scales.is_empty() {
@@ -578,43 +570,53 @@ impl QParams<'_> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn quantize_rows(
-    ctx: &KernelContext<'_>,
-    x: &Tensor,
-    out: &Tensor,
+/// A checked (de)quantization: `rows` rows of `len` values of `x` into `out`.
+struct QuantJob<'a> {
+    x: Tensor,
+    out: Tensor,
     rows: usize,
     len: usize,
-    qp: &QParams<'_>,
+    qp: QParams<'a>,
     qmin: i64,
     qmax: i64,
-) -> Result<(), KernelError> {
-    if rows == 0 || len == 0 {
-        return Ok(());
-    }
-    let data = In::read(ctx, x)?;
-    let mut dst = Out::write(ctx, out)?;
-    if data.len() != rows * len || dst.len() != rows * len {
-        return Err(KernelError::invalid("quantize: unexpected storage length"));
-    }
-    let mut xb = [0f32; BLOCK];
-    let mut qb = [0i64; BLOCK];
-    for r in 0..rows {
-        let (s, z) = qp.row(r);
-        let inv = 1.0f32 / s as f32;
-        let zp = z as i32;
-        let mut j = 0;
-        while j < len {
-            let m = BLOCK.min(len - j);
-            data.load(r * len + j, 1, &mut xb[..m]);
-            for (q, &v) in qb[..m].iter_mut().zip(&xb[..m]) {
-                *q = quantize_one(v, inv, zp, qmin, qmax);
-            }
-            dst.store(r * len + j, 1, &qb[..m]);
-            j += m;
+}
+
+impl QuantJob<'_> {
+    /// Maps each row of `x` into `out` in blocks: `f(scale, zero_point, src, dst)`
+    /// converts one block of a row with that row's qparams.
+    #[inline(always)]
+    fn map_rows<S: Element, D: Element>(
+        &self,
+        ctx: &KernelContext<'_>,
+        what: &'static str,
+        f: impl Fn(f64, i64, &[S], &mut [D]),
+    ) -> Result<(), KernelError> {
+        let (rows, len) = (self.rows, self.len);
+        if rows == 0 || len == 0 {
+            return Ok(());
         }
+        let data = In::read(ctx, &self.x)?;
+        let mut dst = Out::write(ctx, &self.out)?;
+        if data.len() != rows * len || dst.len() != rows * len {
+            return Err(KernelError::invalid(format!(
+                "{what}: unexpected storage length"
+            )));
+        }
+        let mut sb = [S::default(); BLOCK];
+        let mut db = [D::default(); BLOCK];
+        for r in 0..rows {
+            let (s, z) = self.qp.row(r);
+            let mut j = 0;
+            while j < len {
+                let m = BLOCK.min(len - j);
+                data.load(r * len + j, 1, &mut sb[..m]);
+                f(s, z, &sb[..m], &mut db[..m]);
+                dst.store(r * len + j, 1, &db[..m]);
+                j += m;
+            }
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 fn check_params(t: &Tensor, n: usize, what: &'static str, float: bool) -> Result<(), KernelError> {
@@ -647,30 +649,6 @@ op_args! {
         dtype: ScalarType,
         out: OutArg,
     } returns 1
-}
-
-fn quantize_per_token(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    let QuantizePerTokenArgs {
-        input: x,
-        scales,
-        zero_points: zps,
-        quant_min: qmin,
-        quant_max: qmax,
-        dtype,
-        out,
-    } = QuantizePerTokenArgs::unpack(a)?;
-    let out = out.resize(a, x.sizes())?;
-    check_quant_args(&x, qmin, qmax, dtype, &out)?;
-    let (rows, len) = tokens(&x)?;
-    check_params(&scales, rows, "per-token scales", true)?;
-    check_params(&zps, rows, "per-token zero points", false)?;
-    let qp = QParams {
-        scales: In::read(ctx, &scales)?,
-        zps: Some(In::read(ctx, &zps)?),
-        scale: 0.0,
-        zp: 0,
-    };
-    quantize_rows(ctx, &x, &out, rows, len, &qp, qmin, qmax)
 }
 
 /// A per-tensor scale and zero point: numbers (`.out`) or one-element tensors
@@ -727,46 +705,133 @@ op_args! {
     } returns 1
 }
 
-fn quantize_per_tensor(
-    ctx: &KernelContext<'_>,
-    a: &mut Args<'_>,
-    tensor_params: bool,
-) -> Result<(), KernelError> {
-    let (x, params, qmin, qmax, dtype, out) = if tensor_params {
-        let QuantizePerTensorTensorArgs {
-            input,
-            scale,
-            zero_point,
-            quant_min,
-            quant_max,
-            dtype,
-            out,
-        } = QuantizePerTensorTensorArgs::unpack(a)?;
-        let params = TensorQParams::Tensors(scale, zero_point);
-        (input, params, quant_min, quant_max, dtype, out)
-    } else {
-        let QuantizePerTensorArgs {
-            input,
-            scale,
-            zero_point,
-            quant_min,
-            quant_max,
-            dtype,
-            out,
-        } = QuantizePerTensorArgs::unpack(a)?;
-        let params = TensorQParams::Numbers(scale, zero_point);
-        (input, params, quant_min, quant_max, dtype, out)
+/// Where a (de)quantization finds its scale and zero point.
+// Tensor metadata is fixed-size and Copy; the value lives on the stack for one call.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Copy)]
+enum QParamsArg {
+    /// One scale and zero point for the whole tensor.
+    PerTensor(TensorQParams),
+    /// `(scales, zero_points)`: one of each per token.
+    PerToken(Tensor, Tensor),
+}
+
+impl QParamsArg {
+    /// Reads one-element qparam tensors as numbers (ExecuTorch checks them before
+    /// anything else); per-token qparams are read once the token count is known.
+    fn read_per_tensor(self, ctx: &KernelContext<'_>) -> Result<Self, KernelError> {
+        match self {
+            QParamsArg::PerTensor(p) => {
+                let (scale, zp) = p.read(ctx)?;
+                Ok(QParamsArg::PerTensor(TensorQParams::Numbers(scale, zp)))
+            }
+            per_token => Ok(per_token),
+        }
+    }
+}
+
+/// The arguments of the (de)quantize schemas, in one form.
+struct QuantArgs {
+    input: Tensor,
+    params: QParamsArg,
+    quant_min: i64,
+    quant_max: i64,
+    dtype: ScalarType,
+    /// The out dtype a dequantize schema names (none for quantize).
+    out_dtype: Option<ScalarType>,
+    out: OutArg,
+}
+
+args_form! {
+    QuantArgs { input, quant_min, quant_max, dtype, out }:
+    QuantizePerTokenArgs => |a| {
+        params: QParamsArg::PerToken(a.scales, a.zero_points),
+        out_dtype: None,
     };
-    let (scale, zp) = params.read(ctx)?;
-    let out = out.resize(a, x.sizes())?;
-    check_quant_args(&x, qmin, qmax, dtype, &out)?;
-    let qp = QParams {
-        scales: In::I64(&[]),
-        zps: None,
-        scale,
-        zp,
+    QuantizePerTensorArgs => |a| {
+        params: QParamsArg::PerTensor(TensorQParams::Numbers(a.scale, a.zero_point)),
+        out_dtype: None,
     };
-    quantize_rows(ctx, &x, &out, 1, x.numel(), &qp, qmin, qmax)
+    QuantizePerTensorTensorArgs => |a| {
+        params: QParamsArg::PerTensor(TensorQParams::Tensors(a.scale, a.zero_point)),
+        out_dtype: None,
+    };
+    DequantizePerTokenArgs => |a| {
+        params: QParamsArg::PerToken(a.scales, a.zero_points),
+        out_dtype: Some(a.output_dtype),
+    };
+    DequantizePerTensorArgs => |a| {
+        params: QParamsArg::PerTensor(TensorQParams::Numbers(a.scale, a.zero_point)),
+        out_dtype: a.out_dtype,
+    };
+    DequantizePerTensorTensorArgs => |a| {
+        params: QParamsArg::PerTensor(TensorQParams::Tensors(a.scale, a.zero_point)),
+        out_dtype: a.out_dtype,
+    };
+}
+
+impl QuantArgs {
+    /// Reads the qparams, resizes `out` like the input and checks the arguments (the
+    /// dequantize checks when `dequantize`), in ExecuTorch's order.
+    fn prepare<'c>(
+        self,
+        ctx: &'c KernelContext<'_>,
+        a: &mut Args<'_>,
+        dequantize: bool,
+    ) -> Result<QuantJob<'c>, KernelError> {
+        let (x, qmin, qmax) = (self.input, self.quant_min, self.quant_max);
+        let params = self.params.read_per_tensor(ctx)?;
+        let out = self.out.resize(a, x.sizes())?;
+        if dequantize {
+            check_dequant_args(&x, qmin, qmax, self.dtype, self.out_dtype, &out)?;
+        } else {
+            check_quant_args(&x, qmin, qmax, self.dtype, &out)?;
+        }
+        let (rows, len, qp) = match params {
+            QParamsArg::PerTensor(p) => {
+                let (scale, zp) = p.read(ctx)?;
+                (1, x.numel(), QParams::single(scale, zp))
+            }
+            QParamsArg::PerToken(scales, zps) => {
+                let (rows, len) = tokens(&x)?;
+                check_params(&scales, rows, "per-token scales", true)?;
+                check_params(&zps, rows, "per-token zero points", false)?;
+                let qp = QParams {
+                    scales: In::read(ctx, &scales)?,
+                    zps: Some(In::read(ctx, &zps)?),
+                    scale: 0.0,
+                    zp: 0,
+                };
+                (rows, len, qp)
+            }
+        };
+        Ok(QuantJob {
+            x,
+            out,
+            rows,
+            len,
+            qp,
+            qmin,
+            qmax,
+        })
+    }
+}
+
+/// `quantize_per_{token,tensor}`, with the arguments of schema `S`:
+/// `q = clamp(zp + round_half_even(x / scale), qmin, qmax)` per row.
+fn quantize<S>(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError>
+where
+    S: for<'x> OpArgs<'x> + Into<QuantArgs>,
+{
+    let job = S::unpack(a)?.into().prepare(ctx, a, false)?;
+    let (qmin, qmax) = (job.qmin, job.qmax);
+    job.map_rows(ctx, "quantize", |s, z, src: &[f32], dst: &mut [i64]| {
+        let inv = 1.0f32 / s as f32;
+        let zp = z as i32;
+        for (q, &v) in dst.iter_mut().zip(src) {
+            *q = quantize_one(v, inv, zp, qmin, qmax);
+        }
+    })
 }
 
 fn check_dequant_args(
@@ -817,43 +882,6 @@ fn check_dequant_args(
     Ok(())
 }
 
-fn dequantize_rows(
-    ctx: &KernelContext<'_>,
-    x: &Tensor,
-    out: &Tensor,
-    rows: usize,
-    len: usize,
-    qp: &QParams<'_>,
-) -> Result<(), KernelError> {
-    if rows == 0 || len == 0 {
-        return Ok(());
-    }
-    let data = In::read(ctx, x)?;
-    let mut dst = Out::write(ctx, out)?;
-    if data.len() != rows * len || dst.len() != rows * len {
-        return Err(KernelError::invalid(
-            "dequantize: unexpected storage length",
-        ));
-    }
-    let mut qb = [0i64; BLOCK];
-    let mut fb = [0f32; BLOCK];
-    for r in 0..rows {
-        let (s, z) = qp.row(r);
-        let (scale, zp) = (s as f32, z as i32 as i64);
-        let mut j = 0;
-        while j < len {
-            let m = BLOCK.min(len - j);
-            data.load(r * len + j, 1, &mut qb[..m]);
-            for (f, &q) in fb[..m].iter_mut().zip(&qb[..m]) {
-                *f = (q - zp) as f32 * scale;
-            }
-            dst.store(r * len + j, 1, &fb[..m]);
-            j += m;
-        }
-    }
-    Ok(())
-}
-
 op_args! {
     /// `dequantize_per_token.out(Tensor input, Tensor scales, Tensor zero_points,
     /// int quant_min, int quant_max, ScalarType dtype, ScalarType output_dtype, *,
@@ -868,31 +896,6 @@ op_args! {
         output_dtype: ScalarType,
         out: OutArg,
     } returns 1
-}
-
-fn dequantize_per_token(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    let DequantizePerTokenArgs {
-        input: x,
-        scales,
-        zero_points: zps,
-        quant_min: qmin,
-        quant_max: qmax,
-        dtype,
-        output_dtype: out_dtype,
-        out,
-    } = DequantizePerTokenArgs::unpack(a)?;
-    let out = out.resize(a, x.sizes())?;
-    check_dequant_args(&x, qmin, qmax, dtype, Some(out_dtype), &out)?;
-    let (rows, len) = tokens(&x)?;
-    check_params(&scales, rows, "per-token scales", true)?;
-    check_params(&zps, rows, "per-token zero points", false)?;
-    let qp = QParams {
-        scales: In::read(ctx, &scales)?,
-        zps: Some(In::read(ctx, &zps)?),
-        scale: 0.0,
-        zp: 0,
-    };
-    dequantize_rows(ctx, &x, &out, rows, len, &qp)
 }
 
 op_args! {
@@ -927,48 +930,19 @@ op_args! {
     } returns 1
 }
 
-fn dequantize_per_tensor(
-    ctx: &KernelContext<'_>,
-    a: &mut Args<'_>,
-    tensor_params: bool,
-) -> Result<(), KernelError> {
-    let (x, params, qmin, qmax, dtype, out_dtype, out) = if tensor_params {
-        let DequantizePerTensorTensorArgs {
-            input,
-            scale,
-            zero_point,
-            quant_min,
-            quant_max,
-            dtype,
-            out_dtype,
-            out,
-        } = DequantizePerTensorTensorArgs::unpack(a)?;
-        let params = TensorQParams::Tensors(scale, zero_point);
-        (input, params, quant_min, quant_max, dtype, out_dtype, out)
-    } else {
-        let DequantizePerTensorArgs {
-            input,
-            scale,
-            zero_point,
-            quant_min,
-            quant_max,
-            dtype,
-            out_dtype,
-            out,
-        } = DequantizePerTensorArgs::unpack(a)?;
-        let params = TensorQParams::Numbers(scale, zero_point);
-        (input, params, quant_min, quant_max, dtype, out_dtype, out)
-    };
-    let (scale, zp) = params.read(ctx)?;
-    let out = out.resize(a, x.sizes())?;
-    check_dequant_args(&x, qmin, qmax, dtype, out_dtype, &out)?;
-    let qp = QParams {
-        scales: In::I64(&[]),
-        zps: None,
-        scale,
-        zp,
-    };
-    dequantize_rows(ctx, &x, &out, 1, x.numel(), &qp)
+/// `dequantize_per_{token,tensor}`, with the arguments of schema `S`:
+/// `(q - zp) * scale` in f32 per row.
+fn dequantize<S>(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError>
+where
+    S: for<'x> OpArgs<'x> + Into<QuantArgs>,
+{
+    let job = S::unpack(a)?.into().prepare(ctx, a, true)?;
+    job.map_rows(ctx, "dequantize", |s, z, src: &[i64], dst: &mut [f32]| {
+        let (scale, zp) = (s as f32, z as i32 as i64);
+        for (f, &q) in dst.iter_mut().zip(src) {
+            *f = (q - zp) as f32 * scale;
+        }
+    })
 }
 
 #[cfg(test)]

@@ -24,8 +24,8 @@ use crate::{
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
-    r.register("aten::sum.IntList_out", sum_out);
-    r.register("aten::mean.out", mean_out);
+    r.register("aten::sum.IntList_out", |c, a| sum_out(c, a, false));
+    r.register("aten::mean.out", |c, a| sum_out(c, a, true));
     r.register("aten::amax.out", |c, a| extremum(c, a, true));
     r.register("aten::amin.out", |c, a| extremum(c, a, false));
     r.register("aten::any.out", any_dim);
@@ -515,26 +515,57 @@ impl Reducer<f64> for Var {
 }
 
 /// The dims of an `int[]?` argument, read into `buf`.
-fn read_dims<'b>(
-    dim: Option<IntList<'_>>,
-    buf: &'b mut [i64; MAX_RANK],
-) -> Result<Option<&'b [i64]>, KernelError> {
-    dim.map(|l| l.read_into(buf)).transpose()
+/// The reduction mask of an `int[]? dim` argument over `x` (absent or empty: all dims).
+fn mask_of(x: &Tensor, dim: Option<IntList<'_>>) -> Result<[bool; MAX_RANK], KernelError> {
+    let mut buf = [0i64; MAX_RANK];
+    let dims = dim.map(|l| l.read_into(&mut buf)).transpose()?;
+    dim_mask(x.rank(), dims)
 }
 
-/// The reduction mask of `dims` over `x` and the out tensor resized to the result.
-fn setup(
-    a: &mut Args<'_>,
+/// One reduction op's operands: the input, the dims it folds and the out tensor.
+struct Reduction {
     x: Tensor,
-    dims: Option<&[i64]>,
+    mask: [bool; MAX_RANK],
     keepdim: bool,
-    out: OutArg,
-) -> Result<([bool; MAX_RANK], Tensor), KernelError> {
-    let mask = dim_mask(x.rank(), dims)?;
-    let mut sb = [0usize; MAX_RANK];
-    let sizes = reduced_sizes(x.sizes(), &mask, keepdim, &mut sb);
-    let out = out.resize(a, sizes)?;
-    Ok((mask, out))
+    out: Tensor,
+}
+
+impl Reduction {
+    /// Resizes `out` to the result of reducing `x` over `mask`.
+    fn new(
+        a: &mut Args<'_>,
+        x: Tensor,
+        mask: [bool; MAX_RANK],
+        keepdim: bool,
+        out: OutArg,
+    ) -> Result<Self, KernelError> {
+        let mut sb = [0usize; MAX_RANK];
+        let sizes = reduced_sizes(x.sizes(), &mask, keepdim, &mut sb);
+        let out = out.resize(a, sizes)?;
+        Ok(Reduction {
+            x,
+            mask,
+            keepdim,
+            out,
+        })
+    }
+
+    /// Reads [`DimsArgs`] and resizes `out` to the result.
+    fn of_dims(a: &mut Args<'_>) -> Result<Self, KernelError> {
+        let args = DimsArgs::unpack(a)?;
+        let mask = mask_of(&args.input, args.dim)?;
+        let (x, keepdim, out) = (args.input, args.keepdim, args.out);
+        Reduction::new(a, x, mask, keepdim, out)
+    }
+
+    /// Runs `r` over the input, accumulating in `A`.
+    fn run<A: Element, R: Reducer<A>>(
+        &self,
+        ctx: &KernelContext<'_>,
+        r: &R,
+    ) -> Result<(), KernelError> {
+        reduce::<A, R>(ctx, &self.x, &self.mask, self.keepdim, &self.out, None, r)
+    }
 }
 
 op_args! {
@@ -568,8 +599,8 @@ fn supported(t: ScalarType, what: &'static str) -> Result<(), KernelError> {
     }
 }
 
-/// `sum.IntList_out`.
-fn sum_out(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+/// `sum.IntList_out`, or `mean.out` when `mean`.
+fn sum_out(ctx: &KernelContext<'_>, a: &mut Args<'_>, mean: bool) -> Result<(), KernelError> {
     let SumArgs {
         input: x,
         dim,
@@ -577,36 +608,13 @@ fn sum_out(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError>
         dtype,
         out,
     } = SumArgs::unpack(a)?;
-    let mut buf = [0i64; MAX_RANK];
-    let dims = read_dims(dim, &mut buf)?;
-    let (mask, out) = setup(a, x, dims, keepdim, out)?;
-    supported(x.dtype(), "sum")?;
-    supported(out.dtype(), "sum")?;
-    if let Some(d) = dtype {
-        if d != out.dtype() {
-            return Err(KernelError::DtypeMismatch {
-                expected: d,
-                found: out.dtype(),
-            });
-        }
+    let mask = mask_of(&x, dim)?;
+    let red = Reduction::new(a, x, mask, keepdim, out)?;
+    let out = red.out;
+    supported(x.dtype(), if mean { "mean" } else { "sum" })?;
+    if !mean {
+        supported(out.dtype(), "sum")?;
     }
-    let r = Sum { mean: false };
-    with_compute!(out.dtype(), A => reduce::<A, _>(ctx, &x, &mask, keepdim, &out, None, &r))
-}
-
-/// `mean.out`.
-fn mean_out(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    let SumArgs {
-        input: x,
-        dim,
-        keepdim,
-        dtype,
-        out,
-    } = SumArgs::unpack(a)?;
-    let mut buf = [0i64; MAX_RANK];
-    let dims = read_dims(dim, &mut buf)?;
-    let (mask, out) = setup(a, x, dims, keepdim, out)?;
-    supported(x.dtype(), "mean")?;
     if let Some(d) = dtype {
         if d != out.dtype() {
             return Err(KernelError::DtypeMismatch {
@@ -614,20 +622,19 @@ fn mean_out(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError
                 found: out.dtype(),
             });
         }
-    } else if !x.dtype().is_floating_point() {
+    } else if mean && !x.dtype().is_floating_point() {
         return Err(KernelError::UnsupportedDtype {
             dtype: x.dtype(),
             what: "mean (floating point input, or a dtype argument)",
         });
     }
-    if !out.dtype().is_floating_point() {
+    if mean && !out.dtype().is_floating_point() {
         return Err(KernelError::UnsupportedDtype {
             dtype: out.dtype(),
             what: "mean (floating point out)",
         });
     }
-    let r = Sum { mean: true };
-    with_compute!(out.dtype(), A => reduce::<A, _>(ctx, &x, &mask, keepdim, &out, None, &r))
+    with_compute!(out.dtype(), A => red.run::<A, _>(ctx, &Sum { mean }))
 }
 
 fn check_nonempty(x: &Tensor, mask: &[bool; MAX_RANK], out: &Tensor) -> Result<(), KernelError> {
@@ -647,34 +654,28 @@ fn check_nonempty(x: &Tensor, mask: &[bool; MAX_RANK], out: &Tensor) -> Result<(
 /// `amax.out(Tensor self, int[1] dim=[], bool keepdim=False, *, Tensor(a!) out)` (and
 /// `amin`).
 fn extremum(ctx: &KernelContext<'_>, a: &mut Args<'_>, max: bool) -> Result<(), KernelError> {
-    let DimsArgs {
-        input: x,
-        dim,
-        keepdim,
-        out,
-    } = DimsArgs::unpack(a)?;
-    let mut buf = [0i64; MAX_RANK];
-    let dims = read_dims(dim, &mut buf)?;
-    let (mask, out) = setup(a, x, dims, keepdim, out)?;
+    let red = Reduction::of_dims(a)?;
+    let x = red.x;
     supported(x.dtype(), "amax/amin")?;
-    same_dtype(&x, &out)?;
-    check_nonempty(&x, &mask, &out)?;
-    let r = Extremum { max };
-    with_compute!(x.dtype(), A => reduce::<A, _>(ctx, &x, &mask, keepdim, &out, None, &r))
+    same_dtype(&x, &red.out)?;
+    check_nonempty(&x, &red.mask, &red.out)?;
+    with_compute!(x.dtype(), A => red.run::<A, _>(ctx, &Extremum { max }))
 }
 
-fn check_any_out(x: &Tensor, out: &Tensor) -> Result<(), KernelError> {
+/// The `any` reductions, once the out tensor is resized: a bool out (or uint8 for a
+/// uint8 input).
+fn any(ctx: &KernelContext<'_>, red: Reduction) -> Result<(), KernelError> {
+    let (x, out) = (&red.x, &red.out);
     supported(x.dtype(), "any")?;
     let ok = out.dtype() == ScalarType::Bool
         || (out.dtype() == ScalarType::Byte && x.dtype() == ScalarType::Byte);
-    if ok {
-        Ok(())
-    } else {
-        Err(KernelError::UnsupportedDtype {
+    if !ok {
+        return Err(KernelError::UnsupportedDtype {
             dtype: out.dtype(),
             what: "any out (bool, or uint8 for a uint8 input)",
-        })
+        });
     }
+    red.run::<Bool8, _>(ctx, &Any)
 }
 
 op_args! {
@@ -695,26 +696,12 @@ fn any_dim(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError>
         out,
     } = AnyDimArgs::unpack(a)?;
     let mask = dim_mask(x.rank(), Some(std::slice::from_ref(&dim)))?;
-    let mut sb = [0usize; MAX_RANK];
-    let sizes = reduced_sizes(x.sizes(), &mask, keepdim, &mut sb);
-    let out = out.resize(a, sizes)?;
-    check_any_out(&x, &out)?;
-    reduce::<Bool8, _>(ctx, &x, &mask, keepdim, &out, None, &Any)
+    any(ctx, Reduction::new(a, x, mask, keepdim, out)?)
 }
 
 /// `any.dims_out(Tensor self, int[]? dim=None, bool keepdim=False, *, Tensor(a!) out)`.
 fn any_dims(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    let DimsArgs {
-        input: x,
-        dim,
-        keepdim,
-        out,
-    } = DimsArgs::unpack(a)?;
-    let mut buf = [0i64; MAX_RANK];
-    let dims = read_dims(dim, &mut buf)?;
-    let (mask, out) = setup(a, x, dims, keepdim, out)?;
-    check_any_out(&x, &out)?;
-    reduce::<Bool8, _>(ctx, &x, &mask, keepdim, &out, None, &Any)
+    any(ctx, Reduction::of_dims(a)?)
 }
 
 op_args! {
@@ -728,9 +715,7 @@ op_args! {
 fn any_all(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let AnyAllArgs { input: x, out } = AnyAllArgs::unpack(a)?;
     let mask = dim_mask(x.rank(), None)?;
-    let out = out.resize(a, &[])?;
-    check_any_out(&x, &out)?;
-    reduce::<Bool8, _>(ctx, &x, &mask, false, &out, None, &Any)
+    any(ctx, Reduction::new(a, x, mask, false, out)?)
 }
 
 op_args! {
@@ -756,13 +741,9 @@ fn arg_extremum(ctx: &KernelContext<'_>, a: &mut Args<'_>, max: bool) -> Result<
         Some(d) => dim_mask(x.rank(), Some(std::slice::from_ref(&d)))?,
         None => dim_mask(x.rank(), None)?,
     };
-    let mut sb = [0usize; MAX_RANK];
-    let sizes = if dim.is_none() && !keepdim {
-        &sb[..0]
-    } else {
-        reduced_sizes(x.sizes(), &mask, keepdim, &mut sb)
-    };
-    let out = out_arg.resize(a, sizes)?;
+    // With no dim, the mask folds every dim: a 0-d result unless `keepdim`.
+    let red = Reduction::new(a, x, mask, keepdim, out_arg)?;
+    let out = red.out;
     if out.dtype() != ScalarType::Long {
         return Err(KernelError::DtypeMismatch {
             expected: ScalarType::Long,
@@ -774,8 +755,7 @@ fn arg_extremum(ctx: &KernelContext<'_>, a: &mut Args<'_>, max: bool) -> Result<
         return Err(KernelError::invalid("argmax/argmin of an empty tensor"));
     }
     // The flattened position is the reduction position because dims keep their order.
-    let r = ArgExtremum { max };
-    with_compute!(x.dtype(), A => reduce::<A, _>(ctx, &x, &mask, keepdim, &out, None, &r))
+    with_compute!(x.dtype(), A => red.run::<A, _>(ctx, &ArgExtremum { max }))
 }
 
 op_args! {
@@ -799,18 +779,16 @@ fn var_correction(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kerne
         out,
     } = VarArgs::unpack(a)?;
     let correction = correction.map(|s| s.to_f64()).unwrap_or(1.0);
-    let mut buf = [0i64; MAX_RANK];
-    let dims = read_dims(dim, &mut buf)?;
-    let (mask, out) = setup(a, x, dims, keepdim, out)?;
+    let mask = mask_of(&x, dim)?;
+    let red = Reduction::new(a, x, mask, keepdim, out)?;
     supported(x.dtype(), "var")?;
-    if !x.dtype().is_floating_point() || !out.dtype().is_floating_point() {
+    if !x.dtype().is_floating_point() || !red.out.dtype().is_floating_point() {
         return Err(KernelError::UnsupportedDtype {
             dtype: x.dtype(),
             what: "var (floating point only)",
         });
     }
-    let r = Var { correction };
-    reduce::<f64, _>(ctx, &x, &mask, keepdim, &out, None, &r)
+    red.run::<f64, _>(ctx, &Var { correction })
 }
 
 #[cfg(test)]

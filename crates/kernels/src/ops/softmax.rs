@@ -206,6 +206,27 @@ fn row_in_place<A: Num>(x: &[A], o: &mut [A], log: bool) {
     }
 }
 
+/// Loads the `len` elements at `off + j * stride` of `data` into `buf` block by block
+/// and calls `f(j, block)` for the block that starts at element `j`.
+#[inline(always)]
+fn for_each_block<A: Num>(
+    data: &In<'_>,
+    off: usize,
+    stride: usize,
+    len: usize,
+    buf: &mut [A; BLOCK],
+    mut f: impl FnMut(usize, &mut [A]),
+) {
+    let mut j = 0;
+    while j < len {
+        let n = BLOCK.min(len - j);
+        let b = &mut buf[..n];
+        data.load(off + j * stride, stride, b);
+        f(j, b);
+        j += n;
+    }
+}
+
 /// One row of any dtype or stride: three passes over the input through a block
 /// buffer (max, sum of exponentials, result), no scratch.
 #[allow(clippy::too_many_arguments)]
@@ -221,34 +242,21 @@ fn row_streamed<A: Num>(
     buf: &mut [A; BLOCK],
 ) {
     let mut max = A::from_f64(f64::NEG_INFINITY);
-    let mut j = 0;
-    while j < len {
-        let n = BLOCK.min(len - j);
-        data.load(in_off + j * in_stride, in_stride, &mut buf[..n]);
-        for &v in &buf[..n] {
+    for_each_block(data, in_off, in_stride, len, buf, |_, b| {
+        for &v in b.iter() {
             max = max.maximum(v);
         }
-        j += n;
-    }
+    });
     let mut sum = super::reduce::Pairwise::new();
-    j = 0;
-    while j < len {
-        let n = BLOCK.min(len - j);
-        let b = &mut buf[..n];
-        data.load(in_off + j * in_stride, in_stride, b);
+    for_each_block(data, in_off, in_stride, len, buf, |_, b| {
         for v in b.iter_mut() {
             *v = v.sub(max).exp();
         }
         sum.push(super::reduce::block_sum(b));
-        j += n;
-    }
+    });
     let sum = sum.total();
     let shift = max.add(sum.ln());
-    j = 0;
-    while j < len {
-        let n = BLOCK.min(len - j);
-        let b = &mut buf[..n];
-        data.load(in_off + j * in_stride, in_stride, b);
+    for_each_block(data, in_off, in_stride, len, buf, |j, b| {
         for v in b.iter_mut() {
             *v = if log {
                 v.sub(shift)
@@ -257,8 +265,7 @@ fn row_streamed<A: Num>(
             };
         }
         out.store(out_off + j * out_stride, out_stride, b);
-        j += n;
-    }
+    });
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 
 use etch_base::ScalarType;
 
+use super::elementwise::args_form::args_form;
 use super::elementwise::dtype::{Bool8, with_compute};
 use super::elementwise::num::Num;
 use super::elementwise::promote::{ResultType, check_can_cast, to_float};
@@ -32,9 +33,9 @@ pub fn register(r: &mut Registry) {
     r.register("aten::bitwise_not.out", |c, a| unary(c, a, U::BitNot));
     r.register("aten::gelu.out", gelu);
     r.register("aten::logical_not.out", logical_not);
-    r.register("aten::clamp.out", clamp);
+    r.register("aten::clamp.out", clamp_scalars::<ClampArgs>);
     r.register("aten::clamp.Tensor_out", clamp_tensor);
-    r.register("aten::hardtanh.out", hardtanh);
+    r.register("aten::hardtanh.out", clamp_scalars::<HardtanhArgs>);
 }
 
 /// A unary op.
@@ -213,16 +214,36 @@ fn logical_not(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
     })
 }
 
-/// Clamps `x` (any shape) between optional bounds: NaN stays NaN, and when
-/// `min > max` every element becomes `max`.
-fn clamp_scalars(
-    ctx: &KernelContext<'_>,
-    a: &mut Args<'_>,
-    x: Tensor,
-    (min, max): (Option<Scalar>, Option<Scalar>),
+/// The arguments of `clamp.out` and `hardtanh.out`, in one form.
+struct ScalarBounds {
+    input: Tensor,
+    min: Option<Scalar>,
+    max: Option<Scalar>,
+    /// The result keeps the input's dtype (`hardtanh`) rather than promoting it
+    /// with the bounds (`clamp`).
     keep_dtype: bool,
     out: OutArg,
-) -> Result<(), KernelError> {
+}
+
+args_form! {
+    ScalarBounds { input, out }:
+    ClampArgs => |a| { min: a.min, max: a.max, keep_dtype: false };
+    HardtanhArgs => |a| { min: Some(a.min_val), max: Some(a.max_val), keep_dtype: true };
+}
+
+/// Clamps the input (any shape) between the optional bounds of schema `S`: NaN stays
+/// NaN, and when `min > max` every element becomes `max`.
+fn clamp_scalars<S>(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError>
+where
+    S: for<'x> OpArgs<'x> + Into<ScalarBounds>,
+{
+    let ScalarBounds {
+        input: x,
+        min,
+        max,
+        keep_dtype,
+        out,
+    } = S::unpack(a)?.into();
     if min.is_none() && max.is_none() {
         return Err(KernelError::invalid(
             "clamp: at least one of 'min' or 'max' must not be None",
@@ -293,16 +314,6 @@ op_args! {
     } returns 1
 }
 
-fn clamp(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    let ClampArgs {
-        input,
-        min,
-        max,
-        out,
-    } = ClampArgs::unpack(a)?;
-    clamp_scalars(ctx, a, input, (min, max), false, out)
-}
-
 op_args! {
     /// `hardtanh.out(Tensor self, Scalar min_val=-1, Scalar max_val=1, *,
     /// Tensor(a!) out)`.
@@ -312,17 +323,6 @@ op_args! {
         max_val: Scalar,
         out: OutArg,
     } returns 1
-}
-
-fn hardtanh(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    let HardtanhArgs {
-        input,
-        min_val,
-        max_val,
-        out,
-    } = HardtanhArgs::unpack(a)?;
-    let bounds = (Some(min_val), Some(max_val));
-    clamp_scalars(ctx, a, input, bounds, true, out)
 }
 
 op_args! {

@@ -3,8 +3,8 @@ use proptest::prelude::*;
 
 use super::Op;
 use crate::ops::elementwise::testutil::{
-    DTYPES, Lcg, assert_close, bcast_index, broadcast_pair, harness, read, round_through,
-    small_ints, tensor,
+    DTYPES, Lcg, assert_close, assert_refused, bcast_index, broadcast_pair, harness, read,
+    round_through, small_ints, tensor,
 };
 use crate::testing::Harness;
 use crate::{EValue, KernelError};
@@ -227,10 +227,7 @@ fn wrapped_scalars_keep_the_tensor_dtype() {
     assert_eq!(h.read::<i32>(out), vec![3, 0, 5]);
     // i32 + 2.5 is f32: an i32 out is refused, an f32 out is fine.
     let f = h.double(2.5);
-    assert!(
-        h.call("aten::add.Scalar_out", &[x, f, one, out, out])
-            .is_err()
-    );
+    assert_refused(&mut h, "aten::add.Scalar_out", &[x, f, one, out, out]);
     let outf = h.out(ScalarType::Float, &[3]);
     h.call("aten::add.Scalar_out", &[x, f, one, outf, outf])
         .unwrap();
@@ -277,20 +274,11 @@ fn division_modes() {
         .unwrap();
     assert_eq!(h.read::<i64>(outi), vec![3, -4, -4, 3]);
     // No mode: true division, which an int out cannot hold.
-    assert!(
-        h.call("aten::div.out_mode", &[x, y, none, outi, outi])
-            .is_err()
-    );
+    assert_refused(&mut h, "aten::div.out_mode", &[x, y, none, outi, outi]);
     let bad = h.push(EValue::String("round".into()));
-    assert!(
-        h.call("aten::div.out_mode", &[x, y, bad, outi, outi])
-            .is_err()
-    );
+    assert_refused(&mut h, "aten::div.out_mode", &[x, y, bad, outi, outi]);
     let z = tensor(&mut h, ScalarType::Long, &[4], &[1.0, 0.0, 1.0, 1.0]);
-    assert!(
-        h.call("aten::div.out_mode", &[x, z, floor, outi, outi])
-            .is_err()
-    );
+    assert_refused(&mut h, "aten::div.out_mode", &[x, z, floor, outi, outi]);
     // Float floor division and division by zero.
     let xf = tensor(&mut h, ScalarType::Float, &[3], &[7.5, -7.5, 1.0]);
     let yf = tensor(&mut h, ScalarType::Float, &[3], &[2.0, 2.0, 0.0]);
@@ -323,9 +311,10 @@ fn pow_variants() {
         .unwrap();
     assert_eq!(h.read::<i32>(outi), vec![8, -27, 125]);
     let neg = h.int(-1);
-    assert!(
-        h.call("aten::pow.Tensor_Scalar_out", &[xi, neg, outi, outi])
-            .is_err()
+    assert_refused(
+        &mut h,
+        "aten::pow.Tensor_Scalar_out",
+        &[xi, neg, outi, outi],
     );
     let half = h.double(0.5);
     let outf = h.out(ScalarType::Float, &[3]);
@@ -370,10 +359,7 @@ fn bitwise_and_logical() {
     // Floats are refused.
     let f = tensor(&mut h, ScalarType::Float, &[3], &[1.0, 2.0, 3.0]);
     let outf = h.out(ScalarType::Float, &[3]);
-    assert!(
-        h.call("aten::bitwise_and.Tensor_out", &[f, f, outf, outf])
-            .is_err()
-    );
+    assert_refused(&mut h, "aten::bitwise_and.Tensor_out", &[f, f, outf, outf]);
     // Logical ops take any dtypes and write any out dtype.
     h.call("aten::logical_and.out", &[x, f, outb, outb])
         .unwrap();
@@ -396,10 +382,7 @@ fn where_broadcasts_and_promotes() {
         .unwrap();
     assert_eq!(h.read::<f32>(out), vec![1.0, 2.0, 3.0, -1.0, -1.0, -1.0]);
     let cf = tensor(&mut h, ScalarType::Float, &[2, 1], &[1.0, 0.0]);
-    assert!(
-        h.call("aten::where.self_out", &[cf, x, y, out, out])
-            .is_err()
-    );
+    assert_refused(&mut h, "aten::where.self_out", &[cf, x, y, out, out]);
 }
 
 #[test]
@@ -447,7 +430,7 @@ fn bad_calls_are_errors() {
     let one = h.int(1);
     let out = h.out(ScalarType::Float, &[2, 3]);
     // Not broadcastable.
-    assert!(h.call("aten::add.out", &[x, y, one, out, out]).is_err());
+    assert_refused(&mut h, "aten::add.out", &[x, y, one, out, out]);
     // Wrong argument count and kinds.
     assert!(matches!(
         h.call("aten::add.out", &[x, x, out, out]),
@@ -461,25 +444,25 @@ fn bad_calls_are_errors() {
     );
     // Out too small to resize into, or static with the wrong shape.
     let small = h.out(ScalarType::Float, &[2]);
-    assert!(h.call("aten::mul.out", &[x, x, small, small]).is_err());
+    assert_refused(&mut h, "aten::mul.out", &[x, x, small, small]);
     let fixed = tensor(&mut h, ScalarType::Float, &[3, 2], &[0.0; 6]);
-    assert!(h.call("aten::mul.out", &[x, x, fixed, fixed]).is_err());
+    assert_refused(&mut h, "aten::mul.out", &[x, x, fixed, fixed]);
     // Float result into an int out.
     let outi = h.out(ScalarType::Int, &[2, 3]);
-    assert!(h.call("aten::mul.out", &[x, x, outi, outi]).is_err());
+    assert_refused(&mut h, "aten::mul.out", &[x, x, outi, outi]);
     // Bool subtraction; float alpha with ints; bool alpha with floats.
     let b = tensor(&mut h, ScalarType::Bool, &[2], &[1.0, 0.0]);
     let outb = h.out(ScalarType::Bool, &[2]);
-    assert!(h.call("aten::sub.out", &[b, b, one, outb, outb]).is_err());
+    assert_refused(&mut h, "aten::sub.out", &[b, b, one, outb, outb]);
     let i = tensor(&mut h, ScalarType::Int, &[2], &[1.0, 0.0]);
     let fa = h.double(1.5);
     let outi2 = h.out(ScalarType::Int, &[2]);
-    assert!(h.call("aten::add.out", &[i, i, fa, outi2, outi2]).is_err());
+    assert_refused(&mut h, "aten::add.out", &[i, i, fa, outi2, outi2]);
     let ba = h.bool(true);
-    assert!(h.call("aten::add.out", &[x, x, ba, out, out]).is_err());
+    assert_refused(&mut h, "aten::add.out", &[x, x, ba, out, out]);
     // Unsupported dtypes.
     let q = h.tensor_raw(ScalarType::QInt8, &[2], &[0, 0]);
-    assert!(h.call("aten::mul.out", &[q, q, out, out]).is_err());
+    assert_refused(&mut h, "aten::mul.out", &[q, q, out, out]);
     // A tensor with no data.
     let mut t = h.tensor_meta(x);
     t.set_data(None);
@@ -549,7 +532,7 @@ fn floor_divide_fmod_remainder() {
         "aten::remainder.Tensor_out",
     ] {
         let out = h.out(ScalarType::Long, &[2]);
-        assert!(h.call(name, &[a, z, out, out]).is_err(), "{name}");
+        assert_refused(&mut h, name, &[a, z, out, out]);
     }
     let f = tensor(&mut h, ScalarType::Float, &[1], &[5.0]);
     let zero = h.double(0.0);

@@ -10,6 +10,7 @@
 //! so the f32 paths are plain contiguous loops the compiler vectorises. Large outputs
 //! are split across the pool in contiguous chunks.
 
+pub mod args_form;
 pub mod broadcast;
 pub mod dtype;
 pub mod num;

@@ -62,28 +62,54 @@ pub trait Num: Element + PartialOrd + Copy {
     }
 }
 
+/// `Num` methods that apply one operator: `fn name(self, o) -> Self { self op o }`.
+macro_rules! operator_methods {
+    ($($name:ident => $op:tt),* $(,)?) => {$(
+        #[inline(always)]
+        fn $name(self, o: Self) -> Self {
+            self $op o
+        }
+    )*};
+}
+
+/// Binary `Num` methods that call another method: `fn name(self, o) -> Self {
+/// self.method(o) }`.
+macro_rules! method_alias {
+    ($($name:ident => $method:ident),* $(,)?) => {$(
+        #[inline(always)]
+        fn $name(self, o: Self) -> Self {
+            self.$method(o)
+        }
+    )*};
+}
+
+/// `Num` methods that are the float type's inherent function of the same name.
+macro_rules! float_methods {
+    ($t:ty: $($name:ident),* $(,)?) => {$(
+        #[inline(always)]
+        fn $name(self) -> Self {
+            <$t>::$name(self)
+        }
+    )*};
+}
+
+/// `Num` methods of an integer computed in f64 and truncated back.
+macro_rules! via_f64_methods {
+    ($($name:ident),* $(,)?) => {$(
+        fn $name(self) -> Self {
+            f64::$name(self as f64) as Self
+        }
+    )*};
+}
+
 macro_rules! float_num {
     ($t:ty, $erf:path) => {
         impl Num for $t {
             const FLOAT: bool = true;
             const ZERO: Self = 0.0;
             const ONE: Self = 1.0;
-            #[inline(always)]
-            fn add(self, o: Self) -> Self {
-                self + o
-            }
-            #[inline(always)]
-            fn sub(self, o: Self) -> Self {
-                self - o
-            }
-            #[inline(always)]
-            fn mul(self, o: Self) -> Self {
-                self * o
-            }
-            #[inline(always)]
-            fn div(self, o: Self) -> Self {
-                self / o
-            }
+            operator_methods!(add => +, sub => -, mul => *, div => /, fmod => %);
+            float_methods!($t: abs, exp, ln, sqrt, sin, cos, tanh);
             #[inline(always)]
             fn div_trunc(self, o: Self) -> Self {
                 (self / o).trunc()
@@ -106,10 +132,6 @@ macro_rules! float_num {
                     (0.0 as $t).copysign(self / o)
                 }
             }
-            #[inline(always)]
-            fn fmod(self, o: Self) -> Self {
-                self % o
-            }
             #[inline]
             fn remainder(self, o: Self) -> Self {
                 let m = self % o;
@@ -122,10 +144,6 @@ macro_rules! float_num {
             #[inline(always)]
             fn neg(self) -> Self {
                 -self
-            }
-            #[inline(always)]
-            fn abs(self) -> Self {
-                <$t>::abs(self)
             }
             #[inline(always)]
             fn is_nan(self) -> bool {
@@ -160,30 +178,6 @@ macro_rules! float_num {
                 self
             }
             #[inline(always)]
-            fn exp(self) -> Self {
-                <$t>::exp(self)
-            }
-            #[inline(always)]
-            fn ln(self) -> Self {
-                <$t>::ln(self)
-            }
-            #[inline(always)]
-            fn sqrt(self) -> Self {
-                <$t>::sqrt(self)
-            }
-            #[inline(always)]
-            fn sin(self) -> Self {
-                <$t>::sin(self)
-            }
-            #[inline(always)]
-            fn cos(self) -> Self {
-                <$t>::cos(self)
-            }
-            #[inline(always)]
-            fn tanh(self) -> Self {
-                <$t>::tanh(self)
-            }
-            #[inline(always)]
             fn erf(self) -> Self {
                 $erf(self)
             }
@@ -198,22 +192,10 @@ impl Num for i64 {
     const FLOAT: bool = false;
     const ZERO: Self = 0;
     const ONE: Self = 1;
-    #[inline(always)]
-    fn add(self, o: Self) -> Self {
-        self.wrapping_add(o)
-    }
-    #[inline(always)]
-    fn sub(self, o: Self) -> Self {
-        self.wrapping_sub(o)
-    }
-    #[inline(always)]
-    fn mul(self, o: Self) -> Self {
-        self.wrapping_mul(o)
-    }
-    #[inline(always)]
-    fn div(self, o: Self) -> Self {
-        self.div_trunc(o)
-    }
+    operator_methods!(bitand => &, bitor => |, bitxor => ^);
+    // Integers wrap, as PyTorch's do; `div` of integers truncates.
+    method_alias!(add => wrapping_add, sub => wrapping_sub, mul => wrapping_mul, div => div_trunc);
+    via_f64_methods!(exp, ln, sqrt, sin, cos, tanh);
     #[inline(always)]
     fn div_trunc(self, o: Self) -> Self {
         if o == 0 { 0 } else { self.wrapping_div(o) }
@@ -281,38 +263,8 @@ impl Num for i64 {
         acc
     }
     #[inline(always)]
-    fn bitand(self, o: Self) -> Self {
-        self & o
-    }
-    #[inline(always)]
-    fn bitor(self, o: Self) -> Self {
-        self | o
-    }
-    #[inline(always)]
-    fn bitxor(self, o: Self) -> Self {
-        self ^ o
-    }
-    #[inline(always)]
     fn bitnot(self) -> Self {
         !self
-    }
-    fn exp(self) -> Self {
-        (self as f64).exp() as i64
-    }
-    fn ln(self) -> Self {
-        (self as f64).ln() as i64
-    }
-    fn sqrt(self) -> Self {
-        (self as f64).sqrt() as i64
-    }
-    fn sin(self) -> Self {
-        (self as f64).sin() as i64
-    }
-    fn cos(self) -> Self {
-        (self as f64).cos() as i64
-    }
-    fn tanh(self) -> Self {
-        (self as f64).tanh() as i64
     }
     fn erf(self) -> Self {
         libm::erf(self as f64) as i64

@@ -242,56 +242,21 @@ mod tests {
     #[test]
     fn result_type_groups() {
         let r = |rt: Result<ResultType, KernelError>| rt.unwrap().finish().unwrap();
-        let i32v = t(Int, &[3]);
-        assert_eq!(
-            r(ResultType::new()
-                .tensor(&i32v)
-                .unwrap()
-                .scalar(Scalar::Int(2))),
-            Int
-        );
-        assert_eq!(
-            r(ResultType::new()
-                .tensor(&i32v)
-                .unwrap()
-                .scalar(Scalar::Double(2.5))),
-            Float
-        );
-        let f16v = t(Half, &[3]);
-        assert_eq!(
-            r(ResultType::new()
-                .tensor(&f16v)
-                .unwrap()
-                .scalar(Scalar::Double(2.5))),
-            Half
-        );
-        let boolv = t(Bool, &[3]);
-        assert_eq!(
-            r(ResultType::new()
-                .tensor(&boolv)
-                .unwrap()
-                .scalar(Scalar::Int(1))),
-            Long
-        );
-        let f32v = t(Float, &[3]);
-        let f64s = t(Double, &[]);
-        assert_eq!(
-            r(ResultType::new().tensor(&f32v).unwrap().tensor(&f64s)),
-            Float
-        );
-        assert_eq!(
-            r(ResultType::new().tensor(&i32v).unwrap().tensor(&f64s)),
-            Double
-        );
-        let i64s = t(Long, &[]);
-        assert_eq!(
-            r(ResultType::new().tensor(&i32v).unwrap().tensor(&i64s)),
-            Int
-        );
-        assert_eq!(
-            r(ResultType::new().tensor(&f64s).unwrap().tensor(&i64s)),
-            Double
-        );
+        let with_scalar =
+            |x: &Tensor, s: Scalar| r(ResultType::new().tensor(x).and_then(|rt| rt.scalar(s)));
+        let with_tensor =
+            |x: &Tensor, y: &Tensor| r(ResultType::new().tensor(x).and_then(|rt| rt.tensor(y)));
+        let (i32v, f16v, boolv, f32v) =
+            (t(Int, &[3]), t(Half, &[3]), t(Bool, &[3]), t(Float, &[3]));
+        let (f64s, i64s) = (t(Double, &[]), t(Long, &[]));
+        assert_eq!(with_scalar(&i32v, Scalar::Int(2)), Int);
+        assert_eq!(with_scalar(&i32v, Scalar::Double(2.5)), Float);
+        assert_eq!(with_scalar(&f16v, Scalar::Double(2.5)), Half);
+        assert_eq!(with_scalar(&boolv, Scalar::Int(1)), Long);
+        assert_eq!(with_tensor(&f32v, &f64s), Float);
+        assert_eq!(with_tensor(&i32v, &f64s), Double);
+        assert_eq!(with_tensor(&i32v, &i64s), Int);
+        assert_eq!(with_tensor(&f64s, &i64s), Double);
     }
 
     #[test]

@@ -174,3 +174,9 @@ pub fn tol(dtype: ScalarType) -> f64 {
         _ => 0.0,
     }
 }
+
+/// Calls `op` with `args` and asserts that the kernel refuses the call.
+#[track_caller]
+pub fn assert_refused(h: &mut Harness, op: &str, args: &[usize]) {
+    assert!(h.call(op, args).is_err(), "{op} accepted {args:?}");
+}

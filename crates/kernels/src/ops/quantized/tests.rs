@@ -2,7 +2,7 @@ use etch_base::ScalarType;
 use proptest::prelude::*;
 
 use super::{SMALL_SCALE_THRESHOLD, scale_and_zero_point};
-use crate::ops::elementwise::testutil::{Lcg, harness, read, tensor};
+use crate::ops::elementwise::testutil::{Lcg, assert_refused, harness, read, tensor};
 use crate::testing::Harness;
 
 fn choose(h: &mut Harness, x: usize, shape: &[usize]) -> (usize, usize) {
@@ -294,89 +294,69 @@ fn bad_calls_are_errors() {
     let idx = h.tensor(&[1], &[0i64]);
     let out = h.out(ScalarType::Float, &[1, 2]);
     // Scales for the wrong vocabulary.
-    assert!(
-        h.call(
-            "quantized_decomposed::embedding_byte.out",
-            &[w, s, none, qmin, qmax, idx, out, out]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::embedding_byte.out",
+        &[w, s, none, qmin, qmax, idx, out, out],
     );
     let s = h.tensor(&[2], &[1.0f32; 2]);
     // Index out of range, negative index, float indices.
     let bad = h.tensor(&[1], &[2i64]);
-    assert!(
-        h.call(
-            "quantized_decomposed::embedding_byte.out",
-            &[w, s, none, qmin, qmax, bad, out, out]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::embedding_byte.out",
+        &[w, s, none, qmin, qmax, bad, out, out],
     );
     let neg = h.tensor(&[1], &[-1i64]);
-    assert!(
-        h.call(
-            "quantized_decomposed::embedding_byte.out",
-            &[w, s, none, qmin, qmax, neg, out, out]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::embedding_byte.out",
+        &[w, s, none, qmin, qmax, neg, out, out],
     );
     let fidx = h.tensor(&[1], &[0.0f32]);
-    assert!(
-        h.call(
-            "quantized_decomposed::embedding_byte.out",
-            &[w, s, none, qmin, qmax, fidx, out, out]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::embedding_byte.out",
+        &[w, s, none, qmin, qmax, fidx, out, out],
     );
     // quant_min > quant_max; int out; dtype mismatch; 1-D weight.
-    assert!(
-        h.call(
-            "quantized_decomposed::embedding_byte.out",
-            &[w, s, none, qmax, qmin, idx, out, out]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::embedding_byte.out",
+        &[w, s, none, qmax, qmin, idx, out, out],
     );
     let outi = h.out(ScalarType::Int, &[1, 2]);
-    assert!(
-        h.call(
-            "quantized_decomposed::embedding_byte.out",
-            &[w, s, none, qmin, qmax, idx, outi, outi]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::embedding_byte.out",
+        &[w, s, none, qmin, qmax, idx, outi, outi],
     );
     let half = h.int(ScalarType::Half as i64);
-    assert!(
-        h.call(
-            "quantized_decomposed::embedding_byte.dtype_out",
-            &[w, s, none, qmin, qmax, idx, half, out, out]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::embedding_byte.dtype_out",
+        &[w, s, none, qmin, qmax, idx, half, out, out],
     );
     let w1 = h.tensor(&[4], &[0u8; 4]);
-    assert!(
-        h.call(
-            "quantized_decomposed::embedding_byte.out",
-            &[w1, s, none, qmin, qmax, idx, out, out]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::embedding_byte.out",
+        &[w1, s, none, qmin, qmax, idx, out, out],
     );
     // Groups that do not divide the dim (3 groups for 4 columns of 4-bit).
     let s3 = h.tensor(&[2, 3], &[1.0f32; 6]);
     let out4 = h.out(ScalarType::Float, &[1, 4]);
-    assert!(
-        h.call(
-            "quantized_decomposed::embedding_4bit.out",
-            &[w, s3, none, qmin, qmax, idx, out4, out4]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::embedding_4bit.out",
+        &[w, s3, none, qmin, qmax, idx, out4, out4],
     );
     // Signed weights are refused for 4-bit.
     let ws = h.tensor(&[2, 2], &[0i8; 4]);
-    assert!(
-        h.call(
-            "quantized_decomposed::embedding_4bit.out",
-            &[ws, s, none, qmin, qmax, idx, out4, out4]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::embedding_4bit.out",
+        &[ws, s, none, qmin, qmax, idx, out4, out4],
     );
     h.call(
         "quantized_decomposed::embedding_byte.out",
@@ -390,37 +370,29 @@ fn bad_calls_are_errors() {
     let zp = h.tensor(&[2, 1], &[0i64; 2]);
     let dt = h.int(ScalarType::Char as i64);
     let q = h.out(ScalarType::Byte, &[2, 2]);
-    assert!(
-        h.call(
-            "quantized_decomposed::quantize_per_token.out",
-            &[x, sc, zp, qmin, qmax, dt, q, q]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::quantize_per_token.out",
+        &[x, sc, zp, qmin, qmax, dt, q, q],
     );
     let q = h.out(ScalarType::Char, &[2, 2]);
     let wide = h.int(300);
-    assert!(
-        h.call(
-            "quantized_decomposed::quantize_per_token.out",
-            &[x, sc, zp, qmin, wide, dt, q, q]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::quantize_per_token.out",
+        &[x, sc, zp, qmin, wide, dt, q, q],
     );
     let sc3 = h.tensor(&[3], &[1.0f64; 3]);
-    assert!(
-        h.call(
-            "quantized_decomposed::quantize_per_token.out",
-            &[x, sc3, zp, qmin, qmax, dt, q, q]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::quantize_per_token.out",
+        &[x, sc3, zp, qmin, qmax, dt, q, q],
     );
     let xi = h.tensor(&[2, 2], &[0i32; 4]);
-    assert!(
-        h.call(
-            "quantized_decomposed::quantize_per_token.out",
-            &[xi, sc, zp, qmin, qmax, dt, q, q]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::quantize_per_token.out",
+        &[xi, sc, zp, qmin, qmax, dt, q, q],
     );
     h.call(
         "quantized_decomposed::quantize_per_token.out",
@@ -431,48 +403,38 @@ fn bad_calls_are_errors() {
     let udt = h.int(ScalarType::Byte as i64);
     let fdt = h.int(ScalarType::Float as i64);
     let back = h.out(ScalarType::Float, &[2, 2]);
-    assert!(
-        h.call(
-            "quantized_decomposed::dequantize_per_token.out",
-            &[q, sc, zp, qmin, qmax, udt, fdt, back, back]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::dequantize_per_token.out",
+        &[q, sc, zp, qmin, qmax, udt, fdt, back, back],
     );
     let idt = h.int(ScalarType::Int as i64);
-    assert!(
-        h.call(
-            "quantized_decomposed::dequantize_per_token.out",
-            &[q, sc, zp, qmin, qmax, dt, idt, back, back]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::dequantize_per_token.out",
+        &[q, sc, zp, qmin, qmax, dt, idt, back, back],
     );
     // choose_qparams: wrong out dtypes, rank 0, non-float input.
     let sc_f = h.out(ScalarType::Float, &[2, 1]);
     let zp_l = h.out(ScalarType::Long, &[2, 1]);
     let list = h.tensor_list(&[sc_f, zp_l]);
-    assert!(
-        h.call(
-            "quantized_decomposed::choose_qparams_per_token_asymmetric.out",
-            &[x, dt, sc_f, zp_l, list]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::choose_qparams_per_token_asymmetric.out",
+        &[x, dt, sc_f, zp_l, list],
     );
     let x0 = h.tensor(&[], &[1.0f32]);
     let sc_d = h.out(ScalarType::Double, &[2, 1]);
     let list = h.tensor_list(&[sc_d, zp_l]);
-    assert!(
-        h.call(
-            "quantized_decomposed::choose_qparams_per_token_asymmetric.out",
-            &[x0, dt, sc_d, zp_l, list]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::choose_qparams_per_token_asymmetric.out",
+        &[x0, dt, sc_d, zp_l, list],
     );
-    assert!(
-        h.call(
-            "quantized_decomposed::choose_qparams_per_token_asymmetric.out",
-            &[xi, dt, sc_d, zp_l, list]
-        )
-        .is_err()
+    assert_refused(
+        &mut h,
+        "quantized_decomposed::choose_qparams_per_token_asymmetric.out",
+        &[xi, dt, sc_d, zp_l, list],
     );
     h.call(
         "quantized_decomposed::choose_qparams_per_token_asymmetric.out",
