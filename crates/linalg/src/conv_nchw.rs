@@ -145,7 +145,7 @@ fn plane<const FUSED: bool>(
     bias: f32,
     output: &mut [f32],
 ) {
-    let (ih, iw, oh, ow) = (g.in_h, g.in_w, g.out_h, g.out_w);
+    let (iw, oh, ow) = (g.in_w, g.out_h, g.out_w);
     let output = &mut output[..oh * ow];
     output.fill(bias);
     let xs_of: [Range<usize>; 16] = std::array::from_fn(|kx| {
