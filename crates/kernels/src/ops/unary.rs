@@ -276,32 +276,44 @@ where
     with_compute!(common, C => {
         let lo = min.map(Scalar::cast::<C>);
         let hi = max.map(Scalar::cast::<C>);
+        // The bounds are tested once per block, so each arm's loop has no branch and
+        // vectorises.
         map::<1, C, C, _>(ctx, &[Operand::Tensor(x)], &out, spec, |s: &[Src<'_, C>; 1], o: &mut [C]| {
-            zip1(s[0], o, |v: C| clamp_one(v, lo, hi))
+            match (lo, hi) {
+                (Some(l), _) if l.is_nan() => o.fill(l),
+                (_, Some(h)) if h.is_nan() => o.fill(h),
+                (Some(l), Some(h)) => zip1(s[0], o, |v: C| at_most(at_least(v, l), h)),
+                (Some(l), None) => zip1(s[0], o, |v: C| at_least(v, l)),
+                (None, Some(h)) => zip1(s[0], o, |v: C| at_most(v, h)),
+                (None, None) => zip1(s[0], o, |v: C| v),
+            }
         })
     })
 }
 
+/// `v` clamped to the bounds present; a NaN bound is the result.
 #[inline(always)]
 fn clamp_one<C: Num>(v: C, lo: Option<C>, hi: Option<C>) -> C {
-    let mut r = v;
-    if let Some(l) = lo {
-        if l.is_nan() {
-            return l;
-        }
-        if r < l {
-            r = l;
-        }
-    }
-    if let Some(h) = hi {
-        if h.is_nan() {
-            return h;
-        }
-        if r > h {
-            r = h;
+    match (lo, hi) {
+        (Some(l), _) if l.is_nan() => l,
+        (_, Some(h)) if h.is_nan() => h,
+        (lo, hi) => {
+            let r = lo.map_or(v, |l| at_least(v, l));
+            hi.map_or(r, |h| at_most(r, h))
         }
     }
-    r
+}
+
+/// `v` raised to `l` (a NaN `v` stays NaN).
+#[inline(always)]
+fn at_least<C: Num>(v: C, l: C) -> C {
+    if v < l { l } else { v }
+}
+
+/// `v` lowered to `h` (a NaN `v` stays NaN).
+#[inline(always)]
+fn at_most<C: Num>(v: C, h: C) -> C {
+    if v > h { h } else { v }
 }
 
 op_args! {
