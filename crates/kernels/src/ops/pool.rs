@@ -177,14 +177,9 @@ fn max_pool2d_with_indices(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<
     // Indices first, then each value gathered at its index: two passes, each splitting
     // one slice over the pool, and the windows compared once.
     planes(ctx, is, out_plane, out_plane * w.k[0] * w.k[1], |pi, ix| {
-        let mut scratch = [0f32; 64];
         let src = &xs[pi * in_plane..(pi + 1) * in_plane];
-        for oy in 0..w.out_h {
-            let row = &mut ix[oy * w.out_w..(oy + 1) * w.out_w];
-            for (c0, chunk) in row.chunks_mut(64).enumerate() {
-                let buf = &mut scratch[..chunk.len()];
-                max_row(&w, src, oy, c0 * 64, buf, Some(chunk));
-            }
+        for (oy, row) in ix.chunks_mut(w.out_w.max(1)).enumerate() {
+            max_indices_row(&w, src, oy, row);
         }
     });
     let is: &[i64] = is;
@@ -204,39 +199,25 @@ fn max_pool2d_with_indices(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<
     staged_idx.finish("max_pool2d indices")
 }
 
-/// Output row `oy`, columns `x0 .. x0 + out.len()`, of a max pooling. Taps are read
-/// row by row, left to right, and the first of equal maxima wins.
-fn max_row(
-    w: &Window,
-    src: &[f32],
-    oy: usize,
-    x0: usize,
-    out: &mut [f32],
-    mut idx: Option<&mut [i64]>,
-) {
+/// The input index of the maximum of each window of output row `oy` (-1 for a window
+/// with no tap inside the input). Taps are read row by row, left to right, and the
+/// first of equal maxima wins.
+fn max_indices_row(w: &Window, src: &[f32], oy: usize, out: &mut [i64]) {
     let rows = w.taps_inside(0, oy);
-    for (j, o) in out.iter_mut().enumerate() {
-        let ox = x0 + j;
+    for (ox, o) in out.iter_mut().enumerate() {
         let cols = w.taps_inside(1, ox);
-        let mut best = f32::NEG_INFINITY;
-        let mut best_i = -1i64;
-        let mut first = true;
+        let mut best: Option<(f32, usize)> = None;
         for ky in rows.clone() {
             let iy = oy * w.s[0] + ky * w.d[0] - w.p[0];
             for kx in cols.clone() {
                 let at = iy * w.in_w + ox * w.s[1] + kx * w.d[1] - w.p[1];
                 let v = src[at];
-                if first || v > best {
-                    best = v;
-                    best_i = at as i64;
-                    first = false;
+                if best.is_none_or(|(b, _)| v > b) {
+                    best = Some((v, at));
                 }
             }
         }
-        *o = best;
-        if let Some(idx) = idx.as_deref_mut() {
-            idx[j] = best_i;
-        }
+        *o = best.map_or(-1, |(_, at)| at as i64);
     }
 }
 
@@ -250,7 +231,8 @@ impl Window {
         // First tap at or past the padding; first tap past the input's far edge.
         let lo = pad.saturating_sub(start).div_ceil(dilation);
         let hi = (size + pad).saturating_sub(start).div_ceil(dilation);
-        lo.min(self.k[axis])..hi.min(self.k[axis]).max(lo.min(self.k[axis]))
+        let lo = lo.min(self.k[axis]);
+        lo..hi.clamp(lo, self.k[axis])
     }
 }
 
