@@ -16,7 +16,6 @@ Build the older side in a worktree first, for example:
 """
 import argparse
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -25,17 +24,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine import cpu_model  # noqa: E402
 from prompt_ids import prompt_ids  # noqa: E402
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def one_run(etch: str, model: Path, tokenizer: Path, ids: str, new_tokens: int, threads: int) -> dict:

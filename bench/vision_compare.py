@@ -20,12 +20,13 @@ Usage: tools/fixtures/.venv/bin/python bench/vision_compare.py [--runs 3]
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from machine import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 VISION = ROOT / "models" / "vision"
@@ -50,13 +51,6 @@ def official(pte: str, x: str, calls: int, threads: int) -> None:
         method.execute([inp])
         times.append((time.perf_counter() - t0) * 1e3)
     print(json.dumps({"median_ms": statistics.median(times), "load_ms": load_ms}))
-
-
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def say(msg: str) -> None:
