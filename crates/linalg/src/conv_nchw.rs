@@ -8,6 +8,8 @@
 //!
 //! A 1-d convolution is the 2-d one with `in_h = out_h = kernel_h = 1`.
 
+mod polyphase;
+
 use std::ops::Range;
 
 use crate::Isa;
@@ -94,51 +96,113 @@ pub fn im2col_nchw(g: &ConvGeometry, input: &[f32], rows: Range<usize>, col: &mu
 
 /// Convolves one input plane (`in_h x in_w`) with one `kernel_h x kernel_w` filter
 /// into one output plane (`out_h x out_w`), adding `bias`: the depthwise case, one
-/// output channel reading one input channel. Returns `false` when a slice is too short.
-/// Runs on this CPU's best instruction set ([`conv2d_plane_nchw_with`]).
+/// output channel reading one input channel. `scratch` holds the polyphase planes of a
+/// band of output rows ([`plane_scratch_len`] elements for the whole plane at once;
+/// less works in bands, and none falls back to a kernel that needs none). Returns
+/// `false` when a slice is too short. For many planes of one geometry, prepare a
+/// [`PlaneConv`] once instead.
 pub fn conv2d_plane_nchw(
     g: &ConvGeometry,
     input: &[f32],
     filter: &[f32],
     bias: f32,
     output: &mut [f32],
+    scratch: &mut [f32],
 ) -> bool {
-    conv2d_plane_nchw_with(crate::dispatch().gemm, g, input, filter, bias, output)
+    PlaneConv::new(g, scratch.len()).run(input, filter, bias, output, scratch)
 }
 
-/// [`conv2d_plane_nchw`] on `isa`: with AVX2 and FMA (or NEON) the row loops are
-/// compiled with fused multiply-adds and vectorised; elsewhere `x * w + o` rounds twice.
-pub fn conv2d_plane_nchw_with(
+/// Scratch elements a plane convolution runs best with for `g` (the whole plane in one
+/// band, up to 128 KiB).
+pub fn plane_scratch_len(g: &ConvGeometry) -> usize {
+    polyphase::preferred_scratch_len(g)
+}
+
+/// A depthwise plane convolution prepared once for a geometry, a scratch size and an
+/// instruction set: the polyphase kernel's band height and tap offsets.
+pub struct PlaneConv {
     isa: Isa,
+    g: ConvGeometry,
+    /// `None`: the row kernel (too many taps, or not one row fits the scratch).
+    plan: Option<polyphase::Plan>,
+    scratch_len: usize,
+}
+
+impl PlaneConv {
+    /// Prepared for `g` with `scratch_len` elements of scratch per plane, on this CPU's
+    /// best instruction set.
+    pub fn new(g: &ConvGeometry, scratch_len: usize) -> PlaneConv {
+        PlaneConv::with_isa(crate::dispatch().gemm, g, scratch_len)
+    }
+
+    /// [`PlaneConv::new`] on `isa`: with AVX2 and FMA (or NEON) the loops are compiled
+    /// with fused multiply-adds and vectorised; elsewhere `x * w + o` rounds twice.
+    pub fn with_isa(isa: Isa, g: &ConvGeometry, scratch_len: usize) -> PlaneConv {
+        PlaneConv {
+            isa,
+            g: *g,
+            plan: polyphase::Plan::new(g, scratch_len),
+            scratch_len,
+        }
+    }
+
+    /// Convolves one plane (see [`conv2d_plane_nchw`]); `scratch` holds at least the
+    /// elements the convolution was prepared with. Returns `false`, writing nothing,
+    /// when a slice is too short.
+    pub fn run(
+        &self,
+        input: &[f32],
+        filter: &[f32],
+        bias: f32,
+        output: &mut [f32],
+        scratch: &mut [f32],
+    ) -> bool {
+        let g = &self.g;
+        if input.len() < g.in_h * g.in_w
+            || filter.len() < g.kernel_h * g.kernel_w
+            || output.len() < g.out_h * g.out_w
+            || (self.plan.is_some() && scratch.len() < self.scratch_len)
+        {
+            return false;
+        }
+        let plan = self.plan.as_ref();
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = self.isa.avx2() {
+            x86::plane_fma(t, plan, g, input, filter, bias, output, scratch);
+            return true;
+        }
+        #[cfg(target_arch = "aarch64")]
+        if self.isa.neon().is_some() {
+            plane::<true>(plan, g, input, filter, bias, output, scratch);
+            return true;
+        }
+        plane::<false>(plan, g, input, filter, bias, output, scratch);
+        true
+    }
+}
+
+/// The body of [`PlaneConv::run`], lengths checked: the polyphase kernel, or the row
+/// kernel without a plan. `FUSED` rounds `x * w + o` once.
+#[inline(always)]
+fn plane<const FUSED: bool>(
+    plan: Option<&polyphase::Plan>,
     g: &ConvGeometry,
     input: &[f32],
     filter: &[f32],
     bias: f32,
     output: &mut [f32],
-) -> bool {
-    let (ih, iw, oh, ow) = (g.in_h, g.in_w, g.out_h, g.out_w);
-    if input.len() < ih * iw || filter.len() < g.kernel_h * g.kernel_w || output.len() < oh * ow {
-        return false;
+    scratch: &mut [f32],
+) {
+    match plan {
+        Some(p) => p.run::<FUSED>(g, input, filter, bias, output, scratch),
+        None => rows::<FUSED>(g, input, filter, bias, output),
     }
-    #[cfg(target_arch = "x86_64")]
-    if let Some(t) = isa.avx2() {
-        x86::plane_fma(t, g, input, filter, bias, output);
-        return true;
-    }
-    #[cfg(target_arch = "aarch64")]
-    if isa.neon().is_some() {
-        plane::<true>(g, input, filter, bias, output);
-        return true;
-    }
-    let _ = isa;
-    plane::<false>(g, input, filter, bias, output);
-    true
 }
 
-/// The body of [`conv2d_plane_nchw_with`], lengths checked; `FUSED` rounds `x * w + o`
-/// once.
+/// The plane kernel without scratch: for each output row and valid tap, one
+/// multiply-add pass over the row's valid columns.
 #[inline(always)]
-fn plane<const FUSED: bool>(
+fn rows<const FUSED: bool>(
     g: &ConvGeometry,
     input: &[f32],
     filter: &[f32],
@@ -196,31 +260,37 @@ fn madd<const FUSED: bool>(x: f32, w: f32, o: f32) -> f32 {
 /// The AVX2 + FMA entry point of the plane kernel.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::polyphase::Plan;
     use super::{ConvGeometry, plane};
     use crate::CpuSupport;
 
     /// [`plane`] compiled with AVX2 and FMA.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn plane_fma(
         _: CpuSupport,
+        plan: Option<&Plan>,
         g: &ConvGeometry,
         input: &[f32],
         filter: &[f32],
         bias: f32,
         output: &mut [f32],
+        scratch: &mut [f32],
     ) {
         // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
-        unsafe { plane_avx2(g, input, filter, bias, output) }
+        unsafe { plane_avx2(plan, g, input, filter, bias, output, scratch) }
     }
 
     #[target_feature(enable = "avx2,fma")]
     unsafe fn plane_avx2(
+        plan: Option<&Plan>,
         g: &ConvGeometry,
         input: &[f32],
         filter: &[f32],
         bias: f32,
         output: &mut [f32],
+        scratch: &mut [f32],
     ) {
-        plane::<true>(g, input, filter, bias, output)
+        plane::<true>(plan, g, input, filter, bias, output, scratch)
     }
 }
 
@@ -428,12 +498,21 @@ mod tests {
             let bias = [0.25f32];
             let mut want = vec![0f32; g.out_pixels()];
             prop_assert!(conv2d_nchw_reference(&g, &input, &filter, &bias, &mut want));
-            // Every instruction set of this CPU, the scalar twin included.
+            // Every instruction set of this CPU, the scalar twin included; the whole
+            // plane in one band, bands of a few rows, and the row kernel (no scratch).
+            let whole = plane_scratch_len(&g);
             for &isa in Isa::available() {
-                let mut got = vec![f32::NAN; want.len()];
-                prop_assert!(conv2d_plane_nchw_with(isa, &g, &input, &filter, bias[0], &mut got));
-                for (a, b) in got.iter().zip(&want) {
-                    prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{}: {a} vs {b}", isa.name());
+                for scratch_len in [whole, whole / 3, 0] {
+                    let mut scratch = vec![f32::NAN; scratch_len];
+                    let mut got = vec![f32::NAN; want.len()];
+                    let conv = PlaneConv::with_isa(isa, &g, scratch_len);
+                    prop_assert!(conv.run(&input, &filter, bias[0], &mut got, &mut scratch));
+                    for (a, b) in got.iter().zip(&want) {
+                        prop_assert!(
+                            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                            "{} scratch {scratch_len}: {a} vs {b}", isa.name()
+                        );
+                    }
                 }
             }
         }
@@ -509,7 +588,8 @@ mod tests {
             &[0.0; 9],
             &[0.0; 8],
             0.0,
-            &mut [0.0; 9]
+            &mut [0.0; 9],
+            &mut []
         ));
         assert!(!col2im_add_nchw(&g, &[0.0; 80], &mut [0.0; 9]));
     }

@@ -175,6 +175,55 @@ impl ThreadPool {
     }
 }
 
+impl ThreadPool {
+    /// [`ThreadPool::for_each_chunk_mut`] for kernels that need per-task scratch: the
+    /// chunks are split into at most `scratch.len() / scratch_len` tasks (and at most
+    /// one per thread), and `f(index, chunk, task_scratch)` gets its task's own
+    /// `scratch_len` elements of `scratch`. Without room for one task's scratch, `f`
+    /// gets an empty slice.
+    pub fn for_each_chunk_mut_with_scratch<T, S, F>(
+        &self,
+        data: &mut [T],
+        chunk_len: usize,
+        min_chunks_per_task: usize,
+        scratch: &mut [S],
+        scratch_len: usize,
+        f: F,
+    ) where
+        T: Send,
+        S: Send,
+        F: Fn(usize, &mut [T], &mut [S]) + Sync + Send,
+    {
+        let chunk_len = chunk_len.max(1);
+        if scratch_len == 0 || scratch.len() < scratch_len {
+            self.for_each_chunk_mut(data, chunk_len, min_chunks_per_task, |i, c| {
+                f(i, c, &mut [])
+            });
+            return;
+        }
+        let n_chunks = data.len().div_ceil(chunk_len);
+        let tasks = (n_chunks / min_chunks_per_task.max(1))
+            .min(self.threads)
+            .min(scratch.len() / scratch_len)
+            .max(1);
+        let chunks_per_task = n_chunks.div_ceil(tasks).max(1);
+        let run = |t: usize, part: &mut [T], s: &mut [S]| {
+            for (j, c) in part.chunks_mut(chunk_len).enumerate() {
+                f(t * chunks_per_task + j, c, &mut *s);
+            }
+        };
+        match &self.pool {
+            Some(pool) if tasks >= 2 => pool.install(|| {
+                data.par_chunks_mut(chunks_per_task * chunk_len)
+                    .zip(scratch.par_chunks_exact_mut(scratch_len))
+                    .enumerate()
+                    .for_each(|(t, (part, s))| run(t, part, s))
+            }),
+            _ => run(0, data, &mut scratch[..scratch_len]),
+        }
+    }
+}
+
 /// Sets the flag when dropped.
 struct SetOnDrop<'a>(&'a AtomicBool);
 

@@ -18,7 +18,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use etch_linalg::conv::ConvGeometry;
-use etch_linalg::conv_nchw::{col2im_add_nchw, conv2d_plane_nchw, im2col_nchw};
+use etch_linalg::conv_nchw::{PlaneConv, col2im_add_nchw, im2col_nchw, plane_scratch_len};
 use etch_linalg::gemm::{self, Elems, Gemm};
 
 use super::matmul::{product, view};
@@ -365,26 +365,36 @@ fn fill_im2col(
     geometry_checked(&ok)
 }
 
-/// One direct plane convolution per output channel (group_in == 1).
+/// One direct plane convolution per output channel (group_in == 1), each task with its
+/// own plane scratch.
 fn depthwise(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(), KernelError> {
     let Operands { xs, ws, bs, os } = io;
     let g = &conv.g;
     let (in_plane, px, taps) = (g.in_h * g.in_w, g.out_pixels(), g.kernel_h * g.kernel_w);
     let (ci, co, mult) = (g.in_channels(), g.out_channels(), g.group_out);
+    let per_task = plane_scratch_len(g);
+    let kernel = PlaneConv::new(g, per_task);
+    let scratch = ctx.scratch::<f32>(per_task * ctx.pool().threads())?;
     let ok = AtomicBool::new(true);
-    let plane = |idx: usize, out: &mut [f32]| {
+    let plane = |idx: usize, out: &mut [f32], scratch: &mut [f32]| {
         let (n, oc) = (idx / co, idx % co);
         let c = oc / mult;
         let x = &xs[(n * ci + c) * in_plane..][..in_plane];
         let w = &ws[oc * taps..(oc + 1) * taps];
         let b = bs.map_or(0.0, |b| b[oc]);
-        if !conv2d_plane_nchw(g, x, w, b, out) {
+        if !kernel.run(x, w, b, out, scratch) {
             ok.store(false, Ordering::Relaxed);
         }
     };
     let min_planes = (crate::GRAIN_SIZE / (px * taps).max(1)).max(1);
-    ctx.pool()
-        .for_each_chunk_mut(&mut os[..conv.batch * co * px], px, min_planes, plane);
+    ctx.pool().for_each_chunk_mut_with_scratch(
+        &mut os[..conv.batch * co * px],
+        px,
+        min_planes,
+        scratch,
+        per_task,
+        plane,
+    );
     geometry_checked(&ok)
 }
 

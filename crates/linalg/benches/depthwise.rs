@@ -1,0 +1,70 @@
+//! The depthwise plane kernel at MobileNetV2's 3x3 depthwise layers (224x224 input), one
+//! thread: the polyphase kernel (with its preferred scratch) against the row kernel
+//! (no scratch), in multiply-adds per second as criterion "elements". Run with
+//! `cargo bench -p etch-linalg --bench depthwise -- --warm-up-time 1 --measurement-time 3`.
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use etch_linalg::conv::ConvGeometry;
+use etch_linalg::conv_nchw::{PlaneConv, plane_scratch_len};
+
+mod common;
+use common::data;
+
+/// (input size, channels, stride) of each distinct depthwise layer.
+const LAYERS: [(usize, usize, usize); 10] = [
+    (112, 32, 1),
+    (112, 96, 2),
+    (56, 144, 1),
+    (56, 144, 2),
+    (28, 192, 1),
+    (28, 192, 2),
+    (14, 384, 1),
+    (14, 576, 1),
+    (14, 576, 2),
+    (7, 960, 1),
+];
+
+fn bench(c: &mut Criterion) {
+    for (size, channels, stride) in LAYERS {
+        let out = (size + 2 - 3) / stride + 1;
+        let g = ConvGeometry {
+            in_h: size,
+            in_w: size,
+            out_h: out,
+            out_w: out,
+            kernel_h: 3,
+            kernel_w: 3,
+            stride_h: stride,
+            stride_w: stride,
+            dilation_h: 1,
+            dilation_w: 1,
+            pad_top: 1,
+            pad_left: 1,
+            groups: channels,
+            group_in: 1,
+            group_out: 1,
+        };
+        let input = data(channels * size * size, 1);
+        let filter = data(channels * 9, 2);
+        let mut output = vec![0f32; channels * out * out];
+        let mut group = c.benchmark_group(format!("depthwise_{size}x{size}x{channels}_s{stride}"));
+        group.throughput(Throughput::Elements((channels * out * out * 9) as u64));
+        for (name, scratch_len) in [("polyphase", plane_scratch_len(&g)), ("rows", 0)] {
+            let mut scratch = vec![0f32; scratch_len];
+            let conv = PlaneConv::new(&g, scratch_len);
+            group.bench_function(name, |b| {
+                b.iter(|| {
+                    for (ch, o) in output.chunks_exact_mut(out * out).enumerate() {
+                        let x = &input[ch * size * size..][..size * size];
+                        let w = &filter[ch * 9..][..9];
+                        assert!(conv.run(x, w, 0.5, o, &mut scratch));
+                    }
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
