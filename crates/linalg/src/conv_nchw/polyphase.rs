@@ -3,12 +3,12 @@
 //!
 //! With strides `(sh, sw)` the zero-padded input splits into `sh * sw` *phase planes*:
 //! phase `(ry, rx)` holds padded pixel `(r * sh + ry, c * sw + rx)` at `(r, c)`. Tap
-//! `(ky, kx)` of output `(oy, ox)` reads padded pixel `(oy * sh + ky * dh, ox * sw + kx *
-//! dw)`, which is phase `((ky * dh) % sh, (kx * dw) % sw)` at `(oy + ky * dh / sh, ox + kx
-//! * dw / sw)`. Laid out `pitch = out_w + (kw - 1) * dw / sw` columns wide, each tap is
-//! then the phase plane read at a fixed offset from the flat index `oy * pitch + ox`.
-//! The kernel computes every flat index of a band of output rows, the `pitch - out_w`
-//! columns past the row's end included, and copies the rows out.
+//! `(ky, kx)` of output `(oy, ox)` reads padded pixel `(oy * sh + ky * dh, ox * sw +
+//! kx * dw)`: phase `((ky * dh) % sh, (kx * dw) % sw)` at row `oy + ky * dh / sh` and
+//! column `ox + kx * dw / sw`. Laid out `pitch = out_w + (kw - 1) * dw / sw` columns
+//! wide, each tap is then the phase plane read at a fixed offset from the flat index
+//! `oy * pitch + ox`. The kernel computes every flat index of a band of output rows,
+//! the `pitch - out_w` columns past the row's end included, and copies the rows out.
 //!
 //! Each output is the bias plus its taps in `(ky, kx)` order, as in the row kernel; the
 //! padding taps add `0 * w`, which leaves the sum unchanged.
