@@ -96,6 +96,14 @@ impl<'a> KernelContext<'a> {
         Ok(self.temp.scratch(n)?)
     }
 
+    /// `n` scratch elements of unspecified value (stale or zero), for scratch the
+    /// kernel writes in full before reading it: packing buffers, im2col columns. Saves
+    /// clearing it when the temp allocator's blocks are initialised memory.
+    #[allow(clippy::mut_from_ref)]
+    pub fn scratch_dirty<T: Pod>(&self, n: usize) -> Result<&mut [T], KernelError> {
+        Ok(self.temp.scratch_dirty(n)?)
+    }
+
     /// `n` scratch elements set to `value`.
     #[allow(clippy::mut_from_ref)]
     pub fn scratch_filled<T: Pod>(&self, n: usize, value: T) -> Result<&mut [T], KernelError> {

@@ -77,30 +77,60 @@ impl<'a> TempScope<'a> {
     /// `n` elements of `T` set to `value`, 64-byte aligned.
     #[allow(clippy::mut_from_ref)]
     pub fn scratch_filled<T: Pod>(&self, n: usize, value: T) -> Result<&mut [T], AllocError> {
-        let size = n
-            .checked_mul(std::mem::size_of::<T>())
-            .ok_or(AllocError::SizeOverflow {
-                size: usize::MAX,
-                align: SCRATCH_ALIGNMENT,
-            })?;
+        let size = Self::bytes_of::<T>(n)?;
         let ptr = self.raw(size)?;
         let ptr = ptr.as_ptr().cast::<T>();
-        // SAFETY: ptr is 64-aligned (>= align_of::<T>() for every Pod type etch uses;
-        // checked below) and valid for `size` bytes exclusively until the allocator's
-        // reset, which cannot happen while this scope (and so the returned borrow) lives.
-        // Every element is written before the slice is formed.
-        debug_assert!(std::mem::align_of::<T>() <= SCRATCH_ALIGNMENT);
-        if std::mem::align_of::<T>() > SCRATCH_ALIGNMENT {
-            return Err(AllocError::InvalidAlignment {
-                align: std::mem::align_of::<T>(),
-            });
-        }
+        // SAFETY: ptr is 64-aligned (>= align_of::<T>(), checked by `bytes_of`) and
+        // valid for `size` bytes exclusively until the allocator's reset, which cannot
+        // happen while this scope (and so the returned borrow) lives. Every element is
+        // written before the slice is formed.
         unsafe {
             for i in 0..n {
                 ptr.add(i).write(value);
             }
             Ok(std::slice::from_raw_parts_mut(ptr, n))
         }
+    }
+
+    /// `n` elements of `T`, 64-byte aligned, whose values are unspecified: what an
+    /// earlier kernel left there, or zeros. For scratch a kernel writes in full before
+    /// reading it (packing buffers, im2col columns), which then skips clearing it.
+    /// Cleared like [`TempScope::scratch`] when the allocator does not promise
+    /// initialised blocks ([`MemoryAllocator::initialised_blocks`]) or the request
+    /// falls back to the heap.
+    #[allow(clippy::mut_from_ref)]
+    pub fn scratch_dirty<T: Pod>(&self, n: usize) -> Result<&mut [T], AllocError> {
+        if !self.allocator.is_some_and(|a| a.initialised_blocks()) {
+            return self.scratch(n);
+        }
+        let size = Self::bytes_of::<T>(n)?;
+        let Some(Ok(ptr)) = self.allocator.map(|a| a.allocate(size, SCRATCH_ALIGNMENT)) else {
+            return self.scratch(n);
+        };
+        let mut stats = self.stats.get();
+        stats.allocations += 1;
+        stats.bytes += size;
+        self.stats.set(stats);
+        // SAFETY: ptr is 64-aligned (checked by `bytes_of`: >= align_of::<T>()) and
+        // valid for `size` bytes exclusively until the allocator's reset, which cannot
+        // happen while this scope (and so the returned borrow) lives. The allocator
+        // promises the block is initialised memory, and any bit pattern is a valid `T`
+        // (`Pod`).
+        unsafe { Ok(std::slice::from_raw_parts_mut(ptr.as_ptr().cast::<T>(), n)) }
+    }
+
+    /// Bytes of `n` elements of `T`, checking that scratch alignment suits `T`.
+    fn bytes_of<T: Pod>(n: usize) -> Result<usize, AllocError> {
+        if std::mem::align_of::<T>() > SCRATCH_ALIGNMENT {
+            return Err(AllocError::InvalidAlignment {
+                align: std::mem::align_of::<T>(),
+            });
+        }
+        n.checked_mul(std::mem::size_of::<T>())
+            .ok_or(AllocError::SizeOverflow {
+                size: usize::MAX,
+                align: SCRATCH_ALIGNMENT,
+            })
     }
 
     fn raw(&self, size: usize) -> Result<NonNull<u8>, AllocError> {

@@ -90,3 +90,34 @@ fn scopes_on_several_threads_share_a_caching_allocator() {
     let s = cache.stats();
     assert_eq!((s.allocations, s.misses, s.hits), (12, 4, 8));
 }
+
+#[test]
+fn dirty_scratch_skips_clearing_only_where_blocks_are_initialised() {
+    for mut a in all_allocators() {
+        let recycles = a.initialised_blocks();
+        for call in 0..2 {
+            {
+                let scope = TempScope::new(Some(a.as_ref()));
+                let x = scope.scratch_dirty::<f32>(1000).unwrap();
+                assert_eq!(x.as_ptr() as usize % 64, 0);
+                if call == 0 || !recycles {
+                    // Fresh memory (or an allocator without the promise): zeros.
+                    assert!(x.iter().all(|&v| v == 0.0), "{} call {call}", a.name());
+                } else {
+                    // The block of the first call, as that call left it.
+                    assert!(x.iter().all(|&v| v == 1.5), "{} call {call}", a.name());
+                }
+                x.fill(1.5);
+                assert_eq!(scope.stats().allocations, 1);
+            }
+            a.reset();
+        }
+    }
+    assert!(
+        ArenaAllocator::with_capacity(64)
+            .unwrap()
+            .initialised_blocks()
+    );
+    assert!(CachingAllocator::new(1 << 16).initialised_blocks());
+    assert!(!MallocAllocator::new().initialised_blocks());
+}

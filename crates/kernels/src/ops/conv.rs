@@ -280,7 +280,7 @@ fn run_gemm<'s>(
     let pool = ctx.pool();
     if scratch.is_none() {
         let need = gemm::scratch_len(isa, product, pool.threads());
-        *scratch = Some(ctx.scratch::<f32>(need)?);
+        *scratch = Some(ctx.scratch_dirty::<f32>(need)?);
     }
     let s = scratch.as_deref_mut().unwrap_or(&mut []);
     gemm::gemm(pool, isa, product, dst, s)?;
@@ -304,7 +304,7 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
     let col: &mut [f32] = if pointwise {
         &mut []
     } else {
-        ctx.scratch::<f32>(patch * px)?
+        ctx.scratch_dirty::<f32>(patch * px)?
     };
     let mut scratch: Option<&mut [f32]> = None;
     for n in 0..conv.batch {
@@ -374,7 +374,7 @@ fn depthwise(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(
     let (ci, co, mult) = (g.in_channels(), g.out_channels(), g.group_out);
     let per_task = plane_scratch_len(g);
     let kernel = PlaneConv::new(g, per_task);
-    let scratch = ctx.scratch::<f32>(per_task * ctx.pool().threads())?;
+    let scratch = ctx.scratch_dirty::<f32>(per_task * ctx.pool().threads())?;
     let ok = AtomicBool::new(true);
     let plane = |idx: usize, out: &mut [f32], scratch: &mut [f32]| {
         let (n, oc) = (idx / co, idx % co);
@@ -407,7 +407,7 @@ fn transposed(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<
     let rows = g.group_out * taps;
     let pool = ctx.pool();
     let isa = etch_linalg::dispatch().gemm;
-    let col = ctx.scratch::<f32>(rows * in_plane)?;
+    let col = ctx.scratch_dirty::<f32>(rows * in_plane)?;
     let mut scratch: Option<&mut [f32]> = None;
     let out_img = g.out_channels() * out_plane;
     for n in 0..conv.batch {

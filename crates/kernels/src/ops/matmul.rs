@@ -96,7 +96,7 @@ fn run_products<'a>(
         ($t:ty) => {{
             let o = ctx.write::<$t>(out)?;
             let need = gemm::scratch_len(isa, &make(0), pool.threads());
-            let scratch = ctx.scratch::<f32>(need)?;
+            let scratch = ctx.scratch_dirty::<f32>(need)?;
             for (i, blk) in o.chunks_exact_mut(block).take(count).enumerate() {
                 gemm::gemm(pool, isa, &make(i), blk, scratch)?;
             }

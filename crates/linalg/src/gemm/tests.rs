@@ -165,7 +165,8 @@ fn check(
     let want = reference(&g);
     let pool = ThreadPool::new(threads).unwrap();
     for &isa in Isa::available() {
-        let mut scratch = vec![0f32; scratch_len(isa, &g, threads)];
+        // NaN scratch: callers pass stale scratch, so nothing may be read unwritten.
+        let mut scratch = vec![f32::NAN; scratch_len(isa, &g, threads)];
         let tol = |w: f64| match dt {
             Dt::F32 => 1e-4 * (1.0 + w.abs()) * (1.0 + (k as f64).sqrt()),
             Dt::F16 => 2e-3 * (1.0 + w.abs()) + 1e-4 * k as f64,

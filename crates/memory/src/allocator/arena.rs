@@ -212,6 +212,12 @@ unsafe impl MemoryAllocator for ArenaAllocator {
     fn name(&self) -> &'static str {
         "arena"
     }
+
+    /// The arena's buffer is a zeroed [`AlignedBuffer`] or a caller's initialised
+    /// slice, and blocks are carved out of it.
+    fn initialised_blocks(&self) -> bool {
+        true
+    }
 }
 
 impl std::fmt::Debug for ArenaAllocator {

@@ -90,4 +90,13 @@ pub unsafe trait MemoryAllocator: Send + Sync {
 
     /// A short name for messages and stats ("arena", "malloc", "caching").
     fn name(&self) -> &'static str;
+
+    /// True when every block this allocator hands out is initialised memory: zeroed
+    /// when it first came from the system, and since then holding only bytes written
+    /// through earlier blocks. [`TempScope::scratch_dirty`](crate::TempScope::scratch_dirty)
+    /// then hands such a block out as it is, without clearing it. An implementor that
+    /// returns `true` promises this (it is part of this unsafe trait's contract).
+    fn initialised_blocks(&self) -> bool {
+        false
+    }
 }
