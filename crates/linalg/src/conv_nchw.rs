@@ -112,8 +112,8 @@ pub fn conv2d_plane_nchw(
     PlaneConv::new(g, scratch.len()).run(input, filter, bias, output, scratch)
 }
 
-/// Scratch elements a plane convolution runs best with for `g` (the whole plane in one
-/// band, up to 128 KiB).
+/// Scratch elements a plane convolution or [`PlaneMaxPool`] runs best with for `g`
+/// (the whole plane in one band, up to 128 KiB).
 pub fn plane_scratch_len(g: &ConvGeometry) -> usize {
     polyphase::preferred_scratch_len(g)
 }
@@ -178,6 +178,47 @@ impl PlaneConv {
         }
         plane::<false>(plan, g, input, filter, bias, output, scratch);
         true
+    }
+}
+
+/// Max pooling of NCHW planes over the windows of a [`ConvGeometry`] (a 1-in, 1-out
+/// channel geometry: kernel, stride, dilation and padding), prepared once per geometry
+/// and scratch size: the polyphase walk of [`PlaneConv`] with a maximum in place of
+/// the weighted sum.
+pub struct PlaneMaxPool {
+    g: ConvGeometry,
+    plan: Option<polyphase::Plan>,
+    scratch_len: usize,
+}
+
+impl PlaneMaxPool {
+    /// Prepared for `g` with `scratch_len` elements of scratch per plane.
+    pub fn new(g: &ConvGeometry, scratch_len: usize) -> PlaneMaxPool {
+        PlaneMaxPool {
+            g: *g,
+            plan: polyphase::Plan::new(g, scratch_len),
+            scratch_len,
+        }
+    }
+
+    /// Writes, for each window, the flat input index `iy * in_w + ix` of its maximum
+    /// (the first of equal maxima, taps row by row). Returns `false` when it cannot
+    /// decide the plane: a slice too short, a geometry without a plan, a NaN in the
+    /// plane or a window with nothing above `-inf`; the caller's general kernel then
+    /// runs.
+    pub fn run(&self, input: &[f32], indices: &mut [i64], scratch: &mut [f32]) -> bool {
+        let g = &self.g;
+        let fits = input.len() >= g.in_h * g.in_w
+            && indices.len() >= g.out_h * g.out_w
+            && scratch.len() >= self.scratch_len;
+        let Some(plan) = self.plan.as_ref().filter(|_| fits) else {
+            return false;
+        };
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = crate::dispatch().gemm.avx2() {
+            return x86::max_pool_avx2(t, plan, g, input, indices, scratch);
+        }
+        plan.run_max(g, input, indices, scratch)
     }
 }
 
@@ -278,6 +319,29 @@ mod x86 {
     ) {
         // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
         unsafe { plane_avx2(plan, g, input, filter, bias, output, scratch) }
+    }
+
+    /// [`Plan::run_max`] compiled with AVX2.
+    pub(super) fn max_pool_avx2(
+        _: CpuSupport,
+        plan: &Plan,
+        g: &ConvGeometry,
+        input: &[f32],
+        indices: &mut [i64],
+        scratch: &mut [f32],
+    ) -> bool {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn run(
+            plan: &Plan,
+            g: &ConvGeometry,
+            input: &[f32],
+            indices: &mut [i64],
+            scratch: &mut [f32],
+        ) -> bool {
+            plan.run_max(g, input, indices, scratch)
+        }
+        // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
+        unsafe { run(plan, g, input, indices, scratch) }
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -518,6 +582,46 @@ mod tests {
         }
 
         #[test]
+        fn max_pool_indices_match_the_reference(g in conv_geometry(), seed in 0u32..100) {
+            let g = ConvGeometry { groups: 1, group_in: 1, group_out: 1, ..g };
+            // Coarse values, so that windows hold ties.
+            let input: Vec<f32> =
+                grid_values(g.in_h * g.in_w, seed).iter().map(|v| (v * 4.0).round()).collect();
+            let mut want = vec![-1i64; g.out_pixels()];
+            for oy in 0..g.out_h {
+                for ox in 0..g.out_w {
+                    let mut best: Option<(f32, usize)> = None;
+                    for ky in 0..g.kernel_h {
+                        for kx in 0..g.kernel_w {
+                            let (Some(iy), Some(ix)) = (g.source_row(oy, ky), g.source_col(ox, kx))
+                            else {
+                                continue;
+                            };
+                            let v = input[iy * g.in_w + ix];
+                            if best.is_none_or(|(b, _)| v > b) {
+                                best = Some((v, iy * g.in_w + ix));
+                            }
+                        }
+                    }
+                    want[oy * g.out_w + ox] = best.map_or(-1, |(_, i)| i as i64);
+                }
+            }
+            let whole = plane_scratch_len(&g);
+            for scratch_len in [whole, whole / 3] {
+                let pool = PlaneMaxPool::new(&g, scratch_len);
+                let mut scratch = vec![f32::NAN; scratch_len];
+                let mut got = vec![-7i64; want.len()];
+                if pool.run(&input, &mut got, &mut scratch) {
+                    prop_assert_eq!(&got, &want, "scratch {}", scratch_len);
+                } else {
+                    // Declined: only for a window entirely outside the input, or when
+                    // not one row fits the smaller scratch.
+                    prop_assert!(scratch_len < whole || want.contains(&-1));
+                }
+            }
+        }
+
+        #[test]
         fn col2im_matches_the_transposed_reference(g in conv_geometry(), seed in 0u32..100) {
             // A transposed convolution with this geometry's kernel, stride, dilation and
             // padding, from an in_h x in_w input to its (unclipped) output size.
@@ -559,6 +663,37 @@ mod tests {
                 prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
             }
         }
+    }
+
+    #[test]
+    fn max_pool_declines_planes_with_nan_or_only_neg_infinity() {
+        let g = ConvGeometry {
+            in_h: 4,
+            in_w: 4,
+            out_h: 2,
+            out_w: 2,
+            kernel_h: 2,
+            kernel_w: 2,
+            stride_h: 2,
+            stride_w: 2,
+            dilation_h: 1,
+            dilation_w: 1,
+            pad_top: 0,
+            pad_left: 0,
+            groups: 1,
+            group_in: 1,
+            group_out: 1,
+        };
+        let pool = PlaneMaxPool::new(&g, plane_scratch_len(&g));
+        let mut scratch = vec![0f32; plane_scratch_len(&g)];
+        let mut idx = [0i64; 4];
+        let mut input: Vec<f32> = (0..16).map(|v| v as f32).collect();
+        assert!(pool.run(&input, &mut idx, &mut scratch));
+        assert_eq!(idx, [5, 7, 13, 15]);
+        input[6] = f32::NAN;
+        assert!(!pool.run(&input, &mut idx, &mut scratch));
+        let input = [f32::NEG_INFINITY; 16];
+        assert!(!pool.run(&input, &mut idx, &mut scratch));
     }
 
     #[test]

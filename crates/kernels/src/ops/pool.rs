@@ -12,6 +12,8 @@
 //! Output sizes follow PyTorch (`ceil_mode` included, see [`super::window`]).
 
 use etch_base::ScalarType;
+use etch_linalg::conv::ConvGeometry;
+use etch_linalg::conv_nchw::{PlaneMaxPool, plane_scratch_len};
 
 use super::f32_only;
 use super::layout::{NchwOut, read_nchw};
@@ -175,13 +177,26 @@ fn max_pool2d_with_indices(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<
         ));
     }
     // Indices first, then each value gathered at its index: two passes, each splitting
-    // one slice over the pool, and the windows compared once.
-    planes(ctx, is, out_plane, out_plane * w.k[0] * w.k[1], |pi, ix| {
-        let src = &xs[pi * in_plane..(pi + 1) * in_plane];
-        for (oy, row) in ix.chunks_mut(w.out_w.max(1)).enumerate() {
-            max_indices_row(&w, src, oy, row);
-        }
-    });
+    // one slice over the pool, and the windows compared once. The polyphase kernel
+    // decides a plane when it can (no NaN, every window above -inf); the row walk
+    // otherwise.
+    let g = w.geometry();
+    let per_task = plane_scratch_len(&g);
+    let scratch = ctx.scratch_dirty::<f32>(per_task * ctx.pool().threads())?;
+    let fast = PlaneMaxPool::new(&g, per_task);
+    if out_plane > 0 {
+        let min = (GRAIN_SIZE / (out_plane * w.k[0] * w.k[1]).max(1)).max(1);
+        let indices_of = |pi: usize, ix: &mut [i64], scratch: &mut [f32]| {
+            let src = &xs[pi * in_plane..(pi + 1) * in_plane];
+            if !fast.run(src, ix, scratch) {
+                for (oy, row) in ix.chunks_mut(w.out_w.max(1)).enumerate() {
+                    max_indices_row(&w, src, oy, row);
+                }
+            }
+        };
+        ctx.pool()
+            .for_each_chunk_mut_with_scratch(is, out_plane, min, scratch, per_task, indices_of);
+    }
     let is: &[i64] = is;
     planes(ctx, os, out_plane, out_plane, |pi, o| {
         let src = &xs[pi * in_plane..(pi + 1) * in_plane];
@@ -222,6 +237,28 @@ fn max_indices_row(w: &Window, src: &[f32], oy: usize, out: &mut [i64]) {
 }
 
 impl Window {
+    /// The window as the geometry of a one-channel convolution (for the polyphase
+    /// kernel).
+    fn geometry(&self) -> ConvGeometry {
+        ConvGeometry {
+            in_h: self.in_h,
+            in_w: self.in_w,
+            out_h: self.out_h,
+            out_w: self.out_w,
+            kernel_h: self.k[0],
+            kernel_w: self.k[1],
+            stride_h: self.s[0],
+            stride_w: self.s[1],
+            dilation_h: self.d[0].max(1),
+            dilation_w: self.d[1].max(1),
+            pad_top: self.p[0],
+            pad_left: self.p[1],
+            groups: 1,
+            group_in: 1,
+            group_out: 1,
+        }
+    }
+
     /// The taps `k` of `axis` (0: rows, 1: columns) whose input coordinate
     /// `o * stride + k * dilation - pad` for output `o` lies inside the input.
     fn taps_inside(&self, axis: usize, o: usize) -> std::ops::Range<usize> {

@@ -82,9 +82,10 @@ impl Phases {
         self.flat(rows) + self.row_reach * self.pitch + self.col_reach
     }
 
-    /// Scratch a band of `rows` takes: the phase planes and the flat outputs.
+    /// Scratch a band of `rows` takes: the phase planes and the flat outputs (the sums
+    /// of a convolution, the winning taps of max pooling).
     fn scratch_len(&self, rows: usize) -> usize {
-        self.used * self.phase_len(rows) + self.flat(rows)
+        (self.used * self.phase_len(rows)) + self.flat(rows)
     }
 
     /// The most output rows (up to `out_h`) whose band fits `scratch` elements.
@@ -123,7 +124,8 @@ pub(super) struct Plan {
 
 impl Plan {
     /// The plan for `g` with `scratch` elements of scratch, or `None` when the geometry
-    /// has too many taps or not even one output row fits (the row kernel then runs).
+    /// has too many taps or not even one output row fits (the caller's kernel without
+    /// scratch then runs).
     pub(super) fn new(g: &ConvGeometry, scratch: usize) -> Option<Plan> {
         let phases = Phases::new(g)?;
         let band = phases.band_rows(g.out_h, scratch);
@@ -196,7 +198,7 @@ impl Plan {
         let flat_out = &mut flat_out[..flat];
         for (s, &(ry, rx)) in ph.read[..ph.used].iter().enumerate() {
             let dst = &mut planes[s * self.phase_len..(s + 1) * self.phase_len];
-            fill_phase(g, ph, input, oy0, rows, ry, rx, dst);
+            fill_phase(g, ph, input, oy0, rows, (ry, rx), 0.0, dst);
         }
         let taps = &self.taps[..self.n_taps];
         for (q, out) in flat_out.chunks_exact_mut(BLOCK).enumerate() {
@@ -244,7 +246,8 @@ fn copy_short(dst: &mut [f32], src: &[f32]) {
 }
 
 /// Writes phase `(ry, rx)` of the band starting at output row `oy0` into `dst`: phase
-/// rows `oy0..oy0 + rows + row_reach`, then zeros to the end.
+/// rows `oy0..oy0 + rows + row_reach`, `pad` wherever the padded pixel lies outside the
+/// input and to the end.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn fill_phase(
@@ -253,8 +256,8 @@ fn fill_phase(
     input: &[f32],
     oy0: usize,
     rows: usize,
-    ry: usize,
-    rx: usize,
+    (ry, rx): (usize, usize),
+    pad: f32,
     dst: &mut [f32],
 ) {
     let (sh, sw) = (g.stride_h.max(1), g.stride_w.max(1));
@@ -265,8 +268,8 @@ fn fill_phase(
         .saturating_sub(rx)
         .div_ceil(sw)
         .clamp(first, pitch);
-    // Zeros first (one fill for the padding of every row), then the rows' insides.
-    dst.fill(0.0);
+    // Padding first (one fill for every row), then the rows' insides.
+    dst.fill(pad);
     if first == end {
         return;
     }
@@ -299,5 +302,96 @@ fn fill_phase(
                 }
             }
         }
+    }
+}
+
+impl Plan {
+    /// Max pooling of one plane over the same windows: for each output, the flat input
+    /// index `iy * in_w + ix` of its window's largest tap, the first of equal maxima
+    /// (taps in `(ky, kx)` order). Returns `false`, having written nothing useful, when
+    /// the plane holds a NaN or a window has no tap above `-inf`: the caller's scalar
+    /// kernel then decides those windows its own way.
+    #[inline(always)]
+    pub(super) fn run_max(
+        &self,
+        g: &ConvGeometry,
+        input: &[f32],
+        indices: &mut [i64],
+        scratch: &mut [f32],
+    ) -> bool {
+        if input[..g.in_h * g.in_w].iter().any(|v| v.is_nan()) {
+            return false;
+        }
+        let mut oy0 = 0;
+        while oy0 < g.out_h {
+            let rows = self.band.min(g.out_h - oy0);
+            if !self.max_band(g, input, oy0, rows, indices, scratch) {
+                return false;
+            }
+            oy0 += rows;
+        }
+        true
+    }
+
+    /// Output rows `oy0..oy0 + rows` of [`Plan::run_max`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn max_band(
+        &self,
+        g: &ConvGeometry,
+        input: &[f32],
+        oy0: usize,
+        rows: usize,
+        indices: &mut [i64],
+        scratch: &mut [f32],
+    ) -> bool {
+        let ph = &self.phases;
+        let flat = ph.flat(rows);
+        let (planes, rest) = scratch.split_at_mut(ph.used * self.phase_len);
+        let tap_out = &mut rest[..flat];
+        for (s, &phase) in ph.read[..ph.used].iter().enumerate() {
+            let dst = &mut planes[s * self.phase_len..(s + 1) * self.phase_len];
+            fill_phase(g, ph, input, oy0, rows, phase, f32::NEG_INFINITY, dst);
+        }
+        let taps = &self.taps[..self.n_taps];
+        for (q, tap_o) in tap_out.chunks_exact_mut(BLOCK).enumerate() {
+            let q = q * BLOCK;
+            let mut best = [f32::NEG_INFINITY; BLOCK];
+            // The winning tap, as an f32 (exact for these small integers); -1: none.
+            let mut from = [-1f32; BLOCK];
+            for (t, &(offset, _)) in taps.iter().enumerate() {
+                let t = t as f32;
+                for ((b, f), &x) in best
+                    .iter_mut()
+                    .zip(&mut from)
+                    .zip(&planes[offset + q..][..BLOCK])
+                {
+                    let above = x > *b;
+                    *b = if above { x } else { *b };
+                    *f = if above { t } else { *f };
+                }
+            }
+            tap_o.copy_from_slice(&from);
+        }
+        let ow = g.out_w;
+        for r in 0..rows {
+            let oy = oy0 + r;
+            let row_taps = &tap_out[r * ph.pitch..][..ow];
+            for (ox, (i, &t)) in indices[oy * ow..(oy + 1) * ow]
+                .iter_mut()
+                .zip(row_taps)
+                .enumerate()
+            {
+                let Some(&(_, k)) = (t >= 0.0).then(|| self.taps.get(t as usize)).flatten() else {
+                    return false;
+                };
+                let (ky, kx) = (k / g.kernel_w, k % g.kernel_w);
+                // Inside the input: only a real value beats -inf.
+                let iy = oy * g.stride_h + ky * g.dilation_h - g.pad_top;
+                let ix = ox * g.stride_w + kx * g.dilation_w - g.pad_left;
+                *i = (iy * g.in_w + ix) as i64;
+            }
+        }
+        true
     }
 }
