@@ -177,7 +177,8 @@ impl ModuleBuilder {
 
     /// Whether each method's plan folds constant work at load (default `true`): kernel
     /// steps whose tensor inputs are all constants (a `permute_copy` of a weight) run
-    /// once and their outs become constants. The folded
+    /// once and their outs become constants; an inference batch norm after an f32
+    /// convolution is folded into the convolution's weight and bias. The folded
     /// constants are made once per plan, shared by its sessions and held against the
     /// memory budget ([`MethodPlan::folded_bytes`]). Turn it off to run the file's
     /// instructions as they are (the CLI's `--no-fold`).

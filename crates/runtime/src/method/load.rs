@@ -134,6 +134,12 @@ impl Loader<'_> {
     /// folded buffer becomes one read-only region).
     fn bind_folded(&mut self, folded: &Folded, values: &mut Vec<EValue>) {
         values.resize(values.len() + folded.added_values, EValue::None);
+        for &(v, at) in &folded.moved {
+            if let (Some(planned), Some(EValue::Tensor(t))) = (&self.planned, values.get_mut(v)) {
+                let span = planned.span(at.memory_id, at.start, t.nbytes()).ok();
+                t.set_data(span);
+            }
+        }
         let regions: Vec<RegionId> = folded
             .buffers
             .iter()
@@ -298,9 +304,9 @@ impl MethodPlan {
             fold::Folded::default()
         };
         if options.release_pages && folded.bytes > 0 {
-            // As after a delegate packs its weights: the file pages folding read go back
-            // to the page cache; only the pages the remaining steps read are faulted in
-            // again.
+            // As after a delegate packs its weights: the file pages folding read (the
+            // convolution weights it scaled) go back to the page cache; only the pages
+            // the remaining steps read are faulted in again.
             file.bytes().release_pages();
         }
         let planned_bytes = plan

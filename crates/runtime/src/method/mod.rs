@@ -80,7 +80,8 @@ pub struct PlanOptions {
     /// Give a mapped file's pages back after each delegate has packed its weights.
     pub release_pages: bool,
     /// Fold at load (default on): kernel steps whose inputs are all constants run once
-    /// and become constants (see [`MethodPlan::folded_steps`]).
+    /// and become constants, and inference batch norms are folded into the f32
+    /// convolutions before them (see [`MethodPlan::folded_steps`]).
     pub fold_constants: bool,
 }
 
@@ -133,9 +134,10 @@ impl MethodPlan {
         self.folded.bytes
     }
 
-    /// Instructions folded away at load: constant steps evaluated once.
-    pub fn folded_steps(&self) -> usize {
-        self.folded.constant_steps
+    /// Instructions folded away at load: `(constant steps evaluated once, batch norms
+    /// folded into their convolutions)`.
+    pub fn folded_steps(&self) -> (usize, usize) {
+        (self.folded.constant_steps, self.folded.batch_norms)
     }
 
     /// The method's delegates, in the order of its delegate table.

@@ -11,6 +11,7 @@ use etch_memory::{
 };
 
 use super::super::load::Loader;
+use super::lifetimes::Placement;
 use super::uses::Uses;
 use super::{Folded, FoldedValue, Place};
 use crate::RuntimeError;
@@ -105,6 +106,28 @@ impl<'a> Folder<'a> {
         RuntimeError::Alloc {
             method: self.plan().name.clone(),
             source,
+        }
+    }
+
+    /// The elements of constant f32 tensor `v` in storage order, or `None` when `v` is
+    /// not one.
+    pub fn f32_data(&mut self, v: usize) -> Result<Option<Vec<f32>>, RuntimeError> {
+        let Some(t) = self.tensor(v).filter(|_| self.is_constant(v)) else {
+            return Ok(None);
+        };
+        let Some(span) = t.data().filter(|s| s.len >= t.nbytes()) else {
+            return Ok(None);
+        };
+        if t.dtype() != etch_format::ScalarType::Float {
+            return Ok(None);
+        }
+        let span = Span {
+            len: t.nbytes(),
+            ..span
+        };
+        match self.loader.storage.bytes(span) {
+            Ok(bytes) => Ok(Some(bytemuck::pod_collect_to_vec(bytes))),
+            Err(e) => Err(self.err(v, e.to_string())),
         }
     }
 
@@ -220,6 +243,49 @@ impl<'a> Folder<'a> {
             self.bind(o, t, place);
         }
         Ok(true)
+    }
+
+    /// Appends f32 constants (`tensor` metadata, elements in its storage order), stored
+    /// in one new folded buffer, and returns their value indices.
+    pub fn add_f32_constants(
+        &mut self,
+        parts: &[(Tensor, &[f32])],
+    ) -> Result<Vec<usize>, RuntimeError> {
+        let lens: Vec<usize> = parts
+            .iter()
+            .map(|(_, d)| std::mem::size_of_val(*d))
+            .collect();
+        let first = self.values.len();
+        let (buffer, offsets) = self.store(&lens, |_, buf, offsets| {
+            for (k, ((_, data), &at)) in parts.iter().zip(offsets).enumerate() {
+                let bytes: &[u8] = bytemuck::cast_slice(data);
+                match buf.get_mut(at..at + bytes.len()) {
+                    Some(t) => t.copy_from_slice(bytes),
+                    None => return Err((first + k, "folded constant does not fit".into())),
+                }
+            }
+            Ok(())
+        })?;
+        let mut indices = Vec::with_capacity(parts.len());
+        for (((t, _), offset), len) in parts.iter().zip(offsets).zip(lens) {
+            let index = self.values.len();
+            self.bind(
+                index,
+                *t,
+                Place::Buffer {
+                    buffer,
+                    offset,
+                    len,
+                },
+            );
+            indices.push(index);
+        }
+        Ok(indices)
+    }
+
+    /// Moves planned tensor `v` to other planned bytes in every session.
+    pub fn relocate(&mut self, v: usize, to: Placement) {
+        self.folded.moved.push((v, to));
     }
 
     /// Makes value `index` (an existing value or the next new one) the constant at

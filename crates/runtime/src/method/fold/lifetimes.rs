@@ -15,9 +15,12 @@ use etch_format::{ExecutionPlan, Value as FileValue};
 use super::super::Step;
 use super::uses::{Uses, referenced};
 
+/// Alignment of the bytes [`Lifetimes::find_free`] finds (a cache line).
+const GAP_ALIGNMENT: u64 = 64;
+
 /// Bytes `[start, end)` of planned buffer `memory_id`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Placement {
+pub(crate) struct Placement {
     pub memory_id: usize,
     pub start: u64,
     pub end: u64,
@@ -49,6 +52,8 @@ pub(super) struct Lifetimes {
     parent: Vec<usize>,
     /// Per group representative: the first and last step its bytes are in use.
     span: Vec<Option<(usize, usize)>>,
+    /// Tensors a pass moved to other bytes than the file's plan gives them.
+    moved: Vec<(usize, Placement)>,
 }
 
 impl Lifetimes {
@@ -57,6 +62,7 @@ impl Lifetimes {
         let mut l = Lifetimes {
             parent: (0..n).collect(),
             span: vec![None; n],
+            moved: Vec::new(),
         };
         // Tensors without bytes (the `[0]` mean and invstd outs of a batch norm) alias
         // nothing.
@@ -140,6 +146,23 @@ impl Lifetimes {
         self.span[root]
     }
 
+    /// Where tensor `v`'s bytes are: the file's plan, unless a pass moved them.
+    pub fn placement(&self, plan: &ExecutionPlan, v: usize) -> Option<Placement> {
+        match self.moved.iter().rev().find(|(m, _)| *m == v) {
+            Some((_, p)) => Some(*p),
+            None => Placement::of(plan, v),
+        }
+    }
+
+    /// Records that tensor `v` now lives at `at` and is in use from step `from` on.
+    pub fn occupy(&mut self, v: usize, at: Placement, from: usize) {
+        self.moved.push((v, at));
+        if v < self.parent.len() {
+            let root = self.find(v);
+            self.span[root] = self.span[root].map(|(f, e)| (f.min(from), e));
+        }
+    }
+
     /// True when no other planned tensor uses planned tensor `v`'s bytes while `v` is in
     /// use: nothing in the plan aliases it on purpose, so a pass may stop writing
     /// those bytes (or write `v` elsewhere) without another tensor missing the data.
@@ -149,10 +172,56 @@ impl Lifetimes {
         v: usize,
         is_gone: impl Fn(usize) -> bool,
     ) -> bool {
-        match (Placement::of(plan, v), self.of(v)) {
+        match (self.placement(plan, v), self.of(v)) {
             (Some(at), Some(life)) => self.free(plan, at, life, &[v], is_gone),
             _ => true,
         }
+    }
+
+    /// The lowest `len` bytes (at [`GAP_ALIGNMENT`]) of a planned buffer that no
+    /// planned tensor but those of `except` (and those `is_gone` says no longer live in
+    /// planned memory) uses during steps `from..=to`.
+    pub fn find_free(
+        &mut self,
+        plan: &ExecutionPlan,
+        len: u64,
+        (from, to): (usize, usize),
+        except: &[usize],
+        is_gone: impl Fn(usize) -> bool,
+    ) -> Option<Placement> {
+        for (memory_id, &size) in plan.non_const_buffer_sizes.iter().enumerate().skip(1) {
+            let mut busy: Vec<(u64, u64)> = Vec::new();
+            for v in 0..plan.values.len() {
+                let Some(p) = self.placement(plan, v).filter(|p| p.memory_id == memory_id) else {
+                    continue;
+                };
+                if except.contains(&v) || is_gone(v) {
+                    continue;
+                }
+                if self
+                    .of(v)
+                    .is_some_and(|(first, last)| first <= to && from <= last)
+                {
+                    busy.push((p.start, p.end));
+                }
+            }
+            busy.sort_unstable();
+            let mut at = 0u64;
+            for (start, end) in busy {
+                if at.checked_add(len)? <= start {
+                    break;
+                }
+                at = at.max(end.checked_add(GAP_ALIGNMENT - 1)? & !(GAP_ALIGNMENT - 1));
+            }
+            if at.checked_add(len)? <= size {
+                return Some(Placement {
+                    memory_id,
+                    start: at,
+                    end: at + len,
+                });
+            }
+        }
+        None
     }
 
     /// True when no planned tensor but those of `except` (and those `is_gone` says no
@@ -167,7 +236,7 @@ impl Lifetimes {
         is_gone: impl Fn(usize) -> bool,
     ) -> bool {
         (0..plan.values.len()).all(|v| {
-            let overlaps = Placement::of(plan, v).is_some_and(|p| p.overlaps(&at));
+            let overlaps = self.placement(plan, v).is_some_and(|p| p.overlaps(&at));
             if !overlaps || except.contains(&v) || is_gone(v) {
                 return true;
             }

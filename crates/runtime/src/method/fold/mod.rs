@@ -6,6 +6,10 @@
 //!   outs on every call, e.g. `permute_copy` of a classifier weight. It runs once here;
 //!   its outs become constants and the step is dropped. Steps are visited in order, so a
 //!   chain of such steps folds whole.
+//! * **Batch norm into convolution** ([`batch_norm`]): an inference batch norm whose
+//!   statistics are constants, right after the f32 convolution that alone feeds it, is
+//!   folded into that convolution's weight and bias (computed in f64, rounded once to
+//!   f32); the convolution writes the batch norm's output and the batch norm step goes.
 //!
 //! Folding is exactly safe or not done: a value a pass turns into a constant (or stops
 //! writing) is no method input or output, is read by no step other than those folded
@@ -17,6 +21,7 @@
 //! session, bound into its storage zero-copy as the program's constants are, and held
 //! against the program's memory budget.
 
+mod batch_norm;
 mod constant;
 mod folder;
 mod lifetimes;
@@ -30,6 +35,7 @@ use super::Step;
 use crate::RuntimeError;
 use folder::Folder;
 use lifetimes::Lifetimes;
+pub(crate) use lifetimes::Placement;
 use uses::Uses;
 
 /// Where a folded value's bytes live in every session.
@@ -45,7 +51,8 @@ pub(crate) enum Place {
     },
 }
 
-/// A value that is a constant in every session of a folded plan: a folded step's out.
+/// A value that is a constant in every session of a folded plan: a folded step's out,
+/// or a weight or bias made by folding a batch norm (appended after the file's values).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct FoldedValue {
     /// Index in the value table.
@@ -61,10 +68,15 @@ pub(crate) struct Folded {
     /// Immutable buffers, one region each in every session's storage.
     pub buffers: Vec<SharedBytes>,
     pub values: Vec<FoldedValue>,
-    /// Values appended after the file's.
+    /// Planned tensors placed elsewhere in planned memory than the file says (a batch
+    /// norm's out that its convolution now writes, one step earlier).
+    pub moved: Vec<(usize, Placement)>,
+    /// Values appended after the file's (new weights and biases).
     pub added_values: usize,
     /// Constant steps evaluated and removed.
     pub constant_steps: usize,
+    /// Batch norms folded into their convolutions (and removed).
+    pub batch_norms: usize,
     /// Bytes of `buffers`, reserved against the memory budget.
     pub bytes: usize,
     pub _reservations: Vec<Reservation>,
@@ -92,8 +104,16 @@ pub(super) fn fold(
     let mut keep = vec![true; steps.len()];
     let constant_steps =
         constant::fold_constant_steps(&mut folder, steps, &mut keep, (&uses, &mut lifetimes))?;
+    let batch_norms = batch_norm::fold_batch_norms(
+        &mut folder,
+        steps,
+        &mut keep,
+        (&uses, &mut lifetimes),
+        operator_names,
+    )?;
     let mut folded = folder.finish();
     folded.constant_steps = constant_steps;
+    folded.batch_norms = batch_norms;
     let mut flags = keep.into_iter();
     steps.retain(|_| flags.next().unwrap_or(true));
     Ok(folded)

@@ -103,6 +103,11 @@ impl Uses {
     pub fn is_fixed(&self, v: usize) -> bool {
         self.writers.get(v) == Some(&0) && self.pinned.get(v) == Some(&false)
     }
+
+    /// True when the steps naming `v` are exactly `steps` and nothing pins it.
+    pub fn only_in(&self, v: usize, steps: &[usize]) -> bool {
+        self.pinned.get(v) == Some(&false) && self.steps.get(v).is_some_and(|s| s == steps)
+    }
 }
 
 /// The values a kernel step writes, by ExecuTorch's calling convention: its last
