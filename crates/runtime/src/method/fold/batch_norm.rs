@@ -292,14 +292,26 @@ fn fold_pair(folder: &mut Folder<'_>, p: &Pair) -> Result<Option<(usize, usize)>
             ((at(&bias, co, 0.0) - f64::from(mean[co])) * scale[co] + at(&beta, co, 0.0)) as f32
         })
         .collect();
-    // Element `l` in logical order belongs to channel `l / per_channel` and sits at
-    // `storage_index(l)` in the weight's (possibly channels-last) storage.
     let per_channel = numel / c;
     let mut new_weight = vec![0f32; numel];
-    for l in 0..numel {
-        let s = weight_t.storage_index(l);
-        if let (Some(w), Some(dst)) = (weight.get(s), new_weight.get_mut(s)) {
-            *dst = (f64::from(*w) * scale[l / per_channel]) as f32;
+    if weight_t.dim_order().first() == Some(&0) {
+        // Output channels outermost (contiguous or channels-last): one block each.
+        let blocks = new_weight
+            .chunks_mut(per_channel)
+            .zip(weight.chunks(per_channel));
+        for ((dst, src), s) in blocks.zip(&scale) {
+            for (d, w) in dst.iter_mut().zip(src) {
+                *d = (f64::from(*w) * s) as f32;
+            }
+        }
+    } else {
+        // Element `l` in logical order belongs to channel `l / per_channel` and sits at
+        // `storage_index(l)` in the weight's storage.
+        for l in 0..numel {
+            let s = weight_t.storage_index(l);
+            if let (Some(w), Some(dst)) = (weight.get(s), new_weight.get_mut(s)) {
+                *dst = (f64::from(*w) * scale[l / per_channel]) as f32;
+            }
         }
     }
     let bias_t = Tensor::new(ScalarType::Float, &[c], None)
