@@ -223,6 +223,7 @@ impl TextGenerator {
             method: method.to_string(),
             load_mode: parse_load_mode(load_mode)?,
             max_memory,
+            fold_constants: true,
         };
         let runner = py
             .allow_threads(|| -> Result<Runner, LlmError> {

@@ -57,6 +57,9 @@ pub struct BenchArgs {
     /// Cache budget of the caching temp allocator, in MiB.
     #[arg(long, default_value_t = 16, value_name = "MIB")]
     temp_cache_mib: usize,
+    /// Run the instructions as they are, without folding constant work at load.
+    #[arg(long, long_help = crate::load::NO_FOLD_HELP)]
+    no_fold: bool,
     /// Print one JSON object instead of a markdown table.
     #[arg(long)]
     json: bool,
@@ -176,6 +179,7 @@ fn load(args: &BenchArgs, threads: usize) -> anyhow::Result<Runner> {
         threads,
         temp_cache_bytes: args.temp_cache_mib.saturating_mul(1024 * 1024),
         load_mode: args.load.into(),
+        fold_constants: !args.no_fold,
         ..Default::default()
     };
     let runner = crate::progress::while_loading(&args.model, || match &args.tokenizer {

@@ -140,8 +140,9 @@ pub fn main(args: GenerateArgs) -> anyhow::Result<()> {
         s.threads
     );
     eprintln!(
-        "memory: planned {} bytes, peak RSS {}, temp allocator {} hits / {} misses, heap allocations per decoded token: {}",
+        "memory: planned {} bytes, folded {} bytes, peak RSS {}, temp allocator {} hits / {} misses, heap allocations per decoded token: {}",
         s.planned_bytes,
+        s.folded_bytes,
         s.peak_rss_bytes
             .map_or("?".into(), |b| format!("{:.1} MiB", b as f64 / 1048576.0)),
         s.temp_allocator_hits,

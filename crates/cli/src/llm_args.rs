@@ -29,6 +29,9 @@ pub struct ModelArgs {
     #[arg(long, value_name = "BYTES", value_parser = crate::load::parse_max_memory,
           long_help = crate::load::MAX_MEMORY_HELP)]
     pub max_memory: Option<u64>,
+    /// Run the instructions as they are, without folding constant work at load.
+    #[arg(long, long_help = crate::load::NO_FOLD_HELP)]
+    pub no_fold: bool,
 }
 
 impl ModelArgs {
@@ -45,6 +48,7 @@ impl ModelArgs {
             temp_cache_bytes: self.temp_cache_mib.saturating_mul(1024 * 1024),
             load_mode: self.load.into(),
             max_memory: self.max_memory,
+            fold_constants: !self.no_fold,
             ..Default::default()
         };
         let runner = crate::progress::while_loading(&self.model, || {

@@ -33,6 +33,12 @@ impl From<LoadArg> for LoadMode {
     }
 }
 
+/// Help of `--no-fold`, shared by the commands that load a program.
+pub const NO_FOLD_HELP: &str = "Run the program's instructions as they are. By default, \
+steps whose inputs are all constants (a permute of a weight) run once at load and become \
+constants, and batch norms after f32 convolutions are folded into their weights and \
+biases; --stats reports the bytes this keeps";
+
 /// Parses `--max-memory` (`2G`, `512M`, `1048576`).
 pub fn parse_max_memory(text: &str) -> Result<u64, String> {
     etch_memory::parse_byte_size(text).ok_or_else(|| {
@@ -42,9 +48,9 @@ pub fn parse_max_memory(text: &str) -> Result<u64, String> {
 
 /// Help of `--max-memory`, shared by the commands that load a program.
 pub const MAX_MEMORY_HELP: &str = "The most memory the program may hold (file when read, \
-planned memory and KV cache, packed weights), e.g. 2G or 512M; a load that needs more fails \
-before allocating and says how much it needs. Default: the memory the system reports \
-available";
+planned memory and KV cache, packed and folded weights), e.g. 2G or 512M; a load that needs \
+more fails before allocating and says how much it needs. Default: the memory the system \
+reports available";
 
 /// Names `path` in an error about loading it, unless the message already names it or
 /// one of `also` (I/O and tokenizer errors carry their file), so that every failure to

@@ -56,9 +56,13 @@ pub struct RunArgs {
           long_help = crate::load::MAX_MEMORY_HELP)]
     /// The most memory the program may hold (default: what the system has available).
     max_memory: Option<u64>,
-    /// Also report planned memory, temp-allocator use and heap allocations.
+    /// Also report planned memory, folded constants, temp-allocator use and heap
+    /// allocations.
     #[arg(long)]
     stats: bool,
+    /// Run the instructions as they are, without folding constant work at load.
+    #[arg(long, long_help = crate::load::NO_FOLD_HELP)]
+    no_fold: bool,
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
@@ -179,7 +183,8 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
     let load_start = Instant::now();
     let mut builder = Module::from_path(&args.file)
         .load_mode(args.load.into())
-        .threads(args.threads);
+        .threads(args.threads)
+        .fold_constants(!args.no_fold);
     if let Some(bytes) = args.max_memory {
         builder = builder.max_memory(bytes);
     }
@@ -306,6 +311,8 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
     let method = module.method_mut(&args.method)?;
     let method_stats = method.stats();
     let profile = method.profile().map(aggregate_profile).unwrap_or_default();
+    let folded_bytes = method.plan().folded_bytes();
+    let (folded_steps, folded_batch_norms) = method.plan().folded_steps();
     let planned = module.planned_bytes();
     let temp = module.temp_allocator_stats();
     if args.json {
@@ -361,6 +368,9 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         if args.stats {
             obj["stats"] = json!({
                 "planned_bytes": planned,
+                "folded_bytes": folded_bytes,
+                "folded_constant_steps": folded_steps,
+                "folded_batch_norms": folded_batch_norms,
                 "temp_peak_bytes": temp.peak_bytes_live,
                 "temp_hits": temp.hits,
                 "temp_misses": temp.misses,
@@ -419,6 +429,10 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         println!("load: {:.1} ms", load_time.as_secs_f64() * 1e3);
         println!("threads: {}", module.pool().threads());
         println!("planned memory: {planned} bytes");
+        println!(
+            "folded constants: {folded_bytes} bytes ({folded_steps} constant steps run at load, \
+             {folded_batch_norms} batch norms folded into convolutions)"
+        );
         println!(
             "temp allocator: peak {} bytes live, {} hits, {} misses, {} system allocations",
             temp.peak_bytes_live, temp.hits, temp.misses, temp.system_allocations

@@ -174,6 +174,45 @@ fn run_writes_outputs() {
 }
 
 #[test]
+fn run_folds_at_load_unless_told_not_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = |extra: &[&str]| {
+        let mut args = vec![
+            "run".to_string(),
+            fixture("vision_mobilenet_v2.pte").display().to_string(),
+            "--input".into(),
+            fixture("vision_mobilenet_v2/call0.in0.npy")
+                .display()
+                .to_string(),
+            "--output-dir".into(),
+            dir.path().display().to_string(),
+            "--stats".into(),
+            "--json".into(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let o = etch(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("run --json is JSON");
+        v["stats"].clone()
+    };
+    let folded = stats(&[]);
+    assert!(folded["folded_bytes"].as_u64() > Some(0), "{folded}");
+    assert!(folded["folded_batch_norms"].as_u64() > Some(0), "{folded}");
+    assert!(
+        folded["folded_constant_steps"].as_u64() > Some(0),
+        "{folded}"
+    );
+    let unfolded = stats(&["--no-fold"]);
+    for key in [
+        "folded_bytes",
+        "folded_batch_norms",
+        "folded_constant_steps",
+    ] {
+        assert_eq!(unfolded[key].as_u64(), Some(0), "{key}: {unfolded}");
+    }
+}
+
+#[test]
 fn generate_json_has_the_promised_fields() {
     let dir = tempfile::tempdir().unwrap();
     let tok = byte_tokenizer(dir.path(), 0);

@@ -35,6 +35,8 @@ pub struct RunnerOptions {
     /// The most memory the program may hold, in bytes (`None`: what the system reports
     /// available); see `ModuleBuilder::max_memory`.
     pub max_memory: Option<u64>,
+    /// Fold constant work at load (default on); see `ModuleBuilder::fold_constants`.
+    pub fold_constants: bool,
 }
 
 impl RunnerOptions {
@@ -43,7 +45,8 @@ impl RunnerOptions {
         let builder = Module::from_path(model)
             .load_mode(self.load_mode)
             .threads(self.threads)
-            .temp_cache_bytes(self.temp_cache_bytes);
+            .temp_cache_bytes(self.temp_cache_bytes)
+            .fold_constants(self.fold_constants);
         match self.max_memory {
             Some(bytes) => builder.max_memory(bytes),
             None => builder,
@@ -59,6 +62,7 @@ impl Default for RunnerOptions {
             method: "forward".to_string(),
             load_mode: LoadMode::Auto,
             max_memory: None,
+            fold_constants: true,
         }
     }
 }
@@ -98,6 +102,8 @@ pub struct GenerationStats {
     pub heap_allocations_per_decoded_token: Option<f64>,
     pub peak_rss_bytes: Option<u64>,
     pub planned_bytes: usize,
+    /// Bytes of constants folded at load (once per plan; see `MethodPlan::folded_bytes`).
+    pub folded_bytes: usize,
     pub temp_allocator_hits: u64,
     pub temp_allocator_misses: u64,
     pub temp_allocator_peak_bytes: usize,
@@ -531,6 +537,7 @@ impl Runner {
             .then(|| counted_allocs as f64 / counted_steps as f64);
         stats.peak_rss_bytes = peak_rss_bytes();
         stats.planned_bytes = self.session.planned_bytes() + self.module.planned_bytes();
+        stats.folded_bytes = self.session.plan().folded_bytes();
         let temp = self.session.temp_allocator_stats();
         stats.temp_allocator_hits = temp.hits;
         stats.temp_allocator_misses = temp.misses;

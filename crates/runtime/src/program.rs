@@ -12,7 +12,7 @@ use etch_memory::allocator::{CachingAllocator, MallocAllocator};
 use etch_memory::{MemoryAllocator, MemoryBudget, Reservation, SharedBytes};
 
 use crate::backends::BackendRegistry;
-use crate::{Method, MethodMeta, MethodPlan, Module, RuntimeError};
+use crate::{Method, MethodMeta, MethodPlan, Module, PlanOptions, RuntimeError};
 
 /// Default cache budget of each session's caching temp allocator.
 pub const DEFAULT_TEMP_CACHE_BYTES: usize = 16 * 1024 * 1024;
@@ -77,6 +77,7 @@ pub struct ModuleBuilder {
     registry: Option<Arc<Registry>>,
     backends: Option<BackendRegistry>,
     memory_budget: Option<MemoryBudget>,
+    fold_constants: bool,
 }
 
 impl ModuleBuilder {
@@ -91,6 +92,7 @@ impl ModuleBuilder {
             registry: None,
             backends: None,
             memory_budget: None,
+            fold_constants: true,
         }
     }
 
@@ -158,7 +160,8 @@ impl ModuleBuilder {
 
     /// The most memory the program may hold, in bytes: the file when it is read into
     /// memory (`--load read`, `huge-pages`), each session's planned memory (a KV cache
-    /// lives there) and delegates' packed weights. A load that would exceed it fails with
+    /// lives there), delegates' packed weights and folded constants
+    /// ([`Self::fold_constants`]). A load that would exceed it fails with
     /// [`RuntimeError::MemoryBudget`] before allocating. Default: the memory the system
     /// reports as available when the builder is built (`MemAvailable`).
     pub fn max_memory(self, bytes: u64) -> Self {
@@ -169,6 +172,18 @@ impl ModuleBuilder {
     /// shared by several programs limits them together.
     pub fn memory_budget(mut self, budget: MemoryBudget) -> Self {
         self.memory_budget = Some(budget);
+        self
+    }
+
+    /// Whether each method's plan folds constant work at load (default `true`): kernel
+    /// steps whose tensor inputs are all constants (a `permute_copy` of a weight) run
+    /// once and their outs become constants; an inference batch norm after an f32
+    /// convolution is folded into the convolution's weight and bias. The folded
+    /// constants are made once per plan, shared by its sessions and held against the
+    /// memory budget ([`MethodPlan::folded_bytes`]). Turn it off to run the file's
+    /// instructions as they are (the CLI's `--no-fold`).
+    pub fn fold_constants(mut self, on: bool) -> Self {
+        self.fold_constants = on;
         self
     }
 
@@ -240,6 +255,7 @@ impl ModuleBuilder {
                     Arc::new(|| Box::new(CachingAllocator::new(DEFAULT_TEMP_CACHE_BYTES)))
                 }),
                 plans: Mutex::new(HashMap::new()),
+                fold_constants: self.fold_constants,
                 load_time: start.elapsed(),
                 budget,
                 _file_reservations: file_reservations,
@@ -264,6 +280,8 @@ struct Shared {
     memory_allocator: Arc<dyn MemoryAllocator>,
     temp_allocator: TempAllocatorFactory,
     plans: Mutex<HashMap<String, Arc<MethodPlan>>>,
+    /// Fold constant work when a plan is made.
+    fold_constants: bool,
     load_time: Duration,
     budget: MemoryBudget,
     /// The file (and data files) read into memory, held against the budget.
@@ -355,8 +373,8 @@ impl Program {
             .ok_or_else(|| self.not_found(name))
     }
 
-    /// The resolved plan of a method (kernels looked up, delegates initialised), made on
-    /// first use and shared afterwards.
+    /// The resolved plan of a method (kernels looked up, delegates initialised, constant
+    /// work folded), made on first use and shared afterwards.
     pub fn plan(&self, name: &str) -> Result<Arc<MethodPlan>, RuntimeError> {
         let mut plans = self
             .shared
@@ -367,14 +385,18 @@ impl Program {
             return Ok(Arc::clone(plan));
         }
         let s = &*self.shared;
+        let options = PlanOptions {
+            budget: s.budget.clone(),
+            release_pages: s.release_pages,
+            fold_constants: s.fold_constants,
+        };
         let plan = Arc::new(MethodPlan::load(
             &s.file,
             name,
             &s.registry,
             &s.backends,
             &s.data_files,
-            &s.budget,
-            s.release_pages,
+            &options,
         )?);
         plans.insert(name.to_string(), Arc::clone(&plan));
         Ok(plan)

@@ -12,23 +12,27 @@ use etch_memory::{
     AlignedBuffer, MemoryAllocator, MemoryBudget, PlannedMemory, RegionId, Span, Storage,
 };
 
-use super::{LoadedDelegate, Method, MethodMeta, MethodPlan, MethodStats, Step};
+use super::fold::{self, Folded, Place};
+use super::{LoadedDelegate, Method, MethodMeta, MethodPlan, MethodStats, PlanOptions, Step};
 use crate::RuntimeError;
 use crate::backends::{BackendRegistry, ProgramNamedData};
 
 /// Alignment of the buffers that hold non-planned inputs.
 const INPUT_ALIGNMENT: usize = 64;
 
-struct Loader<'a> {
-    file: &'a ProgramFile,
-    plan: &'a ExecutionPlan,
-    storage: Storage,
-    planned: PlannedMemory,
-    program_region: Option<RegionId>,
+/// Binds a method's values to storage: constants zero-copy in the program's bytes,
+/// planned tensors in planned memory. Without planned memory (the fold pass, which
+/// evaluates constants only), planned tensors are left unbound.
+pub(super) struct Loader<'a> {
+    pub(super) file: &'a ProgramFile,
+    pub(super) plan: &'a ExecutionPlan,
+    pub(super) storage: Storage,
+    pub(super) planned: Option<PlannedMemory>,
+    pub(super) program_region: Option<RegionId>,
 }
 
 impl Loader<'_> {
-    fn err(&self, value: usize, what: impl Into<String>) -> RuntimeError {
+    pub(super) fn err(&self, value: usize, what: impl Into<String>) -> RuntimeError {
         RuntimeError::InvalidValue {
             method: self.plan.name.clone(),
             value,
@@ -36,7 +40,7 @@ impl Loader<'_> {
         }
     }
 
-    fn program_region(&mut self) -> RegionId {
+    pub(super) fn program_region(&mut self) -> RegionId {
         *self
             .program_region
             .get_or_insert_with(|| self.storage.add_shared(self.file.bytes().clone()))
@@ -60,9 +64,13 @@ impl Loader<'_> {
             ));
         }
         let data = match (&meta.allocation_info, meta.data_buffer_idx) {
+            // The fold pass binds only constants.
+            (Some(_), _) if self.planned.is_none() => None,
             (Some(alloc), idx) => {
                 let span = self
                     .planned
+                    .as_ref()
+                    .ok_or_else(|| self.err(index, "planned tensor without planned memory"))?
                     .span(alloc.memory_id, alloc.offset, nbytes)
                     .map_err(|source| RuntimeError::Plan {
                         method: self.plan.name.clone(),
@@ -122,7 +130,50 @@ impl Loader<'_> {
         .map_err(|e| self.err(index, e.to_string()))
     }
 
-    fn value(
+    /// Binds the plan's folded constants into this session's values (zero-copy: each
+    /// folded buffer becomes one read-only region).
+    fn bind_folded(&mut self, folded: &Folded, values: &mut Vec<EValue>) {
+        values.resize(values.len() + folded.added_values, EValue::None);
+        for &(v, at) in &folded.moved {
+            if let (Some(planned), Some(EValue::Tensor(t))) = (&self.planned, values.get_mut(v)) {
+                let span = planned.span(at.memory_id, at.start, t.nbytes()).ok();
+                t.set_data(span);
+            }
+        }
+        let regions: Vec<RegionId> = folded
+            .buffers
+            .iter()
+            .map(|b| self.storage.add_shared(b.clone()))
+            .collect();
+        for v in &folded.values {
+            let span = match v.place {
+                Place::Program { offset, len } => Span {
+                    region: self.program_region(),
+                    offset,
+                    len,
+                },
+                Place::Buffer {
+                    buffer,
+                    offset,
+                    len,
+                } => match regions.get(buffer) {
+                    Some(&region) => Span {
+                        region,
+                        offset,
+                        len,
+                    },
+                    None => continue,
+                },
+            };
+            let mut t = v.tensor;
+            t.set_data(Some(span));
+            if let Some(slot) = values.get_mut(v.index) {
+                *slot = EValue::Tensor(t);
+            }
+        }
+    }
+
+    pub(super) fn value(
         &mut self,
         index: usize,
         v: &FileValue,
@@ -149,16 +200,17 @@ impl Loader<'_> {
 impl MethodPlan {
     /// Resolves method `name` of `file`: every operator against `registry` (all missing
     /// ones reported together) and every delegate against `backends`, whose `init` runs
-    /// here, once. Allocates no planned memory.
+    /// here, once; then folds constant work (unless `options` turn it off). Allocates no
+    /// planned memory.
     pub fn load(
         file: &ProgramFile,
         name: &str,
         registry: &Registry,
         backends: &BackendRegistry,
         data_files: &[DataFile],
-        budget: &MemoryBudget,
-        release_pages: bool,
+        options: &PlanOptions,
     ) -> Result<MethodPlan, RuntimeError> {
+        let budget = &options.budget;
         let plan = file
             .plan(name)
             .ok_or_else(|| RuntimeError::MethodNotFound {
@@ -193,7 +245,14 @@ impl MethodPlan {
             });
         }
 
-        let delegates = init_delegates(file, plan, backends, data_files, budget, release_pages)?;
+        let delegates = init_delegates(
+            file,
+            plan,
+            backends,
+            data_files,
+            budget,
+            options.release_pages,
+        )?;
 
         let mut steps = Vec::new();
         for chain in &plan.chains {
@@ -239,6 +298,17 @@ impl MethodPlan {
                 });
             }
         }
+        let folded = if options.fold_constants {
+            fold::fold(file, plan, &mut steps, &operator_names, budget)?
+        } else {
+            fold::Folded::default()
+        };
+        if options.release_pages && folded.bytes > 0 {
+            // As after a delegate packs its weights: the file pages folding read (the
+            // convolution weights it scaled) go back to the page cache; only the pages
+            // the remaining steps read are faulted in again.
+            file.bytes().release_pages();
+        }
         let planned_bytes = plan
             .non_const_buffer_sizes
             .iter()
@@ -254,6 +324,7 @@ impl MethodPlan {
             inputs: plan.inputs.clone(),
             outputs: plan.outputs.clone(),
             planned_bytes,
+            folded,
         })
     }
 }
@@ -392,7 +463,7 @@ impl Method {
             file,
             plan: file_plan,
             storage,
-            planned,
+            planned: Some(planned),
             program_region: None,
         };
 
@@ -406,6 +477,7 @@ impl Method {
         for (i, v) in file_plan.values.iter().enumerate() {
             values.push(loader.value(i, v, is_input[i])?);
         }
+        loader.bind_folded(&plan.folded, &mut values);
 
         let input_spans = file_plan
             .inputs

@@ -2,6 +2,7 @@
 //! instructions with kernels resolved at load.
 
 mod execute;
+mod fold;
 mod io;
 mod load;
 mod meta;
@@ -9,7 +10,7 @@ mod meta;
 use std::sync::Arc;
 
 use etch_kernels::{DelegateHandle, DelegateSummary, EValue, KernelFn, ThreadPool};
-use etch_memory::{AllocatorStats, MemoryAllocator, Storage};
+use etch_memory::{AllocatorStats, MemoryAllocator, MemoryBudget, Storage};
 
 pub use io::TensorView;
 pub use meta::{MethodMeta, TensorInfo, ValueInfo};
@@ -71,8 +72,33 @@ impl std::fmt::Debug for LoadedDelegate {
     }
 }
 
-/// What is immutable about a method after load: its instructions with kernels resolved
-/// and delegates initialised. One plan serves every session ([`Method`]) of a program.
+/// How [`MethodPlan::load`] prepares a method.
+#[derive(Debug, Clone)]
+pub struct PlanOptions {
+    /// What delegates' packed weights and folded constants are reserved against.
+    pub budget: MemoryBudget,
+    /// Give a mapped file's pages back after each delegate has packed its weights.
+    pub release_pages: bool,
+    /// Fold at load (default on): kernel steps whose inputs are all constants run once
+    /// and become constants, and inference batch norms are folded into the f32
+    /// convolutions before them (see [`MethodPlan::folded_steps`]).
+    pub fold_constants: bool,
+}
+
+impl PlanOptions {
+    /// Folding on, pages kept, against `budget`.
+    pub fn new(budget: MemoryBudget) -> Self {
+        PlanOptions {
+            budget,
+            release_pages: false,
+            fold_constants: true,
+        }
+    }
+}
+
+/// What is immutable about a method after load: its instructions with kernels resolved,
+/// delegates initialised and constant work folded. One plan serves every session
+/// ([`Method`]) of a program.
 pub struct MethodPlan {
     name: String,
     meta: MethodMeta,
@@ -82,6 +108,8 @@ pub struct MethodPlan {
     inputs: Vec<usize>,
     outputs: Vec<usize>,
     planned_bytes: usize,
+    /// Constants made by folding, bound into every session.
+    folded: fold::Folded,
 }
 
 impl MethodPlan {
@@ -95,9 +123,21 @@ impl MethodPlan {
         &self.meta
     }
 
-    /// Number of instructions.
+    /// Number of instructions run per call (the file's, less those folded away).
     pub fn instruction_count(&self) -> usize {
         self.steps.len()
+    }
+
+    /// Bytes of constants made by folding at load, held once per plan (shared by its
+    /// sessions) against the memory budget.
+    pub fn folded_bytes(&self) -> usize {
+        self.folded.bytes
+    }
+
+    /// Instructions folded away at load: `(constant steps evaluated once, batch norms
+    /// folded into their convolutions)`.
+    pub fn folded_steps(&self) -> (usize, usize) {
+        (self.folded.constant_steps, self.folded.batch_norms)
     }
 
     /// The method's delegates, in the order of its delegate table.
@@ -132,6 +172,7 @@ impl std::fmt::Debug for MethodPlan {
         f.debug_struct("MethodPlan")
             .field("name", &self.name)
             .field("instructions", &self.steps.len())
+            .field("folded_bytes", &self.folded.bytes)
             .field("delegates", &self.delegates)
             .finish_non_exhaustive()
     }
