@@ -31,8 +31,8 @@ pub use kernels::{WeightElem, dot_rows};
 
 /// Depth of one packed block (k).
 const KC: usize = 256;
-/// Most rows of A packed at once.
-const MB: usize = 252;
+/// Most rows of A packed at once (B is packed again for each such block of rows).
+const MB: usize = 256;
 /// Most columns one task owns.
 const NB_MAX: usize = 256;
 
@@ -189,7 +189,14 @@ impl Gemm<'_> {
     /// k-contiguous rows).
     fn is_gemv(&self) -> bool {
         let (m, n, _) = self.dims();
-        (m == 1 && self.b.rs == 1) || (n == 1 && self.a.cs == 1)
+        (m == 1 && self.b.rs == 1) || (n == 1 && self.a.cs == 1) || self.is_row_times_rows()
+    }
+
+    /// One row of A against an f32 B whose rows are contiguous (a transposed weight, as
+    /// `permute` then `addmm` leave it): B is best read row by row ([`gemv_axpy`]).
+    fn is_row_times_rows(&self) -> bool {
+        let (m, n, _) = self.dims();
+        m == 1 && n > 1 && self.b.cs == 1 && self.b.rs != 1 && matches!(self.b.data, Elems::F32(_))
     }
 }
 
@@ -206,7 +213,14 @@ struct Plan {
 
 impl Plan {
     fn new(tile: Tile, m: usize, n: usize, threads: usize) -> Plan {
-        let mb = m.clamp(1, MB);
+        // Blocks of rows of equal size (a multiple of the tile's rows), so that no block
+        // of a few leftover rows packs all of B again: 512 rows are two blocks of 256,
+        // not 252 + 252 + 8.
+        let blocks = m.div_ceil(MB).max(1);
+        let mb = m
+            .div_ceil(blocks)
+            .next_multiple_of(tile.mr)
+            .clamp(1, MB.max(tile.mr));
         let threads = threads.max(1);
         // Enough rounds that each task owns at most NB_MAX columns, spread evenly.
         let per_round_max = threads * NB_MAX;
@@ -309,6 +323,9 @@ fn run<O: OutElem>(
         }
         return Ok(());
     }
+    if gemv && g.is_row_times_rows() {
+        return gemv_axpy(pool, isa, g, out, scratch);
+    }
     if gemv {
         return gemv_rows(pool, isa, g, out, scratch);
     }
@@ -324,7 +341,7 @@ fn run<O: OutElem>(
     let mut m0 = 0;
     while m0 < m {
         let mb = plan.mb.min(m - m0);
-        pack_a(pool, plan.tile, &g.a, m0, mb, apack);
+        pack_a(pool, isa, plan.tile, &g.a, m0, mb, apack);
         let mut n0 = 0;
         while n0 < n {
             let round = (plan.tasks * plan.nb).min(n - n0);
@@ -348,19 +365,16 @@ fn run<O: OutElem>(
                 run(0, used);
             }
             // Write the tiles to the output rows.
-            let tiles = &*work;
-            let rows = &mut out[m0 * n..(m0 + mb) * n];
-            let write = |first: usize, chunk: &mut [O]| {
-                for (r, row) in chunk.chunks_exact_mut(n).enumerate() {
-                    let i = first + r;
-                    for t in 0..tasks {
-                        let c0 = n0 + t * plan.nb;
-                        let nb = plan.nb.min(n0 + round - c0);
-                        let tile = &tiles[t * plan.task_len() + i * plan.nb..][..nb];
-                        finish_row(g, tile, m0 + i, c0, &mut row[c0..c0 + nb]);
-                    }
-                }
+            let tiles = TileRows {
+                tiles: &*work,
+                plan: &plan,
+                tasks,
+                n0,
+                round,
+                m0,
             };
+            let rows = &mut out[m0 * n..(m0 + mb) * n];
+            let write = |first: usize, chunk: &mut [O]| finish_tiles(isa, g, &tiles, first, chunk);
             if mb * round >= GRAIN_SIZE && mb >= 2 && pool.threads() > 1 {
                 let per = mb.div_ceil(pool.threads());
                 pool.for_each_chunk_mut(rows, per * n, 1, |ci, c| write(ci * per, c));
@@ -372,6 +386,51 @@ fn run<O: OutElem>(
         m0 += mb;
     }
     Ok(())
+}
+
+/// The tiles of one round of [`run`]: task `t` holds output columns `n0 + t * nb ..`
+/// of rows `m0 ..`, at row stride `nb`.
+struct TileRows<'t> {
+    tiles: &'t [f32],
+    plan: &'t Plan,
+    tasks: usize,
+    n0: usize,
+    round: usize,
+    m0: usize,
+}
+
+/// Finishes (scale, addend, clamp) the round's tiles into output rows `first ..` of the
+/// block (`chunk`, whole rows), compiled for `isa` so the row loops use its vectors.
+fn finish_tiles<O: OutElem>(
+    isa: Isa,
+    g: &Gemm<'_>,
+    t: &TileRows<'_>,
+    first: usize,
+    chunk: &mut [O],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(cpu) = isa.avx2() {
+        avx2::finish_tiles(cpu, g, t, first, chunk);
+        return;
+    }
+    let _ = isa;
+    finish_tiles_body(g, t, first, chunk);
+}
+
+/// The body of [`finish_tiles`].
+#[inline(always)]
+fn finish_tiles_body<O: OutElem>(g: &Gemm<'_>, t: &TileRows<'_>, first: usize, chunk: &mut [O]) {
+    let n = g.b.cols;
+    let nb_max = t.plan.nb;
+    for (r, row) in chunk.chunks_exact_mut(n).enumerate() {
+        let i = first + r;
+        for task in 0..t.tasks {
+            let c0 = t.n0 + task * nb_max;
+            let nb = nb_max.min(t.n0 + t.round - c0);
+            let tile = &t.tiles[task * t.plan.task_len() + i * nb_max..][..nb];
+            finish_row(g, tile, t.m0 + i, c0, &mut row[c0..c0 + nb]);
+        }
+    }
 }
 
 #[inline]
@@ -408,7 +467,7 @@ fn finish(g: &Gemm<'_>, v: f32, i: usize, j: usize) -> f32 {
 /// `dst[jj] = finish(tile[jj])` for output row `i`, columns `c0..`: the common cases
 /// (no scaling; no addend, or an f32 bias row) as plain slice loops the compiler
 /// vectorizes, anything else element by element.
-#[inline]
+#[inline(always)]
 fn finish_row<O: OutElem>(g: &Gemm<'_>, tile: &[f32], i: usize, c0: usize, dst: &mut [O]) {
     let (lo, hi) = g.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
     // The comparisons of `clamp`: NaN stays NaN.
@@ -507,7 +566,16 @@ pub fn gemm_f64(g: &Gemm<'_>, alpha: f64, beta: f64, out: &mut [f64]) -> Result<
 
 /// Packs rows `m0..m0+mb` of A (all of K) into `mr`-row panels: panel `p`, step `k`,
 /// row `r` at `p*mr*K + k*mr + r`; rows past `mb` are zero.
-fn pack_a(pool: &ThreadPool, t: Tile, a: &MatRef<'_>, m0: usize, mb: usize, dst: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+fn pack_a(
+    pool: &ThreadPool,
+    isa: Isa,
+    t: Tile,
+    a: &MatRef<'_>,
+    m0: usize,
+    mb: usize,
+    dst: &mut [f32],
+) {
     let (k, mr) = (a.cols, t.mr);
     let panels = mb.div_ceil(mr);
     let dst = &mut dst[..panels * mr * k];
@@ -515,12 +583,7 @@ fn pack_a(pool: &ThreadPool, t: Tile, a: &MatRef<'_>, m0: usize, mb: usize, dst:
         for (pi, panel) in chunk.chunks_exact_mut(mr * k).enumerate() {
             let r0 = (p0 + pi) * mr;
             let rows = mr.min(mb - r0);
-            match a.data {
-                Elems::F32(s) => pack_a_panel(s, mr, a, m0 + r0, rows, panel),
-                Elems::F16(s) => pack_a_panel(s, mr, a, m0 + r0, rows, panel),
-                Elems::BF16(s) => pack_a_panel(s, mr, a, m0 + r0, rows, panel),
-                Elems::F64(s) => pack_a_panel(s, mr, a, m0 + r0, rows, panel),
-            }
+            pack_a_panel_for(isa, mr, a, m0 + r0, rows, panel);
         }
     };
     if panels * mr * k >= GRAIN_SIZE && panels >= 2 && pool.threads() > 1 {
@@ -531,6 +594,83 @@ fn pack_a(pool: &ThreadPool, t: Tile, a: &MatRef<'_>, m0: usize, mb: usize, dst:
     }
 }
 
+/// [`pack_a_panel`] of rows `row0..row0 + rows` of `a`, compiled for `isa`'s vectors.
+fn pack_a_panel_for(
+    isa: Isa,
+    mr: usize,
+    a: &MatRef<'_>,
+    row0: usize,
+    rows: usize,
+    panel: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(cpu) = isa.avx2() {
+        // Eight whole f32 rows: transposed eight by eight in registers.
+        if let (8, 1, Elems::F32(s)) = (mr, a.cs, a.data)
+            && rows == 8
+        {
+            let k = a.cols;
+            let rows: [&[f32]; 8] = std::array::from_fn(|r| {
+                let base = a.offset + (row0 + r) * a.rs;
+                &s[base..base + k]
+            });
+            avx2::pack_a_8_rows(cpu, rows, &mut panel[..8 * k]);
+            return;
+        }
+        avx2::pack_a_panel(cpu, mr, a, row0, rows, panel);
+        return;
+    }
+    let _ = isa;
+    pack_a_panel_elems(mr, a, row0, rows, panel);
+}
+
+/// [`pack_a_panel`] over `a`'s element type.
+#[inline(always)]
+fn pack_a_panel_elems(mr: usize, a: &MatRef<'_>, row0: usize, rows: usize, panel: &mut [f32]) {
+    match a.data {
+        Elems::F32(s) => pack_a_panel(s, mr, a, row0, rows, panel),
+        Elems::F16(s) => pack_a_panel(s, mr, a, row0, rows, panel),
+        Elems::BF16(s) => pack_a_panel(s, mr, a, row0, rows, panel),
+        Elems::F64(s) => pack_a_panel(s, mr, a, row0, rows, panel),
+    }
+}
+
+/// [`pack_b`] of `B[k0..k0+kc, c0..c0+nb]`, compiled for `isa`'s vectors.
+fn pack_b_for(
+    isa: Isa,
+    nr: usize,
+    b: &MatRef<'_>,
+    ks: (usize, usize),
+    cs: (usize, usize),
+    dst: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(cpu) = isa.avx2() {
+        avx2::pack_b(cpu, nr, b, ks, cs, dst);
+        return;
+    }
+    let _ = isa;
+    pack_b_elems(nr, b, ks, cs, dst);
+}
+
+/// [`pack_b`] over `b`'s element type.
+#[inline(always)]
+fn pack_b_elems(
+    nr: usize,
+    b: &MatRef<'_>,
+    (k0, kc): (usize, usize),
+    (c0, nb): (usize, usize),
+    dst: &mut [f32],
+) {
+    match b.data {
+        Elems::F32(s) => pack_b(s, nr, b, k0, kc, c0, nb, dst),
+        Elems::F16(s) => pack_b(s, nr, b, k0, kc, c0, nb, dst),
+        Elems::BF16(s) => pack_b(s, nr, b, k0, kc, c0, nb, dst),
+        Elems::F64(s) => pack_b(s, nr, b, k0, kc, c0, nb, dst),
+    }
+}
+
+#[inline(always)]
 fn pack_a_panel<T: WeightElem>(
     s: &[T],
     mr: usize,
@@ -569,7 +709,7 @@ fn pack_a_panel<T: WeightElem>(
 
 /// [`pack_a_panel`] for a full panel of `MR` contiguous rows: written step by step
 /// (sequential stores, `MR` read streams).
-#[inline]
+#[inline(always)]
 fn pack_a_full<const MR: usize, T: WeightElem>(
     s: &[T],
     a: &MatRef<'_>,
@@ -591,6 +731,7 @@ fn pack_a_full<const MR: usize, T: WeightElem>(
 /// Packs `B[k0..k0+kc, c0..c0+nb]` into `nr`-column panels: panel `q`, step `k`,
 /// column `c` at `q*kc*nr + k*nr + c`; columns past `nb` are zero.
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 fn pack_b<T: WeightElem>(
     s: &[T],
     nr: usize,
@@ -673,12 +814,7 @@ fn task(
     while k0 < k {
         let kc = KC.min(k - k0);
         if packed.is_none() {
-            match g.b.data {
-                Elems::F32(s) => pack_b(s, t.nr, &g.b, k0, kc, c0, nb, bpack),
-                Elems::F16(s) => pack_b(s, t.nr, &g.b, k0, kc, c0, nb, bpack),
-                Elems::BF16(s) => pack_b(s, t.nr, &g.b, k0, kc, c0, nb, bpack),
-                Elems::F64(s) => pack_b(s, t.nr, &g.b, k0, kc, c0, nb, bpack),
-            }
+            pack_b_for(isa, t.nr, &g.b, (k0, kc), (c0, nb), bpack);
         }
         for q in 0..panels_b {
             let bp = match packed {
@@ -801,6 +937,81 @@ fn gemv_rows<O: OutElem>(
         run(0, out);
     }
     Ok(())
+}
+
+/// Output columns one [`gemv_axpy`] pass accumulates (on the stack).
+const AXPY_COLS: usize = 512;
+
+/// `x · B` for one row `x` of A and an f32 B with contiguous rows: the outputs of a
+/// block of columns accumulate `x[k] * B[k, ..]` for each `k` in order, so B is read
+/// once, row run by row run, without packing. `scratch` holds at least `k` values.
+fn gemv_axpy<O: OutElem>(
+    pool: &ThreadPool,
+    isa: Isa,
+    g: &Gemm<'_>,
+    out: &mut [O],
+    scratch: &mut [f32],
+) -> Result<(), LinalgError> {
+    let (_, n, k) = g.dims();
+    let Elems::F32(b) = g.b.data else {
+        return gemv_rows(pool, isa, g, out, scratch);
+    };
+    let xs = &mut scratch[..k];
+    for (kk, v) in xs.iter_mut().enumerate() {
+        *v = get(&g.a.data, g.a.offset + kk * g.a.cs);
+    }
+    let xs = &*xs;
+    let run = |first: usize, chunk: &mut [O]| {
+        for (ci, piece) in chunk.chunks_mut(AXPY_COLS).enumerate() {
+            let c0 = first + ci * AXPY_COLS;
+            let mut acc = [0f32; AXPY_COLS];
+            let acc = &mut acc[..piece.len()];
+            axpy_rows(isa, xs, b, g.b.offset + c0, g.b.rs, acc);
+            finish_row(g, acc, 0, c0, piece);
+        }
+    };
+    if n * k >= GRAIN_SIZE && n >= 64 && pool.threads() > 1 {
+        let per = n.div_ceil(pool.threads()).next_multiple_of(16);
+        pool.for_each_chunk_mut(out, per, 1, |ci, c| run(ci * per, c));
+    } else {
+        run(0, out);
+    }
+    Ok(())
+}
+
+/// `acc[j] += xs[kk] * b[start + kk * ld + j]` for every `kk` in order, compiled for
+/// `isa`'s vectors.
+fn axpy_rows(isa: Isa, xs: &[f32], b: &[f32], start: usize, ld: usize, acc: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(cpu) = isa.avx2() {
+        avx2::axpy_rows(cpu, xs, b, start, ld, acc);
+        return;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa.neon().is_some() {
+        axpy_rows_body::<true>(xs, b, start, ld, acc);
+        return;
+    }
+    let _ = isa;
+    axpy_rows_body::<false>(xs, b, start, ld, acc);
+}
+
+/// The body of [`axpy_rows`]; `FUSED` rounds `x * v + a` once (where the CPU has fused
+/// multiply-adds; elsewhere `mul_add` would be a library call per element).
+#[inline(always)]
+fn axpy_rows_body<const FUSED: bool>(
+    xs: &[f32],
+    b: &[f32],
+    start: usize,
+    ld: usize,
+    acc: &mut [f32],
+) {
+    for (kk, &x) in xs.iter().enumerate() {
+        let row = &b[start + kk * ld..][..acc.len()];
+        for (a, &v) in acc.iter_mut().zip(row) {
+            *a = if FUSED { x.mul_add(v, *a) } else { x * v + *a };
+        }
+    }
 }
 
 #[cfg(test)]
