@@ -94,24 +94,6 @@ pub fn im2col_nchw(g: &ConvGeometry, input: &[f32], rows: Range<usize>, col: &mu
     true
 }
 
-/// Convolves one input plane (`in_h x in_w`) with one `kernel_h x kernel_w` filter
-/// into one output plane (`out_h x out_w`), adding `bias`: the depthwise case, one
-/// output channel reading one input channel. `scratch` holds the polyphase planes of a
-/// band of output rows ([`plane_scratch_len`] elements for the whole plane at once;
-/// less works in bands, and none falls back to a kernel that needs none). Returns
-/// `false` when a slice is too short. For many planes of one geometry, prepare a
-/// [`PlaneConv`] once instead.
-pub fn conv2d_plane_nchw(
-    g: &ConvGeometry,
-    input: &[f32],
-    filter: &[f32],
-    bias: f32,
-    output: &mut [f32],
-    scratch: &mut [f32],
-) -> bool {
-    PlaneConv::new(g, scratch.len()).run(input, filter, bias, output, scratch)
-}
-
 /// Scratch elements a plane convolution or [`PlaneMaxPool`] runs best with for `g`
 /// (the whole plane in one band, up to 128 KiB).
 pub fn plane_scratch_len(g: &ConvGeometry) -> usize {
@@ -119,7 +101,9 @@ pub fn plane_scratch_len(g: &ConvGeometry) -> usize {
 }
 
 /// A depthwise plane convolution prepared once for a geometry, a scratch size and an
-/// instruction set: the polyphase kernel's band height and tap offsets.
+/// instruction set: the polyphase kernel's band height and tap offsets
+/// ([`plane_scratch_len`] elements of scratch run a whole plane in one band; less
+/// runs in bands, and none a row kernel that needs no scratch).
 pub struct PlaneConv {
     isa: Isa,
     g: ConvGeometry,
@@ -146,9 +130,11 @@ impl PlaneConv {
         }
     }
 
-    /// Convolves one plane (see [`conv2d_plane_nchw`]); `scratch` holds at least the
-    /// elements the convolution was prepared with. Returns `false`, writing nothing,
-    /// when a slice is too short.
+    /// Convolves one input plane (`in_h x in_w`) with one `kernel_h x kernel_w` filter
+    /// into one output plane (`out_h x out_w`), adding `bias`: the depthwise case, one
+    /// output channel reading one input channel. `scratch` holds at least the elements
+    /// the convolution was prepared with (the polyphase planes of a band of output
+    /// rows). Returns `false`, writing nothing, when a slice is too short.
     pub fn run(
         &self,
         input: &[f32],
@@ -718,14 +704,8 @@ mod tests {
         let mut col = vec![0f32; 81];
         assert!(!im2col_nchw(&g, &[0.0; 8], 0..9, &mut col));
         assert!(!im2col_nchw(&g, &[0.0; 9], 0..10, &mut col));
-        assert!(!conv2d_plane_nchw(
-            &g,
-            &[0.0; 9],
-            &[0.0; 8],
-            0.0,
-            &mut [0.0; 9],
-            &mut []
-        ));
+        let plane = PlaneConv::new(&g, 0);
+        assert!(!plane.run(&[0.0; 9], &[0.0; 8], 0.0, &mut [0.0; 9], &mut []));
         assert!(!col2im_add_nchw(&g, &[0.0; 80], &mut [0.0; 9]));
     }
 }

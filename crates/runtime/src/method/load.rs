@@ -12,7 +12,7 @@ use etch_memory::{
     AlignedBuffer, MemoryAllocator, MemoryBudget, PlannedMemory, RegionId, Span, Storage,
 };
 
-use super::fold::{self, Folded, Place};
+use super::fold::{self, Folded};
 use super::{LoadedDelegate, Method, MethodMeta, MethodPlan, MethodStats, PlanOptions, Step};
 use crate::RuntimeError;
 use crate::backends::{BackendRegistry, ProgramNamedData};
@@ -146,24 +146,8 @@ impl Loader<'_> {
             .map(|b| self.storage.add_shared(b.clone()))
             .collect();
         for v in &folded.values {
-            let span = match v.place {
-                Place::Program { offset, len } => Span {
-                    region: self.program_region(),
-                    offset,
-                    len,
-                },
-                Place::Buffer {
-                    buffer,
-                    offset,
-                    len,
-                } => match regions.get(buffer) {
-                    Some(&region) => Span {
-                        region,
-                        offset,
-                        len,
-                    },
-                    None => continue,
-                },
+            let Some(span) = v.place.span(|| self.program_region(), &regions) else {
+                continue;
             };
             let mut t = v.tensor;
             t.set_data(Some(span));

@@ -297,23 +297,9 @@ impl<'a> Folder<'a> {
             tensor,
             place,
         });
-        let span = match place {
-            Place::Program { offset, len } => Span {
-                region: self.loader.program_region(),
-                offset,
-                len,
-            },
-            Place::Buffer {
-                buffer,
-                offset,
-                len,
-            } => Span {
-                region: self.buffer_regions[buffer],
-                offset,
-                len,
-            },
-        };
-        tensor.set_data(Some(span));
+        let loader = &mut self.loader;
+        let span = place.span(|| loader.program_region(), &self.buffer_regions);
+        tensor.set_data(span);
         if index == self.values.len() {
             self.values.push(EValue::Tensor(tensor));
             self.constant.push(true);

@@ -29,7 +29,7 @@ mod uses;
 
 use etch_format::{ExecutionPlan, ProgramFile};
 use etch_kernels::Tensor;
-use etch_memory::{MemoryBudget, Reservation, SharedBytes};
+use etch_memory::{MemoryBudget, RegionId, Reservation, SharedBytes, Span};
 
 use super::Step;
 use crate::RuntimeError;
@@ -49,6 +49,30 @@ pub(crate) enum Place {
         offset: usize,
         len: usize,
     },
+}
+
+impl Place {
+    /// The bytes in a session's storage whose program bytes are `program` and folded
+    /// buffers `buffers`; `None` for a buffer the session lacks.
+    pub(crate) fn span(
+        self,
+        program: impl FnOnce() -> RegionId,
+        buffers: &[RegionId],
+    ) -> Option<Span> {
+        let (region, offset, len) = match self {
+            Place::Program { offset, len } => (program(), offset, len),
+            Place::Buffer {
+                buffer,
+                offset,
+                len,
+            } => (*buffers.get(buffer)?, offset, len),
+        };
+        Some(Span {
+            region,
+            offset,
+            len,
+        })
+    }
 }
 
 /// A value that is a constant in every session of a folded plan: a folded step's out,
