@@ -25,8 +25,11 @@ use pyo3::prelude::*;
 /// most bytes the program and its sessions may hold (read file, planned memory,
 /// packed delegate weights); None: the memory the system has available. Past it,
 /// loading fails with what was needed, rather than the process being killed.
+/// `fold_constants`: do the work that depends only on constants once at load (a
+/// permute of a weight, batch norms folded into their convolutions; the default), or
+/// run every instruction as the file has it.
 #[pyfunction]
-#[pyo3(signature = (source, load_mode = "mmap", threads = 0, data_path = None, max_memory = None))]
+#[pyo3(signature = (source, load_mode = "mmap", threads = 0, data_path = None, max_memory = None, fold_constants = true))]
 fn load(
     py: Python<'_>,
     source: &Bound<'_, PyAny>,
@@ -34,8 +37,16 @@ fn load(
     threads: usize,
     data_path: Option<std::path::PathBuf>,
     max_memory: Option<u64>,
+    fold_constants: bool,
 ) -> PyResult<program::Program> {
-    program::Program::load(py, source, load_mode, threads, data_path, max_memory)
+    let options = program::LoadOptions {
+        load_mode,
+        threads,
+        data_path,
+        max_memory,
+        fold_constants,
+    };
+    program::Program::load(py, source, options)
 }
 
 /// The delegate backends etch runs, by the id programs name them with.

@@ -85,16 +85,29 @@ pub struct Program {
     origin: String,
 }
 
+/// The options of `etch.load`.
+pub struct LoadOptions<'a> {
+    pub load_mode: &'a str,
+    pub threads: usize,
+    pub data_path: Option<PathBuf>,
+    pub max_memory: Option<u64>,
+    pub fold_constants: bool,
+}
+
 impl Program {
     /// Loads a program (without the GIL for a file: reading it may take a while).
     pub fn load(
         py: Python<'_>,
         source: &Bound<'_, PyAny>,
-        load_mode: &str,
-        threads: usize,
-        data_path: Option<PathBuf>,
-        max_memory: Option<u64>,
+        options: LoadOptions<'_>,
     ) -> PyResult<Self> {
+        let LoadOptions {
+            load_mode,
+            threads,
+            data_path,
+            max_memory,
+            fold_constants,
+        } = options;
         let mode = parse_load_mode(load_mode)?;
         if let Some(p) = data_path.as_ref().filter(|p| !p.exists()) {
             return Err(PyFileNotFoundError::new_err(format!(
@@ -121,7 +134,11 @@ impl Program {
                     Some(bytes) => builder.max_memory(bytes),
                     None => builder,
                 };
-                builder.load_mode(mode).threads(threads).build_program()
+                builder
+                    .load_mode(mode)
+                    .threads(threads)
+                    .fold_constants(fold_constants)
+                    .build_program()
             })
             .map_err(|e| etch_error(format!("{origin}: {e}")))?;
         Ok(Self { inner, origin })

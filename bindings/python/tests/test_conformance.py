@@ -74,3 +74,14 @@ def test_llm_fixtures_have_several_calls() -> None:
     # The KV cache test above is only meaningful with prefill plus decode calls.
     multi = [f["name"] for f in FIXTURE_LIST if f["name"].startswith("tiny_llama") and len(f["calls"]) > 1]
     assert "tiny_llama_fp32" in multi, multi
+
+
+def test_folding_off_gives_the_official_outputs_too() -> None:
+    # A vision fixture whose batch norms fold into its convolutions by default.
+    fixture = BY_NAME["vision_resnet"]
+    program = etch.load(FIXTURES / fixture["pte"], fold_constants=False)
+    session = program.method("forward")
+    for c in fixture["calls"]:
+        outputs = session(*[load_io(io) for io in c["inputs"]])
+        for got, want in zip(outputs, c["outputs"]):
+            check_output(got, want, fixture["rtol"], fixture["atol"])

@@ -37,6 +37,7 @@ def load(
     threads: int = 0,
     data_path: Optional[_PathLike] = None,
     max_memory: Optional[int] = None,
+    fold_constants: bool = True,
 ) -> Program:
     """Loads a ``.pte`` program from a path or from its bytes.
 
@@ -46,6 +47,9 @@ def load(
     core. ``data_path``: a ``.ptd`` file with data kept outside the program.
     ``max_memory``: the most bytes the program and its sessions may hold (None: what
     the system has available); past it, loading raises ``EtchError`` naming the need.
+    ``fold_constants``: do the work that depends only on constants once at load (a
+    permute of a weight, batch norms folded into their convolutions), or run every
+    instruction as the file has it.
     Raises ``FileNotFoundError`` for a missing file, ``EtchError`` for an invalid one.
     """
 
