@@ -312,7 +312,7 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
     let method_stats = method.stats();
     let profile = method.profile().map(aggregate_profile).unwrap_or_default();
     let folded_bytes = method.plan().folded_bytes();
-    let (folded_steps, folded_batch_norms) = method.plan().folded_steps();
+    let folded_steps = method.plan().folded_steps();
     let planned = module.planned_bytes();
     let temp = module.temp_allocator_stats();
     if args.json {
@@ -369,8 +369,9 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
             obj["stats"] = json!({
                 "planned_bytes": planned,
                 "folded_bytes": folded_bytes,
-                "folded_constant_steps": folded_steps,
-                "folded_batch_norms": folded_batch_norms,
+                "folded_constant_steps": folded_steps.constant_steps,
+                "folded_batch_norms": folded_steps.batch_norms,
+                "folded_activations": folded_steps.activations,
                 "temp_peak_bytes": temp.peak_bytes_live,
                 "temp_hits": temp.hits,
                 "temp_misses": temp.misses,
@@ -430,8 +431,9 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         println!("threads: {}", module.pool().threads());
         println!("planned memory: {planned} bytes");
         println!(
-            "folded constants: {folded_bytes} bytes ({folded_steps} constant steps run at load, \
-             {folded_batch_norms} batch norms folded into convolutions)"
+            "folded constants: {folded_bytes} bytes ({} constant steps run at load, {} batch \
+             norms and {} activations folded into convolutions)",
+            folded_steps.constant_steps, folded_steps.batch_norms, folded_steps.activations
         );
         println!(
             "temp allocator: peak {} bytes live, {} hits, {} misses, {} system allocations",

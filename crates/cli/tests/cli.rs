@@ -198,6 +198,7 @@ fn run_folds_at_load_unless_told_not_to() {
     let folded = stats(&[]);
     assert!(folded["folded_bytes"].as_u64() > Some(0), "{folded}");
     assert!(folded["folded_batch_norms"].as_u64() > Some(0), "{folded}");
+    assert!(folded["folded_activations"].as_u64() > Some(0), "{folded}");
     assert!(
         folded["folded_constant_steps"].as_u64() > Some(0),
         "{folded}"
@@ -206,6 +207,7 @@ fn run_folds_at_load_unless_told_not_to() {
     for key in [
         "folded_bytes",
         "folded_batch_norms",
+        "folded_activations",
         "folded_constant_steps",
     ] {
         assert_eq!(unfolded[key].as_u64(), Some(0), "{key}: {unfolded}");

@@ -6,17 +6,60 @@ use etch_memory::{Access, ScratchStats, Span, TempScope};
 
 use crate::{Element, KernelError, Tensor, ThreadPool};
 
+/// Work a kernel step does beyond what its arguments say, arranged when the program
+/// was loaded: an elementwise activation that followed the step, folded into it and
+/// applied to each output as it is written (XNNPACK's `output_min` / `output_max`).
+/// Only kernels that declare so honour it (see [`Epilogue::FUSABLE_OPS`]); every other
+/// step has the default, which does nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Epilogue {
+    /// Every output clamped into `[min, max]` as `hardtanh` does: below `min` it is
+    /// `min`, above `max` it is `max`, otherwise (NaN included) it is kept.
+    pub clamp: Option<(f32, f32)>,
+}
+
+impl Epilogue {
+    /// The operators whose kernels apply an epilogue.
+    pub const FUSABLE_OPS: &'static [&'static str] = &["aten::convolution.out"];
+
+    /// `v` with the epilogue applied.
+    #[inline(always)]
+    pub fn apply(&self, v: f32) -> f32 {
+        match self.clamp {
+            Some((lo, _)) if v < lo => lo,
+            Some((_, hi)) if v > hi => hi,
+            _ => v,
+        }
+    }
+}
+
 /// The context of one kernel call. Everything borrowed from it ends with the call.
 pub struct KernelContext<'a> {
     access: Access<'a>,
     temp: TempScope<'a>,
     pool: &'a ThreadPool,
+    epilogue: Epilogue,
 }
 
 impl<'a> KernelContext<'a> {
     /// A context over a storage access, a scratch scope and a pool.
     pub fn new(access: Access<'a>, temp: TempScope<'a>, pool: &'a ThreadPool) -> Self {
-        Self { access, temp, pool }
+        Self {
+            access,
+            temp,
+            pool,
+            epilogue: Epilogue::default(),
+        }
+    }
+
+    /// This context, for a step that also applies `epilogue` to its outputs.
+    pub fn with_epilogue(self, epilogue: Epilogue) -> Self {
+        Self { epilogue, ..self }
+    }
+
+    /// The epilogue folded into this step (the default: none).
+    pub fn epilogue(&self) -> Epilogue {
+        self.epilogue
     }
 
     /// The thread pool.

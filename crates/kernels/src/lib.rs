@@ -18,7 +18,7 @@ pub mod testing;
 mod value;
 
 pub use backend::{Backend, BackendError, BackendInitContext, DelegateHandle, DelegateSummary};
-pub use context::KernelContext;
+pub use context::{Epilogue, KernelContext};
 pub use error::{KernelError, ShapeError};
 pub use etch_base::{Bool8, Element, MAX_RANK, ScalarType, ShapeDynamism};
 pub use etch_linalg::{GRAIN_SIZE, ThreadPool, ThreadPoolError, default_threads};

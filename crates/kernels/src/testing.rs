@@ -16,7 +16,9 @@ use std::sync::Arc;
 use etch_base::{ScalarType, ShapeDynamism};
 use etch_memory::{AlignedBuffer, MemoryAllocator, Span, Storage, TempScope};
 
-use crate::{Args, EValue, Element, KernelContext, KernelError, Registry, Tensor, ThreadPool};
+use crate::{
+    Args, EValue, Element, Epilogue, KernelContext, KernelError, Registry, Tensor, ThreadPool,
+};
 
 /// Owns storage, a value table, a pool and a registry; builds values and runs kernels.
 pub struct Harness {
@@ -201,12 +203,24 @@ impl Harness {
 
     /// Runs a registered kernel on the given value indices.
     pub fn call(&mut self, op: &str, args: &[usize]) -> Result<(), KernelError> {
+        self.call_with_epilogue(op, args, Epilogue::default())
+    }
+
+    /// Runs a registered kernel on the given value indices, as a step with `epilogue`
+    /// folded into it.
+    pub fn call_with_epilogue(
+        &mut self,
+        op: &str,
+        args: &[usize],
+        epilogue: Epilogue,
+    ) -> Result<(), KernelError> {
         let kernel = self
             .registry
             .get(op)
             .ok_or_else(|| KernelError::invalid(format!("no kernel for {op}")))?;
         let temp = TempScope::new(self.temp.as_deref());
-        let ctx = KernelContext::new(self.storage.access(), temp, &self.pool);
+        let ctx =
+            KernelContext::new(self.storage.access(), temp, &self.pool).with_epilogue(epilogue);
         let mut a = Args::new(&mut self.values, args);
         let r = kernel(&ctx, &mut a);
         drop(ctx);

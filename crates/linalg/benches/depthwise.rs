@@ -57,7 +57,7 @@ fn bench(c: &mut Criterion) {
                     for (ch, o) in output.chunks_exact_mut(out * out).enumerate() {
                         let x = &input[ch * size * size..][..size * size];
                         let w = &filter[ch * 9..][..9];
-                        assert!(conv.run(x, w, 0.5, o, &mut scratch));
+                        assert!(conv.run(x, w, (0.5, None), o, &mut scratch));
                     }
                 })
             });

@@ -131,15 +131,17 @@ impl PlaneConv {
     }
 
     /// Convolves one input plane (`in_h x in_w`) with one `kernel_h x kernel_w` filter
-    /// into one output plane (`out_h x out_w`), adding `bias`: the depthwise case, one
-    /// output channel reading one input channel. `scratch` holds at least the elements
-    /// the convolution was prepared with (the polyphase planes of a band of output
-    /// rows). Returns `false`, writing nothing, when a slice is too short.
+    /// into one output plane (`out_h x out_w`), adding `bias`, then clamping each output
+    /// into `clamp` when given (below the minimum it is the minimum, above the maximum
+    /// the maximum, NaN stays): the depthwise case, one output channel reading one
+    /// input channel. `scratch` holds at least the elements the convolution was
+    /// prepared with (the polyphase planes of a band of output rows). Returns `false`,
+    /// writing nothing, when a slice is too short.
     pub fn run(
         &self,
         input: &[f32],
         filter: &[f32],
-        bias: f32,
+        (bias, clamp): (f32, Option<(f32, f32)>),
         output: &mut [f32],
         scratch: &mut [f32],
     ) -> bool {
@@ -152,17 +154,24 @@ impl PlaneConv {
             return false;
         }
         let plan = self.plan.as_ref();
+        let output = &mut output[..g.out_h * g.out_w];
+        let bias = (bias, clamp);
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = self.isa.avx512() {
+            x86::plane_avx512(t, plan, g, (input, filter, bias), output, scratch);
+            return true;
+        }
         #[cfg(target_arch = "x86_64")]
         if let Some(t) = self.isa.avx2() {
-            x86::plane_fma(t, plan, g, input, filter, bias, output, scratch);
+            x86::plane_fma(t, plan, g, (input, filter, bias), output, scratch);
             return true;
         }
         #[cfg(target_arch = "aarch64")]
         if self.isa.neon().is_some() {
-            plane::<true>(plan, g, input, filter, bias, output, scratch);
+            plane::<true>(plan, g, (input, filter, bias), output, scratch);
             return true;
         }
-        plane::<false>(plan, g, input, filter, bias, output, scratch);
+        plane::<false>(plan, g, (input, filter, bias), output, scratch);
         true
     }
 }
@@ -208,21 +217,35 @@ impl PlaneMaxPool {
     }
 }
 
+/// Input plane, filter, and (bias, output clamp) of one [`PlaneConv::run`].
+type PlaneOperands<'a> = (&'a [f32], &'a [f32], (f32, Option<(f32, f32)>));
+
 /// The body of [`PlaneConv::run`], lengths checked: the polyphase kernel, or the row
-/// kernel without a plan. `FUSED` rounds `x * w + o` once.
+/// kernel without a plan, then the clamp. `FUSED` rounds `x * w + o` once.
 #[inline(always)]
 fn plane<const FUSED: bool>(
     plan: Option<&polyphase::Plan>,
     g: &ConvGeometry,
-    input: &[f32],
-    filter: &[f32],
-    bias: f32,
+    (input, filter, (bias, clamp)): PlaneOperands<'_>,
     output: &mut [f32],
     scratch: &mut [f32],
 ) {
     match plan {
         Some(p) => p.run::<FUSED>(g, input, filter, bias, output, scratch),
         None => rows::<FUSED>(g, input, filter, bias, output),
+    }
+    if let Some((lo, hi)) = clamp {
+        for o in output.iter_mut() {
+            // Compare-and-select, so that the loop vectorises; NaN stays.
+            let v = *o;
+            *o = if v < lo {
+                lo
+            } else if v > hi {
+                hi
+            } else {
+                v
+            };
+        }
     }
 }
 
@@ -288,23 +311,54 @@ fn madd<const FUSED: bool>(x: f32, w: f32, o: f32) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::polyphase::Plan;
-    use super::{ConvGeometry, plane};
+    use super::{ConvGeometry, PlaneOperands, plane};
     use crate::CpuSupport;
 
     /// [`plane`] compiled with AVX2 and FMA.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn plane_fma(
         _: CpuSupport,
         plan: Option<&Plan>,
         g: &ConvGeometry,
-        input: &[f32],
-        filter: &[f32],
-        bias: f32,
+        operands: PlaneOperands<'_>,
         output: &mut [f32],
         scratch: &mut [f32],
     ) {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn run(
+            plan: Option<&Plan>,
+            g: &ConvGeometry,
+            operands: PlaneOperands<'_>,
+            output: &mut [f32],
+            scratch: &mut [f32],
+        ) {
+            plane::<true>(plan, g, operands, output, scratch)
+        }
         // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
-        unsafe { plane_avx2(plan, g, input, filter, bias, output, scratch) }
+        unsafe { run(plan, g, operands, output, scratch) }
+    }
+
+    /// [`plane`] compiled with AVX-512 F (16 outputs a vector).
+    pub(super) fn plane_avx512(
+        _: CpuSupport,
+        plan: Option<&Plan>,
+        g: &ConvGeometry,
+        operands: PlaneOperands<'_>,
+        output: &mut [f32],
+        scratch: &mut [f32],
+    ) {
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        unsafe fn run(
+            plan: Option<&Plan>,
+            g: &ConvGeometry,
+            operands: PlaneOperands<'_>,
+            output: &mut [f32],
+            scratch: &mut [f32],
+        ) {
+            plane::<true>(plan, g, operands, output, scratch)
+        }
+        // SAFETY: the token comes from an `Isa::Avx512*` variant, which proves AVX-512 F
+        // (and AVX2, FMA) were detected on this CPU.
+        unsafe { run(plan, g, operands, output, scratch) }
     }
 
     /// [`Plan::run_max`] compiled with AVX2.
@@ -328,19 +382,6 @@ mod x86 {
         }
         // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
         unsafe { run(plan, g, input, indices, scratch) }
-    }
-
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn plane_avx2(
-        plan: Option<&Plan>,
-        g: &ConvGeometry,
-        input: &[f32],
-        filter: &[f32],
-        bias: f32,
-        output: &mut [f32],
-        scratch: &mut [f32],
-    ) {
-        plane::<true>(plan, g, input, filter, bias, output, scratch)
     }
 }
 
@@ -556,12 +597,19 @@ mod tests {
                     let mut scratch = vec![f32::NAN; scratch_len];
                     let mut got = vec![f32::NAN; want.len()];
                     let conv = PlaneConv::with_isa(isa, &g, scratch_len);
-                    prop_assert!(conv.run(&input, &filter, bias[0], &mut got, &mut scratch));
+                    prop_assert!(conv.run(&input, &filter, (bias[0], None), &mut got, &mut scratch));
                     for (a, b) in got.iter().zip(&want) {
                         prop_assert!(
                             (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
                             "{} scratch {scratch_len}: {a} vs {b}", isa.name()
                         );
+                    }
+                    // With an output clamp: the same values, clamped.
+                    let mut clamped = vec![f32::NAN; want.len()];
+                    let bias = (bias[0], Some((-0.5, 0.75)));
+                    prop_assert!(conv.run(&input, &filter, bias, &mut clamped, &mut scratch));
+                    for (c, v) in clamped.iter().zip(&got) {
+                        prop_assert_eq!(c.to_bits(), v.clamp(-0.5, 0.75).to_bits());
                     }
                 }
             }
@@ -705,7 +753,7 @@ mod tests {
         assert!(!im2col_nchw(&g, &[0.0; 8], 0..9, &mut col));
         assert!(!im2col_nchw(&g, &[0.0; 9], 0..10, &mut col));
         let plane = PlaneConv::new(&g, 0);
-        assert!(!plane.run(&[0.0; 9], &[0.0; 8], 0.0, &mut [0.0; 9], &mut []));
+        assert!(!plane.run(&[0.0; 9], &[0.0; 8], (0.0, None), &mut [0.0; 9], &mut []));
         assert!(!col2im_add_nchw(&g, &[0.0; 80], &mut [0.0; 9]));
     }
 }

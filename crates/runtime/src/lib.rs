@@ -24,8 +24,8 @@ pub use backends::BackendRegistry;
 pub use error::RuntimeError;
 pub use host::{HostTensor, Value};
 pub use method::{
-    InstructionProfile, LoadedDelegate, Method, MethodMeta, MethodPlan, MethodStats, PlanOptions,
-    TensorInfo, ValueInfo,
+    FoldCounts, InstructionProfile, LoadedDelegate, Method, MethodMeta, MethodPlan, MethodStats,
+    PlanOptions, TensorInfo, ValueInfo,
 };
 pub use module::Module;
 pub use program::{

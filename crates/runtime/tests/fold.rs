@@ -9,7 +9,7 @@ mod common;
 use common::program::{ChainB, InstrB, PlanB, ProgramB, TensorB, ValueB, f32_bytes};
 use etch_memory::SharedBytes;
 use etch_runtime::npy::read_npy_file;
-use etch_runtime::{HostTensor, Method, Program, RuntimeError, Value};
+use etch_runtime::{FoldCounts, HostTensor, Method, Program, RuntimeError, Value};
 
 /// A one-method program under construction: values, constants, instructions.
 #[derive(Default)]
@@ -178,7 +178,13 @@ fn a_permute_of_a_constant_runs_once_at_load() {
     assert_eq!(off, expected);
     let p = program(&bytes, true);
     let plan = p.plan("forward").unwrap();
-    assert_eq!(plan.folded_steps(), (1, 0));
+    assert_eq!(
+        plan.folded_steps(),
+        FoldCounts {
+            constant_steps: 1,
+            ..Default::default()
+        }
+    );
     assert_eq!(plan.folded_bytes(), 64, "48 bytes, rounded to a cache line");
     // The folded constant is made once and held by the plan, not by each session.
     assert_eq!(p.memory_budget().in_use(), 64);
@@ -349,10 +355,18 @@ fn a_batch_norm_after_a_convolution_folds_into_it() {
         };
         let (bytes, x) = conv_bn_relu(&SEPARATE, variant);
         let [(on, on_count), (off, off_count)] = both_ways(&bytes, std::slice::from_ref(&x));
-        assert_eq!((on_count, off_count), (2, 3));
+        // The relu folds too: one convolution step is left.
+        assert_eq!((on_count, off_count), (1, 3));
         assert_close(&on, &off);
         let plan = program(&bytes, true).plan("forward").unwrap();
-        assert_eq!(plan.folded_steps(), (0, 1));
+        assert_eq!(
+            plan.folded_steps(),
+            FoldCounts {
+                batch_norms: 1,
+                activations: 1,
+                ..Default::default()
+            }
+        );
         // A [3, 3, 3, 3] weight (324 bytes) and a [3] bias, each on a cache line.
         assert_eq!(plan.folded_bytes(), 384 + 64);
     }
@@ -373,20 +387,20 @@ fn the_folded_convolution_moves_its_out_off_its_input() {
     };
     let (bytes, x) = conv_bn_relu(&chain, Variant::default());
     let [(on, on_count), (off, off_count)] = both_ways(&bytes, std::slice::from_ref(&x));
-    assert_eq!((on_count, off_count), (2, 3));
+    assert_eq!((on_count, off_count), (1, 3));
     assert_close(&on, &off);
 
+    // No free bytes for the batch norm's out at the convolution; but the relu's out,
+    // in the convolution's out's bytes, is free there: the convolution writes it, with
+    // the relu as its epilogue.
     let full = Layout {
         planned: 448,
         ..chain
     };
-    let (bytes, _) = conv_bn_relu(&full, Variant::default());
-    let plan = program(&bytes, true).plan("forward").unwrap();
-    assert_eq!(
-        plan.instruction_count(),
-        3,
-        "no free bytes: the batch norm stays"
-    );
+    let (bytes, x) = conv_bn_relu(&full, Variant::default());
+    let [(on, on_count), (off, _)] = both_ways(&bytes, std::slice::from_ref(&x));
+    assert_eq!(on_count, 1);
+    assert_close(&on, &off);
 }
 
 #[test]
@@ -410,6 +424,67 @@ fn batch_norms_that_must_stay() {
     let [(on, on_count), (off, _)] = both_ways(&bytes, std::slice::from_ref(&x));
     assert_eq!(on_count, 3);
     assert_eq!(on, off);
+}
+
+/// `hardtanh(conv(x, W, b), lo, hi)` (3 input channels to 2, 3x3, padding 1) over
+/// `[1, 3, 4, 4]`; with `second_reader`, the convolution's out is also an output.
+fn conv_hardtanh(lo: f64, hi: f64, second_reader: bool) -> (SharedBytes, HostTensor) {
+    let mut n = Net::new(512);
+    let x = n.at(&[1, 3, 4, 4], 0);
+    let w = n.constant(&[2, 3, 3, 3], &ramp(54, 0.25));
+    let bias = n.constant(&[2], &[0.5, -0.25]);
+    let stride = n.ints(&[1, 1]);
+    let padding = n.ints(&[1, 1]);
+    let dilation = n.ints(&[1, 1]);
+    let tr = n.push(ValueB::Bool(false));
+    let output_padding = n.ints(&[0, 0]);
+    let groups = n.push(ValueB::Int(1));
+    let o = n.at(&[1, 2, 4, 4], 192);
+    let conv = [
+        x,
+        w,
+        bias,
+        stride,
+        padding,
+        dilation,
+        tr,
+        output_padding,
+        groups,
+        o,
+        o,
+    ];
+    n.op("aten::convolution.out", &conv);
+    let (lo, hi) = (n.push(ValueB::Double(lo)), n.push(ValueB::Double(hi)));
+    let y = n.at(&[1, 2, 4, 4], 320);
+    n.op("aten::hardtanh.out", &[o, lo, hi, y, y]);
+    let outputs = if second_reader { vec![y, o] } else { vec![y] };
+    let x_data: Vec<f32> = ramp(48, 0.3).iter().map(|v| v - 0.4).collect();
+    (
+        n.bytes(&[x], &outputs),
+        HostTensor::from_slice(&[1, 3, 4, 4], &x_data),
+    )
+}
+
+#[test]
+fn an_activation_after_a_convolution_becomes_its_output_clamp() {
+    let (bytes, x) = conv_hardtanh(-1.0, 2.5, false);
+    let [(on, on_count), (off, off_count)] = both_ways(&bytes, std::slice::from_ref(&x));
+    assert_eq!((on_count, off_count), (1, 2));
+    // The same values the activation computes, to the bit; and some were clamped.
+    assert_eq!(on, off);
+    assert!(off.contains(&-1.0) && off.contains(&2.5), "{off:?}");
+    let plan = program(&bytes, true).plan("forward").unwrap();
+    let counts = plan.folded_steps();
+    assert_eq!((counts.activations, plan.folded_bytes()), (1, 0));
+
+    // Stays: the convolution's out is read by more than the activation (an output
+    // here), or the bounds are an empty range (hardtanh then fills in a bound).
+    for (lo, hi, second_reader) in [(-1.0, 2.5, true), (3.0, 1.0, false)] {
+        let (bytes, x) = conv_hardtanh(lo, hi, second_reader);
+        let [(on, on_count), (off, _)] = both_ways(&bytes, std::slice::from_ref(&x));
+        assert_eq!(on_count, 2, "[{lo}, {hi}], second reader {second_reader}");
+        assert_eq!(on, off);
+    }
 }
 
 #[test]
@@ -455,11 +530,11 @@ fn vision_fixtures_fold_and_keep_their_outputs() {
     // (fixture, batch norms and permutes left after folding)
     for (name, left) in [
         ("vision_mobilenet_v3_small", (0, 0)),
-        // Its first batch norm stays: at the first convolution the plan has no free
-        // bytes for the folded out (the input, the convolution's out and the relu's
-        // out after it fill planned memory).
-        ("vision_mobilenet_v2", (1, 0)),
-        ("vision_resnet", (1, 0)),
+        // Their first batch norm folds with the activation after it: at the first
+        // convolution the plan has no free bytes for the batch norm's out, but has the
+        // activation's.
+        ("vision_mobilenet_v2", (0, 0)),
+        ("vision_resnet", (0, 0)),
     ] {
         let dir = fixtures();
         let input = read_npy_file(&dir.join(name).join("call0.in0.npy")).unwrap();
@@ -474,6 +549,8 @@ fn vision_fixtures_fold_and_keep_their_outputs() {
             let counts = (count(&mut m, BATCH_NORM), count(&mut m, PERMUTE));
             if fold {
                 assert_eq!(counts, left, "{name}");
+                let folded = p.plan("forward").unwrap().folded_steps();
+                assert!(folded.activations > 0, "{name}: {folded:?}");
                 assert!(p.plan("forward").unwrap().folded_bytes() > 0, "{name}");
             } else {
                 assert!(counts.0 > left.0 && counts.1 > 0, "{name}: {counts:?}");

@@ -13,6 +13,10 @@
 //! * A transposed convolution is the GEMM `filter_gᵀ x input_g` into scratch, scattered
 //!   onto the bias-filled output (col2im), one output channel per task.
 //!
+//! An [`Epilogue`](crate::Epilogue) folded into the step at load (an activation that
+//! followed the convolution) clamps each output as it is written: in the GEMM's finish,
+//! after each depthwise plane, or in one pass after a transposed convolution.
+//!
 //! The kernels live in `etch_linalg::conv_nchw`, described by its `ConvGeometry`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -239,6 +243,11 @@ fn convolution(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
     let io = Operands { xs, ws, bs, os };
     if conv.transposed {
         transposed(ctx, &conv, io)?;
+        let epilogue = ctx.epilogue();
+        if epilogue.clamp.is_some() {
+            let os = staged.data();
+            os.iter_mut().for_each(|v| *v = epilogue.apply(*v));
+        }
     } else if conv.g.group_in == 1 && conv.g.groups > 1 {
         depthwise(ctx, &conv, io)?;
     } else {
@@ -332,6 +341,7 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
                         1.0,
                     )
                 }),
+                clamp: ctx.epilogue().clamp,
                 ..product(weights, columns)
             };
             let dst = &mut o_img[grp * g.group_out * px..(grp + 1) * g.group_out * px];
@@ -374,6 +384,7 @@ fn depthwise(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(
     let (ci, co, mult) = (g.in_channels(), g.out_channels(), g.group_out);
     let per_task = plane_scratch_len(g);
     let kernel = PlaneConv::new(g, per_task);
+    let epilogue = ctx.epilogue();
     let scratch = ctx.scratch_dirty::<f32>(per_task * ctx.pool().threads())?;
     let ok = AtomicBool::new(true);
     let plane = |idx: usize, out: &mut [f32], scratch: &mut [f32]| {
@@ -382,7 +393,7 @@ fn depthwise(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(
         let x = &xs[(n * ci + c) * in_plane..][..in_plane];
         let w = &ws[oc * taps..(oc + 1) * taps];
         let b = bs.map_or(0.0, |b| b[oc]);
-        if !kernel.run(x, w, b, out, scratch) {
+        if !kernel.run(x, w, (b, epilogue.clamp), out, scratch) {
             ok.store(false, Ordering::Relaxed);
         }
     };

@@ -126,7 +126,8 @@ fn apply<C: Num>(
         };
     }
     match op {
-        U::Relu => go!(|v: C| if v.is_nan() || v > C::ZERO {
+        // As the portable kernel: NaN and -0.0 pass through (`v >= 0`).
+        U::Relu => go!(|v: C| if v.is_nan() || v >= C::ZERO {
             v
         } else {
             C::ZERO

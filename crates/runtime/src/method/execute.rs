@@ -69,9 +69,15 @@ impl Method {
                 .is_some()
                 .then(|| (Instant::now(), CountingAllocator::global_counts()));
             let result = match &steps[pc] {
-                Step::Kernel { kernel, op, args } => {
+                Step::Kernel {
+                    kernel,
+                    op,
+                    args,
+                    epilogue,
+                } => {
                     let scope = TempScope::new(temp.as_deref().map(|t| t as &dyn MemoryAllocator));
-                    let ctx = KernelContext::new(storage.access(), scope, pool);
+                    let ctx =
+                        KernelContext::new(storage.access(), scope, pool).with_epilogue(*epilogue);
                     let mut a = Args::new(values, args);
                     let r = kernel(&ctx, &mut a);
                     record_scratch(stats, &ctx);

@@ -7,7 +7,7 @@ use etch_format::{
     Value as FileValue,
 };
 use etch_kernels::backend::{BackendInitContext, CompileSpecRef};
-use etch_kernels::{BackendError, EValue, Registry, Tensor, ThreadPool};
+use etch_kernels::{BackendError, EValue, Epilogue, Registry, Tensor, ThreadPool};
 use etch_memory::{
     AlignedBuffer, MemoryAllocator, MemoryBudget, PlannedMemory, RegionId, Span, Storage,
 };
@@ -256,6 +256,7 @@ impl MethodPlan {
                             kernel,
                             op: *op_index,
                             args: args.clone().into_boxed_slice(),
+                            epilogue: Epilogue::default(),
                         }
                     }
                     Instruction::DelegateCall {

@@ -9,10 +9,23 @@ mod meta;
 
 use std::sync::Arc;
 
-use etch_kernels::{DelegateHandle, DelegateSummary, EValue, KernelFn, ThreadPool};
+use etch_kernels::{DelegateHandle, DelegateSummary, EValue, Epilogue, KernelFn, ThreadPool};
 use etch_memory::{AllocatorStats, MemoryAllocator, MemoryBudget, Storage};
 
 pub use io::TensorView;
+
+/// The instructions folding at load removed from a method, by kind
+/// ([`MethodPlan::folded_steps`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FoldCounts {
+    /// Steps whose inputs are all constants, run once at load.
+    pub constant_steps: usize,
+    /// Inference batch norms folded into the convolutions before them.
+    pub batch_norms: usize,
+    /// `hardtanh` and `relu` steps folded into the convolutions before them (as their
+    /// output clamp).
+    pub activations: usize,
+}
 pub use meta::{MethodMeta, TensorInfo, ValueInfo};
 
 /// Most instructions one `execute` may run (guards against jump loops), as upstream.
@@ -26,6 +39,8 @@ pub(crate) enum Step {
         /// Index into `MethodPlan::operator_names`.
         op: usize,
         args: Box<[usize]>,
+        /// An activation folded into the step at load (none in the file's steps).
+        epilogue: Epilogue,
     },
     Delegate {
         /// Index into `MethodPlan::delegates`.
@@ -80,8 +95,8 @@ pub struct PlanOptions {
     /// Give a mapped file's pages back after each delegate has packed its weights.
     pub release_pages: bool,
     /// Fold at load (default on): kernel steps whose inputs are all constants run once
-    /// and become constants, and inference batch norms are folded into the f32
-    /// convolutions before them (see [`MethodPlan::folded_steps`]).
+    /// and become constants, and inference batch norms and activations are folded into
+    /// the f32 convolutions before them (see [`MethodPlan::folded_steps`]).
     pub fold_constants: bool,
 }
 
@@ -134,10 +149,9 @@ impl MethodPlan {
         self.folded.bytes
     }
 
-    /// Instructions folded away at load: `(constant steps evaluated once, batch norms
-    /// folded into their convolutions)`.
-    pub fn folded_steps(&self) -> (usize, usize) {
-        (self.folded.constant_steps, self.folded.batch_norms)
+    /// Instructions folded away at load, by kind.
+    pub fn folded_steps(&self) -> FoldCounts {
+        self.folded.counts
     }
 
     /// The method's delegates, in the order of its delegate table.

@@ -3,6 +3,7 @@ use etch_linalg::conv::ConvGeometry;
 use etch_linalg::conv_nchw::{conv_transpose2d_nchw_reference, conv2d_nchw_reference};
 use proptest::prelude::*;
 
+use crate::Epilogue;
 use crate::ops::elementwise::testutil::{Lcg, assert_close, harness, read, tensor};
 use crate::testing::Harness;
 
@@ -156,6 +157,20 @@ fn run(c: &Case, seed: u64, threads: usize) {
     .unwrap();
     assert_eq!(h.tensor_meta(out).sizes(), &out_shape[..]);
     let got = read(&mut h, out);
+    // The same call with a clamp folded into it: the plain outputs, clamped, to the bit.
+    let epilogue = Epilogue {
+        clamp: Some((-0.25, 0.5)),
+    };
+    let clamped = h.out(ScalarType::Float, &out_shape);
+    let args = [
+        xt, wt, bt, stride, pad, dil, tr, opad, groups, clamped, clamped,
+    ];
+    h.call_with_epilogue("aten::convolution.out", &args, epilogue)
+        .unwrap();
+    let clamped = read(&mut h, clamped);
+    for (c, g) in clamped.iter().zip(&got) {
+        assert_eq!((*c as f32).to_bits(), epilogue.apply(*g as f32).to_bits());
+    }
     let xf: Vec<f32> = x.iter().map(|&v| v as f32).collect();
     let wf: Vec<f32> = w.iter().map(|&v| v as f32).collect();
     let bf: Vec<f32> = if c.bias {

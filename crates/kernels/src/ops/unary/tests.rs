@@ -88,6 +88,23 @@ fn gelu_both_approximations() {
 }
 
 #[test]
+fn relu_keeps_nan_and_negative_zero_as_the_portable_kernel_does() {
+    let mut h = Harness::new();
+    let x = tensor(
+        &mut h,
+        ScalarType::Float,
+        &[4],
+        &[-0.0, f64::NAN, -2.0, 3.0],
+    );
+    let out = h.out(ScalarType::Float, &[4]);
+    h.call("aten::relu.out", &[x, out, out]).unwrap();
+    let got = h.read::<f32>(out);
+    assert_eq!(got[0].to_bits(), (-0.0f32).to_bits());
+    assert!(got[1].is_nan());
+    assert_eq!(got[2..], [0.0, 3.0]);
+}
+
+#[test]
 fn integer_ops_keep_their_dtype() {
     let mut h = Harness::new();
     let x = tensor(&mut h, ScalarType::Char, &[4], &[-128.0, -3.0, 0.0, 5.0]);

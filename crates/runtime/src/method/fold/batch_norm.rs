@@ -9,18 +9,19 @@
 use etch_format::{ScalarType, ShapeDynamism, Value as FileValue};
 use etch_kernels::Tensor;
 
-use super::super::Step;
+use super::super::{FoldCounts, Step};
 use super::Folder;
-use super::lifetimes::{Lifetimes, Placement};
+use super::activation::{activation_after, retarget};
+use super::lifetimes::{Lifetimes, Placement, is_fresh_out_like, place_out_earlier};
 use super::uses::Uses;
 use crate::RuntimeError;
 
-const CONVOLUTION: &str = "aten::convolution.out";
+pub(super) const CONVOLUTION: &str = "aten::convolution.out";
 const BATCH_NORM: &str = "aten::_native_batch_norm_legit_no_training.out";
 
 /// `convolution.out(input, weight, bias, stride, padding, dilation, transposed,
 /// output_padding, groups, out)` and its return slot.
-mod conv_arg {
+pub(super) mod conv_arg {
     pub const WEIGHT: usize = 1;
     pub const BIAS: usize = 2;
     pub const TRANSPOSED: usize = 6;
@@ -61,16 +62,19 @@ struct Pair {
 }
 
 /// Folds each batch norm that directly follows (among the kept steps) the convolution
-/// feeding it, rewriting the convolution and clearing the batch norm's `keep` flag;
-/// returns how many folded.
+/// feeding it, rewriting the convolution and clearing the batch norm's `keep` flag.
+///
+/// When the convolution cannot write the batch norm's out (no free bytes for it one step
+/// early: the memory plan put it over the convolution's input) but an activation reads
+/// it next, the convolution writes the activation's out instead, which the plan put in
+/// bytes free at the convolution (its own out's), with the activation as its epilogue.
 pub(super) fn fold_batch_norms(
     folder: &mut Folder<'_>,
     steps: &mut [Step],
     keep: &mut [bool],
     (uses, lifetimes): (&Uses, &mut Lifetimes),
-    operator_names: &[String],
-) -> Result<usize, RuntimeError> {
-    let mut folded = 0;
+    (operator_names, counts): (&[String], &mut FoldCounts),
+) -> Result<(), RuntimeError> {
     for c in 0..steps.len() {
         if !keep[c] {
             continue;
@@ -87,30 +91,59 @@ pub(super) fn fold_batch_norms(
         let Some(pair) = match_pair(folder, uses, (c, conv), (b, bn)) else {
             continue;
         };
-        let Some(out0_at) = place_out0(folder, lifetimes, c, &pair) else {
-            continue;
+        let target = match place_out_earlier(folder, lifetimes, c, pair.conv_out, pair.out0) {
+            Some(at) => Ok(at),
+            None => {
+                let kept = (&*steps, &*keep);
+                let Some(act) = activation_after(folder, uses, kept, b, pair.out0, operator_names)
+                else {
+                    continue;
+                };
+                if !uses.only_in_kept(pair.out0, &[b, act.step], keep) {
+                    continue;
+                }
+                match place_out_earlier(folder, lifetimes, c, pair.conv_out, act.out) {
+                    Some(at) => Err((act, at)),
+                    None => continue,
+                }
+            }
         };
         let Some((weight, bias)) = fold_pair(folder, &pair)? else {
             continue;
         };
-        if Some(out0_at) != Placement::of(folder.plan(), pair.out0) {
-            folder.relocate(pair.out0, out0_at);
+        match target {
+            Ok(out0_at) => {
+                if Some(out0_at) != Placement::of(folder.plan(), pair.out0) {
+                    folder.relocate(pair.out0, out0_at);
+                }
+                lifetimes.occupy(pair.out0, out0_at, c);
+                if let Step::Kernel { args, .. } = &mut steps[c] {
+                    args[conv_arg::OUT] = pair.out0;
+                    args[conv_arg::RETURN] = pair.out0;
+                }
+            }
+            Err((act, at)) => {
+                retarget(folder, lifetimes, (&mut steps[c], c), &act, at);
+                keep[act.step] = false;
+                counts.activations += 1;
+            }
         }
-        lifetimes.occupy(pair.out0, out0_at, c);
         if let Step::Kernel { args, .. } = &mut steps[c] {
             args[conv_arg::WEIGHT] = weight;
             args[conv_arg::BIAS] = bias;
-            args[conv_arg::OUT] = pair.out0;
-            args[conv_arg::RETURN] = pair.out0;
         }
         keep[b] = false;
-        folded += 1;
+        counts.batch_norms += 1;
     }
-    Ok(folded)
+    Ok(())
 }
 
 /// The arguments of a kernel step calling `op`, if `step` is one.
-fn kernel_args<'s>(step: &'s Step, op: &str, operator_names: &[String]) -> Option<&'s [usize]> {
+pub(super) fn kernel_args<'s>(
+    step: &'s Step,
+    op: &str,
+    operator_names: &[String],
+) -> Option<&'s [usize]> {
     match step {
         Step::Kernel { op: o, args, .. } if operator_names.get(*o).is_some_and(|n| n == op) => {
             Some(args)
@@ -151,18 +184,7 @@ fn match_pair(
     }
     // out0, which the convolution will write: a fresh value of the same layout.
     let out0 = bn[bn_arg::OUT0];
-    let out0_t = static_f32(folder, out0)?;
-    let fresh = match plan.values.get(out0) {
-        Some(FileValue::Tensor(meta)) => meta.data_buffer_idx == 0,
-        _ => false,
-    };
-    if !fresh
-        || uses.writers[out0] != 1
-        || uses.steps[out0].first() != Some(&b)
-        || plan.inputs.contains(&out0)
-        || out0_t.sizes() != out_t.sizes()
-        || out0_t.dim_order() != out_t.dim_order()
-    {
+    if !is_fresh_out_like(folder, uses, out0, b, &out_t) {
         return None;
     }
     // A plain (not transposed) convolution of constant f32 weights [C_out, ..].
@@ -194,35 +216,8 @@ fn match_pair(
     })
 }
 
-/// Where the convolution can write out0, one step earlier than the batch norm did.
-/// The memory plan gave out0 bytes free from the batch norm on, which may hold the
-/// convolution's input (its last use is the convolution): they are kept if nothing
-/// else is in them at the convolution; otherwise out0 moves to bytes of the planned
-/// buffers that nothing uses from the convolution to out0's last use (the
-/// convolution's own out no longer needs any). `None` when there are none.
-fn place_out0(
-    folder: &Folder<'_>,
-    lifetimes: &mut Lifetimes,
-    c: usize,
-    p: &Pair,
-) -> Option<Placement> {
-    let plan = folder.plan();
-    let own = lifetimes.placement(plan, p.out0)?;
-    let except = [p.out0, p.conv_out];
-    let gone = |v: usize| folder.is_constant(v);
-    // The convolution's out stops being written, and out0 may move.
-    if !lifetimes.unshared(plan, p.conv_out, gone) || !lifetimes.unshared(plan, p.out0, gone) {
-        return None;
-    }
-    if lifetimes.free(plan, own, (c, c), &except, gone) {
-        return Some(own);
-    }
-    let (_, last) = lifetimes.of(p.out0)?;
-    lifetimes.find_free(plan, own.end - own.start, (c, last), &except, gone)
-}
-
 /// Value `v`'s tensor, when it is a static f32 tensor.
-fn static_f32(folder: &Folder<'_>, v: usize) -> Option<Tensor> {
+pub(super) fn static_f32(folder: &Folder<'_>, v: usize) -> Option<Tensor> {
     folder
         .tensor(v)
         .filter(|t| t.dtype() == ScalarType::Float && t.dynamism() == ShapeDynamism::Static)

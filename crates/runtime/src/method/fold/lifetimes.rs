@@ -11,8 +11,10 @@
 //! over-estimates, which only makes the checks stricter.
 
 use etch_format::{ExecutionPlan, Value as FileValue};
+use etch_kernels::Tensor;
 
 use super::super::Step;
+use super::Folder;
 use super::uses::{Uses, referenced};
 
 /// Alignment of the bytes [`Lifetimes::find_free`] finds (a cache line).
@@ -246,4 +248,57 @@ impl Lifetimes {
             }
         })
     }
+}
+
+/// Where step `step` can write `new_out`, a value a later step wrote, in place of its
+/// own out `old_out` (which stops being written). The memory plan gave `new_out` bytes
+/// free from its writer on, which may hold the step's input (its last use is the
+/// step): they are kept if nothing else is in them at the step; otherwise `new_out`
+/// moves to bytes of the planned buffers that nothing uses from the step to its last
+/// use (`old_out` no longer needs any). `None` when there are none.
+pub(super) fn place_out_earlier(
+    folder: &Folder<'_>,
+    lifetimes: &mut Lifetimes,
+    step: usize,
+    old_out: usize,
+    new_out: usize,
+) -> Option<Placement> {
+    let plan = folder.plan();
+    let own = lifetimes.placement(plan, new_out)?;
+    let except = [new_out, old_out];
+    let gone = |v: usize| folder.is_constant(v);
+    if !lifetimes.unshared(plan, old_out, gone) || !lifetimes.unshared(plan, new_out, gone) {
+        return None;
+    }
+    if lifetimes.free(plan, own, (step, step), &except, gone) {
+        return Some(own);
+    }
+    let (_, last) = lifetimes.of(new_out)?;
+    lifetimes.find_free(plan, own.end - own.start, (step, last), &except, gone)
+}
+
+/// True when `v` can become the out of an earlier step in place of a value shaped as
+/// `like`: a planned (not constant) static f32 value of the same sizes and dim order,
+/// no method input, written once, first by step `writer`.
+pub(super) fn is_fresh_out_like(
+    folder: &Folder<'_>,
+    uses: &Uses,
+    v: usize,
+    writer: usize,
+    like: &Tensor,
+) -> bool {
+    let plan = folder.plan();
+    let Some(t) = super::batch_norm::static_f32(folder, v) else {
+        return false;
+    };
+    let fresh = match plan.values.get(v) {
+        Some(FileValue::Tensor(meta)) => meta.data_buffer_idx == 0,
+        _ => false,
+    };
+    fresh
+        && uses.writers[v] == 1
+        && uses.steps[v].first() == Some(&writer)
+        && !plan.inputs.contains(&v)
+        && t.sizes() == like.sizes()
+        && t.dim_order() == like.dim_order()
 }

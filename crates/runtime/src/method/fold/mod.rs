@@ -10,6 +10,9 @@
 //!   statistics are constants, right after the f32 convolution that alone feeds it, is
 //!   folded into that convolution's weight and bias (computed in f64, rounded once to
 //!   f32); the convolution writes the batch norm's output and the batch norm step goes.
+//! * **Activation into convolution** ([`activation`]): a `hardtanh` or `relu` right
+//!   after the convolution that alone feeds it becomes the convolution's output clamp
+//!   (an [`Epilogue`](etch_kernels::Epilogue)); the activation step goes.
 //!
 //! Folding is exactly safe or not done: a value a pass turns into a constant (or stops
 //! writing) is no method input or output, is read by no step other than those folded
@@ -21,6 +24,7 @@
 //! session, bound into its storage zero-copy as the program's constants are, and held
 //! against the program's memory budget.
 
+mod activation;
 mod batch_norm;
 mod constant;
 mod folder;
@@ -31,7 +35,7 @@ use etch_format::{ExecutionPlan, ProgramFile};
 use etch_kernels::Tensor;
 use etch_memory::{MemoryBudget, RegionId, Reservation, SharedBytes, Span};
 
-use super::Step;
+use super::{FoldCounts, Step};
 use crate::RuntimeError;
 use folder::Folder;
 use lifetimes::Lifetimes;
@@ -97,10 +101,8 @@ pub(crate) struct Folded {
     pub moved: Vec<(usize, Placement)>,
     /// Values appended after the file's (new weights and biases).
     pub added_values: usize,
-    /// Constant steps evaluated and removed.
-    pub constant_steps: usize,
-    /// Batch norms folded into their convolutions (and removed).
-    pub batch_norms: usize,
+    /// The steps folded away, by kind.
+    pub counts: FoldCounts,
     /// Bytes of `buffers`, reserved against the memory budget.
     pub bytes: usize,
     pub _reservations: Vec<Reservation>,
@@ -126,18 +128,33 @@ pub(super) fn fold(
     };
     let mut lifetimes = Lifetimes::new(plan, steps, &uses);
     let mut keep = vec![true; steps.len()];
-    let constant_steps =
-        constant::fold_constant_steps(&mut folder, steps, &mut keep, (&uses, &mut lifetimes))?;
-    let batch_norms = batch_norm::fold_batch_norms(
+    let mut counts = FoldCounts {
+        constant_steps: constant::fold_constant_steps(
+            &mut folder,
+            steps,
+            &mut keep,
+            (&uses, &mut lifetimes),
+        )?,
+        ..FoldCounts::default()
+    };
+    let names = (operator_names, &mut counts);
+    batch_norm::fold_batch_norms(
         &mut folder,
         steps,
         &mut keep,
         (&uses, &mut lifetimes),
-        operator_names,
+        names,
     )?;
+    let names = (operator_names, &mut counts);
+    activation::fold_activations(
+        &mut folder,
+        steps,
+        &mut keep,
+        (&uses, &mut lifetimes),
+        names,
+    );
     let mut folded = folder.finish();
-    folded.constant_steps = constant_steps;
-    folded.batch_norms = batch_norms;
+    folded.counts = counts;
     let mut flags = keep.into_iter();
     steps.retain(|_| flags.next().unwrap_or(true));
     Ok(folded)

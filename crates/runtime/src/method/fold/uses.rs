@@ -104,6 +104,18 @@ impl Uses {
         self.writers.get(v) == Some(&0) && self.pinned.get(v) == Some(&false)
     }
 
+    /// True when nothing pins `v` and every step still kept (`keep`) that names it is
+    /// one of `steps`: what [`Uses::only_in`] says once earlier passes folded steps away
+    /// (their references stay in `self`).
+    pub fn only_in_kept(&self, v: usize, steps: &[usize], keep: &[bool]) -> bool {
+        self.pinned.get(v) == Some(&false)
+            && self.steps.get(v).is_some_and(|named| {
+                named
+                    .iter()
+                    .all(|s| steps.contains(s) || keep.get(*s) == Some(&false))
+            })
+    }
+
     /// True when the steps naming `v` are exactly `steps` and nothing pins it.
     pub fn only_in(&self, v: usize, steps: &[usize]) -> bool {
         self.pinned.get(v) == Some(&false) && self.steps.get(v).is_some_and(|s| s == steps)
