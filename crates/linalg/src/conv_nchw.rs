@@ -157,13 +157,9 @@ impl PlaneConv {
         let output = &mut output[..g.out_h * g.out_w];
         let bias = (bias, clamp);
         #[cfg(target_arch = "x86_64")]
-        if let Some(t) = self.isa.avx512() {
-            x86::plane_avx512(t, plan, g, (input, filter, bias), output, scratch);
-            return true;
-        }
-        #[cfg(target_arch = "x86_64")]
         if let Some(t) = self.isa.avx2() {
-            x86::plane_fma(t, plan, g, (input, filter, bias), output, scratch);
+            let avx512 = self.isa.avx512().is_some();
+            x86::plane_simd(t, avx512, (plan, g), (input, filter, bias), output, scratch);
             return true;
         }
         #[cfg(target_arch = "aarch64")]
@@ -314,51 +310,41 @@ mod x86 {
     use super::{ConvGeometry, PlaneOperands, plane};
     use crate::CpuSupport;
 
-    /// [`plane`] compiled with AVX2 and FMA.
-    pub(super) fn plane_fma(
+    /// [`plane`] compiled with AVX2 and FMA, or with AVX-512 F as well (16 outputs a
+    /// vector) when `avx512` (which the caller's token must prove).
+    pub(super) fn plane_simd(
         _: CpuSupport,
-        plan: Option<&Plan>,
-        g: &ConvGeometry,
+        avx512: bool,
+        (plan, g): (Option<&Plan>, &ConvGeometry),
         operands: PlaneOperands<'_>,
         output: &mut [f32],
         scratch: &mut [f32],
     ) {
+        type Call<'a, 'b> = (
+            Option<&'a Plan>,
+            &'a ConvGeometry,
+            PlaneOperands<'a>,
+            &'b mut [f32],
+        );
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn run(
-            plan: Option<&Plan>,
-            g: &ConvGeometry,
-            operands: PlaneOperands<'_>,
-            output: &mut [f32],
-            scratch: &mut [f32],
-        ) {
+        unsafe fn fma((plan, g, operands, output): Call<'_, '_>, scratch: &mut [f32]) {
             plane::<true>(plan, g, operands, output, scratch)
         }
-        // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
-        unsafe { run(plan, g, operands, output, scratch) }
-    }
-
-    /// [`plane`] compiled with AVX-512 F (16 outputs a vector).
-    pub(super) fn plane_avx512(
-        _: CpuSupport,
-        plan: Option<&Plan>,
-        g: &ConvGeometry,
-        operands: PlaneOperands<'_>,
-        output: &mut [f32],
-        scratch: &mut [f32],
-    ) {
         #[target_feature(enable = "avx512f,avx2,fma")]
-        unsafe fn run(
-            plan: Option<&Plan>,
-            g: &ConvGeometry,
-            operands: PlaneOperands<'_>,
-            output: &mut [f32],
-            scratch: &mut [f32],
-        ) {
+        unsafe fn wide((plan, g, operands, output): Call<'_, '_>, scratch: &mut [f32]) {
             plane::<true>(plan, g, operands, output, scratch)
         }
-        // SAFETY: the token comes from an `Isa::Avx512*` variant, which proves AVX-512 F
-        // (and AVX2, FMA) were detected on this CPU.
-        unsafe { run(plan, g, operands, output, scratch) }
+        let call = (plan, g, operands, output);
+        // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU,
+        // and with `avx512` it comes from an `Isa::Avx512*` variant, which proves AVX-512
+        // F was too.
+        unsafe {
+            if avx512 {
+                wide(call, scratch)
+            } else {
+                fma(call, scratch)
+            }
+        }
     }
 
     /// [`Plan::run_max`] compiled with AVX2.

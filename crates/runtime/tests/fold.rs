@@ -73,6 +73,30 @@ impl Net {
             .push(InstrB::Kernel(index as i32, args.to_vec()));
     }
 
+    /// `convolution.out(x, w, bias)` with stride 1, padding 1, one group, into `out`.
+    fn conv_3x3_padded(&mut self, x: i32, w: i32, bias: i32, transposed: bool, out: i32) {
+        let stride = self.ints(&[1, 1]);
+        let padding = self.ints(&[1, 1]);
+        let dilation = self.ints(&[1, 1]);
+        let tr = self.push(ValueB::Bool(transposed));
+        let output_padding = self.ints(&[0, 0]);
+        let groups = self.push(ValueB::Int(1));
+        let args = [
+            x,
+            w,
+            bias,
+            stride,
+            padding,
+            dilation,
+            tr,
+            output_padding,
+            groups,
+            out,
+            out,
+        ];
+        self.op("aten::convolution.out", &args);
+    }
+
     fn bytes(self, inputs: &[i32], outputs: &[i32]) -> SharedBytes {
         let operators = self
             .operators
@@ -280,29 +304,8 @@ fn conv_bn_relu(layout: &Layout, variant: Variant) -> (SharedBytes, HostTensor) 
         t.dim_order = Some(vec![0, 2, 3, 1]);
     }
     let bias = n.push(ValueB::Null);
-    let stride = n.ints(&[1, 1]);
-    let padding = n.ints(&[1, 1]);
-    let dilation = n.ints(&[1, 1]);
-    let tr = n.push(ValueB::Bool(variant.transposed));
-    let output_padding = n.ints(&[0, 0]);
-    let groups = n.push(ValueB::Int(1));
     let o = n.at(&[1, 3, 4, 4], layout.conv_out);
-    n.op(
-        "aten::convolution.out",
-        &[
-            x,
-            w,
-            bias,
-            stride,
-            padding,
-            dilation,
-            tr,
-            output_padding,
-            groups,
-            o,
-            o,
-        ],
-    );
+    n.conv_3x3_padded(x, w, bias, variant.transposed, o);
     let gamma = n.constant(&[3], &[1.5, -0.5, 2.0]);
     let beta = n.constant(&[3], &[0.1, 0.2, -0.3]);
     let mean = n.constant(&[3], &[0.5, -1.0, 0.25]);
@@ -433,27 +436,8 @@ fn conv_hardtanh(lo: f64, hi: f64, second_reader: bool) -> (SharedBytes, HostTen
     let x = n.at(&[1, 3, 4, 4], 0);
     let w = n.constant(&[2, 3, 3, 3], &ramp(54, 0.25));
     let bias = n.constant(&[2], &[0.5, -0.25]);
-    let stride = n.ints(&[1, 1]);
-    let padding = n.ints(&[1, 1]);
-    let dilation = n.ints(&[1, 1]);
-    let tr = n.push(ValueB::Bool(false));
-    let output_padding = n.ints(&[0, 0]);
-    let groups = n.push(ValueB::Int(1));
     let o = n.at(&[1, 2, 4, 4], 192);
-    let conv = [
-        x,
-        w,
-        bias,
-        stride,
-        padding,
-        dilation,
-        tr,
-        output_padding,
-        groups,
-        o,
-        o,
-    ];
-    n.op("aten::convolution.out", &conv);
+    n.conv_3x3_padded(x, w, bias, false, o);
     let (lo, hi) = (n.push(ValueB::Double(lo)), n.push(ValueB::Double(hi)));
     let y = n.at(&[1, 2, 4, 4], 320);
     n.op("aten::hardtanh.out", &[o, lo, hi, y, y]);
