@@ -845,17 +845,7 @@ fn gemv_packed<O: OutElem>(
 ) {
     let (_, n, k) = g.dims();
     let (isa, nr) = (packed.isa(), Tile::of(packed.isa()).nr);
-    let xs = &mut scratch[..k];
-    match g.a.data {
-        // The common case, a contiguous f32 row: one copy.
-        Elems::F32(s) if g.a.cs == 1 => xs.copy_from_slice(&s[g.a.offset..g.a.offset + k]),
-        _ => {
-            for (kk, v) in xs.iter_mut().enumerate() {
-                *v = get(&g.a.data, g.a.offset + kk * g.a.cs);
-            }
-        }
-    }
-    let xs = &*xs;
+    let xs = gather(&g.a.data, g.a.offset, g.a.cs, &mut scratch[..k]);
     let run = |first: usize, chunk: &mut [O]| {
         let mut dots = [0f32; MAX_NR];
         let dots = &mut dots[..nr];
@@ -877,6 +867,20 @@ fn gemv_packed<O: OutElem>(
     }
 }
 
+/// Elements `offset + i * step` of `d` as f32 into `xs` (one copy for a contiguous f32
+/// run): the one vector of a matrix-vector product, gathered once.
+fn gather<'x>(d: &Elems<'_>, offset: usize, step: usize, xs: &'x mut [f32]) -> &'x [f32] {
+    match d {
+        Elems::F32(s) if step == 1 => xs.copy_from_slice(&s[offset..offset + xs.len()]),
+        _ => {
+            for (i, v) in xs.iter_mut().enumerate() {
+                *v = get(d, offset + i * step);
+            }
+        }
+    }
+    xs
+}
+
 /// Dot-product path: each output is a dot product against a contiguous row.
 fn gemv_rows<O: OutElem>(
     pool: &ThreadPool,
@@ -893,16 +897,8 @@ fn gemv_rows<O: OutElem>(
         // n == 1 and A's rows are k-contiguous: out[i] = dot(A[i, :], B[:, 0]).
         (g.b, g.a, m, true)
     };
-    let xs = &mut scratch[..k];
-    for (kk, v) in xs.iter_mut().enumerate() {
-        let idx = if transposed {
-            x.offset + kk * x.rs
-        } else {
-            x.offset + kk * x.cs
-        };
-        *v = get(&x.data, idx);
-    }
-    let xs = &*xs;
+    let step = if transposed { x.rs } else { x.cs };
+    let xs = gather(&x.data, x.offset, step, &mut scratch[..k]);
     // Row stride and first element of the weight rows.
     let (ldw, base) = if transposed {
         (w.rs, w.offset)
@@ -956,11 +952,7 @@ fn gemv_axpy<O: OutElem>(
     let Elems::F32(b) = g.b.data else {
         return gemv_rows(pool, isa, g, out, scratch);
     };
-    let xs = &mut scratch[..k];
-    for (kk, v) in xs.iter_mut().enumerate() {
-        *v = get(&g.a.data, g.a.offset + kk * g.a.cs);
-    }
-    let xs = &*xs;
+    let xs = gather(&g.a.data, g.a.offset, g.a.cs, &mut scratch[..k]);
     let run = |first: usize, chunk: &mut [O]| {
         for (ci, piece) in chunk.chunks_mut(AXPY_COLS).enumerate() {
             let c0 = first + ci * AXPY_COLS;
