@@ -25,11 +25,8 @@ impl Epilogue {
     /// `v` with the epilogue applied.
     #[inline(always)]
     pub fn apply(&self, v: f32) -> f32 {
-        match self.clamp {
-            Some((lo, _)) if v < lo => lo,
-            Some((_, hi)) if v > hi => hi,
-            _ => v,
-        }
+        self.clamp
+            .map_or(v, |bounds| etch_linalg::output_clamp(v, bounds))
     }
 }
 

@@ -230,17 +230,9 @@ fn plane<const FUSED: bool>(
         Some(p) => p.run::<FUSED>(g, input, filter, bias, output, scratch),
         None => rows::<FUSED>(g, input, filter, bias, output),
     }
-    if let Some((lo, hi)) = clamp {
+    if let Some(bounds) = clamp {
         for o in output.iter_mut() {
-            // Compare-and-select, so that the loop vectorises; NaN stays.
-            let v = *o;
-            *o = if v < lo {
-                lo
-            } else if v > hi {
-                hi
-            } else {
-                v
-            };
+            *o = crate::output_clamp(*o, bounds);
         }
     }
 }

@@ -441,14 +441,24 @@ fn addend_at(g: &Gemm<'_>, i: usize, j: usize) -> f32 {
     }
 }
 
-/// `v` inside the output clamp (NaN stays NaN).
+/// `v` inside the output clamp `[lo, hi]` (XNNPACK's `output_min/max`, PyTorch's
+/// `hardtanh`): below `lo` it is `lo`, above `hi` it is `hi`, otherwise (NaN included)
+/// it is kept. Compare-and-select, so loops over it vectorise.
+#[inline(always)]
+pub fn output_clamp(v: f32, (lo, hi): (f32, f32)) -> f32 {
+    if v < lo {
+        lo
+    } else if v > hi {
+        hi
+    } else {
+        v
+    }
+}
+
+/// `v` inside the output clamp of `g`, if any.
 #[inline]
 fn clamp(g: &Gemm<'_>, v: f32) -> f32 {
-    match g.clamp {
-        Some((lo, _)) if v < lo => lo,
-        Some((_, hi)) if v > hi => hi,
-        _ => v,
-    }
+    g.clamp.map_or(v, |bounds| output_clamp(v, bounds))
 }
 
 #[inline]
@@ -469,17 +479,8 @@ fn finish(g: &Gemm<'_>, v: f32, i: usize, j: usize) -> f32 {
 /// vectorizes, anything else element by element.
 #[inline(always)]
 fn finish_row<O: OutElem>(g: &Gemm<'_>, tile: &[f32], i: usize, c0: usize, dst: &mut [O]) {
-    let (lo, hi) = g.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
-    // The comparisons of `clamp`: NaN stays NaN.
-    let bound = |v: f32| {
-        if v < lo {
-            lo
-        } else if v > hi {
-            hi
-        } else {
-            v
-        }
-    };
+    let bounds = g.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
+    let bound = |v: f32| output_clamp(v, bounds);
     if g.alpha == 1.0 {
         match &g.addend {
             None => {

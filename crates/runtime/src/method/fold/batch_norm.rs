@@ -11,7 +11,7 @@ use etch_kernels::Tensor;
 
 use super::super::{FoldCounts, Step};
 use super::Folder;
-use super::activation::{activation_after, retarget};
+use super::activation::{Activation, activation_after, retarget};
 use super::lifetimes::{Lifetimes, Placement, is_fresh_out_like, place_out_earlier};
 use super::uses::Uses;
 use crate::RuntimeError;
@@ -92,7 +92,7 @@ pub(super) fn fold_batch_norms(
             continue;
         };
         let target = match place_out_earlier(folder, lifetimes, c, pair.conv_out, pair.out0) {
-            Some(at) => Ok(at),
+            Some(at) => Target::BatchNormOut(at),
             None => {
                 let kept = (&*steps, &*keep);
                 let Some(act) = activation_after(folder, uses, kept, b, pair.out0, operator_names)
@@ -103,7 +103,7 @@ pub(super) fn fold_batch_norms(
                     continue;
                 }
                 match place_out_earlier(folder, lifetimes, c, pair.conv_out, act.out) {
-                    Some(at) => Err((act, at)),
+                    Some(at) => Target::ActivationOut(act, at),
                     None => continue,
                 }
             }
@@ -112,7 +112,7 @@ pub(super) fn fold_batch_norms(
             continue;
         };
         match target {
-            Ok(out0_at) => {
+            Target::BatchNormOut(out0_at) => {
                 if Some(out0_at) != Placement::of(folder.plan(), pair.out0) {
                     folder.relocate(pair.out0, out0_at);
                 }
@@ -122,7 +122,7 @@ pub(super) fn fold_batch_norms(
                     args[conv_arg::RETURN] = pair.out0;
                 }
             }
-            Err((act, at)) => {
+            Target::ActivationOut(act, at) => {
                 retarget(folder, lifetimes, (&mut steps[c], c), &act, at);
                 keep[act.step] = false;
                 counts.activations += 1;
@@ -136,6 +136,14 @@ pub(super) fn fold_batch_norms(
         counts.batch_norms += 1;
     }
     Ok(())
+}
+
+/// What a folded convolution writes, and where.
+enum Target {
+    /// The batch norm's out.
+    BatchNormOut(Placement),
+    /// The out of the activation after the batch norm, folded in as well.
+    ActivationOut(Activation, Placement),
 }
 
 /// The arguments of a kernel step calling `op`, if `step` is one.
