@@ -66,6 +66,9 @@ pub struct Qd8Weights {
     scales_bf16: Option<Vec<u16>>,
     /// `[panels * PANEL]`: `Σ_b scale[j, b] · Σ_{k in b} code[j, k]`.
     channel_sums: Vec<f32>,
+    /// Whether the x86 VNNI kernels may scale a block's 16-fold 4-bit sum by `s / 16`
+    /// instead of shifting it back (see [`Qd8Weights::sixteenth_scales_exact`]).
+    sixteenth_scales_exact: bool,
 }
 
 impl Qd8Weights {
@@ -213,6 +216,11 @@ impl Qd8Weights {
                         .map(|s| (s.to_bits() >> 16) as u16)
                         .collect()
                 }),
+            sixteenth_scales_exact: bits == WeightBits::Four
+                && block * 255 * 128 < 1 << 24
+                && scale_data
+                    .iter()
+                    .all(|s| *s == 0.0 || !s.is_finite() || s.abs() >= f32::MIN_POSITIVE * 16.0),
             scales: scale_data,
             channel_sums,
         })
@@ -272,6 +280,25 @@ impl Qd8Weights {
     }
 
     /// `Σ_b scale · Σ code` per (padded) output channel.
+    /// For 4-bit weights: whether `cvt(16·S) · (s / 16)` is `cvt(S) · s` exactly for
+    /// every block sum `S` and scale `s`: the 16-fold sums (unsigned activations up to
+    /// 255 times nibbles up to 128 in magnitude, over one block) convert to f32 exactly,
+    /// and no scale becomes subnormal when divided by 16.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86 kernels only
+    pub(crate) fn sixteenth_scales_exact(&self) -> bool {
+        self.sixteenth_scales_exact
+    }
+
+    /// The same weights with the 16-fold sums shifted back instead (the tests' check
+    /// that both forms give the same bits).
+    #[cfg(test)]
+    pub(crate) fn with_shifted_sums(&self) -> Qd8Weights {
+        Qd8Weights {
+            sixteenth_scales_exact: false,
+            ..self.clone()
+        }
+    }
+
     pub(crate) fn channel_sums(&self) -> &[f32] {
         &self.channel_sums
     }

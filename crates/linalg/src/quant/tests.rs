@@ -135,6 +135,48 @@ fn decode_and_prefill_shapes() {
     check_all_isas(30, 20, 64, 64, WeightBits::Eight, 10);
 }
 
+/// Scaling the 16-fold 4-bit sums by `s / 16` gives the bits that shifting them back
+/// does, on every instruction set and tile height (1 to 12 rows, bf16 and f32 scales).
+#[test]
+fn sixteenth_scales_give_the_shifted_bits() {
+    for (m, seed) in [(1, 1), (5, 2), (12, 3), (40, 4), (29, 5)] {
+        let (n, k) = (35, 96);
+        let scales: Vec<f32> = (0..n * k / 32)
+            .map(|i| (i % 97 + 1) as f32 / (if seed % 2 == 1 { 512.0 } else { 3001.0 }))
+            .collect();
+        let w =
+            Qd8Weights::from_int4(n, k, 32, &scales, |j, c| ((j * 7 + c * 5) % 16) as u8).unwrap();
+        assert!(w.sixteenth_scales_exact());
+        let shifted = w.with_shifted_sums();
+        let x: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 37 + seed) % 201) as f32 / 50.0 - 2.1)
+            .collect();
+        let mut q = vec![0i8; m * qd8_row_stride(k)];
+        let mut params = vec![0f32; 2 * m];
+        quantize_qd8(&x, k, &mut q, &mut params).unwrap();
+        let rows = Qd8Rows {
+            m,
+            q: &q,
+            params: &params,
+        };
+        let pool = ThreadPool::new(1).unwrap();
+        for &isa in Isa::available() {
+            let run = |w: &Qd8Weights| {
+                let mut out = vec![0f32; m * n];
+                let mut scratch = vec![0f32; gemm_qd8_scratch_len(m, w)];
+                let bounds = (f32::NEG_INFINITY, f32::INFINITY);
+                gemm_qd8_with(isa, &pool, &rows, w, None, bounds, &mut out, &mut scratch).unwrap();
+                out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+            };
+            assert_eq!(run(&w), run(&shifted), "{} m{m}", isa.name());
+        }
+    }
+    // A scale that would turn subnormal divided by 16 keeps the shift.
+    let tiny = [f32::MIN_POSITIVE; 2];
+    let w = Qd8Weights::from_int4(1, 64, 32, &tiny, |_, c| (c % 16) as u8).unwrap();
+    assert!(!w.sixteenth_scales_exact());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
     #[test]

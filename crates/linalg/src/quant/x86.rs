@@ -15,6 +15,10 @@ use crate::CpuSupport;
 /// Rows per AVX-512 tile (8 rows x 16 channels: 16 accumulators; the weight codes
 /// unpacked once per step feed 16 `vpdpbusd`).
 const ROWS_AVX512: usize = 8;
+/// Rows per tile of the AVX-512 row kernel, which writes finished outputs (12 rows x
+/// 16 channels: 12 integer and 12 float accumulators; the unpacked weight codes feed
+/// 24 `vpdpbusd` per step, and 12 independent chains hide their latency).
+const ROWS_OUT_TILE: usize = 12;
 /// Rows per AVX2 tile (2 rows x 16 channels as two halves: 12 accumulators).
 const ROWS_AVX2: usize = 2;
 
@@ -112,12 +116,17 @@ unsafe fn tile_blocks<const R: usize>(
         // SAFETY: callers pass a pointer with 4 readable bytes (inside the padded row).
         _mm512_set1_epi32(unsafe { qp.cast::<i32>().read_unaligned() })
     };
+    // 4-bit sums come out 16 x the centred ones (each nibble sits in a byte's high
+    // half). Where the packer found it exact, the block's scale is divided by 16 once
+    // instead of every row's sum shifted back: the fused product is the same real number
+    // (both operands exact), so the result is the same to the bit.
+    let sixteenth = w.bits() == WeightBits::Four && w.sixteenth_scales_exact();
+    let shift = w.bits() == WeightBits::Four && !sixteenth;
     let mut start = 0;
     for b in 0..blocks {
         let len = w.block_len(b);
-        // Two independent accumulators per row (low and high nibbles): one `vpdpbusd`
-        // chain would wait on its latency.
-        let mut iacc = [[_mm512_setzero_si512(); 2]; R];
+        // One accumulator per row: the rows are the independent `vpdpbusd` chains.
+        let mut iacc = [_mm512_setzero_si512(); R];
         // SAFETY (whole block): inputs start..start+len lie within the padded row
         // (stride), whose codes occupy stride * 8 (4-bit) or stride * 16 (8-bit) bytes.
         unsafe {
@@ -131,8 +140,8 @@ unsafe fn tile_blocks<const R: usize>(
                         let hi = _mm512_and_si512(v, high);
                         for (r, acc) in iacc.iter_mut().enumerate() {
                             let qp = q.add(r * stride + kk);
-                            acc[0] = _mm512_dpbusd_epi32(acc[0], group(qp), lo);
-                            acc[1] = _mm512_dpbusd_epi32(acc[1], group(qp.add(4)), hi);
+                            *acc = _mm512_dpbusd_epi32(*acc, group(qp), lo);
+                            *acc = _mm512_dpbusd_epi32(*acc, group(qp.add(4)), hi);
                         }
                         kk += 8;
                     }
@@ -144,7 +153,7 @@ unsafe fn tile_blocks<const R: usize>(
                             _mm512_xor_si512(_mm512_loadu_si512(data.add(kk * 16).cast()), flip);
                         for (r, acc) in iacc.iter_mut().enumerate() {
                             let qp = q.add(r * stride + kk);
-                            acc[0] = _mm512_dpbusd_epi32(acc[0], group(qp), v);
+                            *acc = _mm512_dpbusd_epi32(*acc, group(qp), v);
                         }
                         kk += 4;
                     }
@@ -157,12 +166,16 @@ unsafe fn tile_blocks<const R: usize>(
                 ))),
                 None => _mm512_loadu_ps(scales.add(b * PANEL)),
             };
-            for (f, i) in facc.iter_mut().zip(&iacc) {
-                let sum = _mm512_add_epi32(i[0], i[1]);
-                // 4-bit sums are 16 x the centred ones: an exact shift back.
-                let sum = match w.bits() {
-                    WeightBits::Four => _mm512_srai_epi32::<4>(sum),
-                    WeightBits::Eight => sum,
+            let s = if sixteenth {
+                _mm512_mul_ps(s, _mm512_set1_ps(1.0 / 16.0))
+            } else {
+                s
+            };
+            for (f, &sum) in facc.iter_mut().zip(&iacc) {
+                let sum = if shift {
+                    _mm512_srai_epi32::<4>(sum)
+                } else {
+                    sum
                 };
                 *f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), s, *f);
             }
@@ -217,7 +230,7 @@ pub(super) fn rows_avx512_vnni(
     };
     let mut r = 0;
     while r < rows {
-        let tile = (rows - r).min(ROWS_AVX512);
+        let tile = (rows - r).min(ROWS_OUT_TILE);
         for p in 0..panels {
             // SAFETY: the proof says the CPU has AVX-512 F/BW/VL and VNNI; the checks
             // above showed that rows first + r .. + tile of the unsigned activations and
@@ -225,6 +238,10 @@ pub(super) fn rows_avx512_vnni(
             // the output rows r .. r + tile hold everything the tile reads and writes.
             unsafe {
                 match tile {
+                    12 => out_tile::<12>(&job, r, p, out),
+                    11 => out_tile::<11>(&job, r, p, out),
+                    10 => out_tile::<10>(&job, r, p, out),
+                    9 => out_tile::<9>(&job, r, p, out),
                     8 => out_tile::<8>(&job, r, p, out),
                     7 => out_tile::<7>(&job, r, p, out),
                     6 => out_tile::<6>(&job, r, p, out),
