@@ -36,7 +36,7 @@ pub use budget::{BudgetExceeded, MemoryBudget, Reservation, format_bytes, parse_
 pub use buffer::AlignedBuffer;
 pub use error::{AccessError, AllocError};
 pub use planned::{PLANNED_ALIGNMENT, PlanError, PlannedMemory};
-pub use scratch::{ScratchStats, TempScope};
+pub use scratch::{DIRTY_FILL, ScratchStats, TempScope};
 pub use shared_bytes::{FILE_ALIGNMENT, MappedFile, SharedBytes};
 pub use storage::{Access, RegionId, Span, Storage};
 pub use weight_buffer::{SLAB_MIN_BYTES, WeightBuffer};

@@ -13,6 +13,10 @@ use crate::{AllocError, MemoryAllocator};
 pub const SCRATCH_ALIGNMENT: usize = 64;
 
 /// Most heap fallback blocks one scope may hold.
+/// The byte that fills every element [`TempScope::scratch_dirty`] hands out in debug
+/// builds.
+pub const DIRTY_FILL: u8 = 0xff;
+
 const MAX_FALLBACK_BLOCKS: usize = 32;
 
 /// Heap fallback blocks of one scope, and how many are in use.
@@ -93,13 +97,22 @@ impl<'a> TempScope<'a> {
     }
 
     /// `n` elements of `T`, 64-byte aligned, whose values are unspecified: what an
-    /// earlier kernel left there, or zeros. For scratch a kernel writes in full before
+    /// earlier kernel left there, or zeros (in debug builds: every byte [`DIRTY_FILL`]). For scratch a kernel writes in full before
     /// reading it (packing buffers, im2col columns), which then skips clearing it.
     /// Cleared like [`TempScope::scratch`] when the allocator does not promise
     /// initialised blocks ([`MemoryAllocator::initialised_blocks`]) or the request
     /// falls back to the heap.
     #[allow(clippy::mut_from_ref)]
     pub fn scratch_dirty<T: Pod>(&self, n: usize) -> Result<&mut [T], AllocError> {
+        if cfg!(debug_assertions) {
+            // Debug builds (the tests) hand out all-ones bytes (NaN for floats, -1 or the
+            // largest value for integers) instead of stale ones or zeros, so that a kernel
+            // which reads dirty scratch before writing it fails its tests rather than
+            // passing by luck.
+            let out = self.scratch::<T>(n)?;
+            bytemuck::cast_slice_mut::<T, u8>(out).fill(DIRTY_FILL);
+            return Ok(out);
+        }
         if !self.allocator.is_some_and(|a| a.initialised_blocks()) {
             return self.scratch(n);
         }

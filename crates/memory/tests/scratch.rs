@@ -3,7 +3,7 @@
 //! heap (counted) when the allocator cannot serve it.
 
 use etch_memory::allocator::{ArenaAllocator, CachingAllocator, MallocAllocator};
-use etch_memory::{MemoryAllocator, TempScope};
+use etch_memory::{DIRTY_FILL, MemoryAllocator, TempScope};
 
 fn all_allocators() -> Vec<Box<dyn MemoryAllocator>> {
     vec![
@@ -100,7 +100,15 @@ fn dirty_scratch_skips_clearing_only_where_blocks_are_initialised() {
                 let scope = TempScope::new(Some(a.as_ref()));
                 let x = scope.scratch_dirty::<f32>(1000).unwrap();
                 assert_eq!(x.as_ptr() as usize % 64, 0);
-                if call == 0 || !recycles {
+                if cfg!(debug_assertions) {
+                    // Debug builds: poison, whatever the allocator.
+                    assert!(
+                        x.iter()
+                            .all(|v| v.to_bits() == u32::from_ne_bytes([DIRTY_FILL; 4])),
+                        "{} call {call}",
+                        a.name()
+                    );
+                } else if call == 0 || !recycles {
                     // Fresh memory (or an allocator without the promise): zeros.
                     assert!(x.iter().all(|&v| v == 0.0), "{} call {call}", a.name());
                 } else {

@@ -141,6 +141,81 @@ fn place_values(
     Ok(arena_len)
 }
 
+/// The call's external inputs that nodes read in place (the caller's tensors, not a
+/// copy in the arena), and the external outputs that the nodes computing them write in
+/// place: at most [`Direct::MAX`] of each; the others go through the arena.
+struct Direct<'a> {
+    inputs: [(usize, &'a [f32]); Direct::MAX],
+    n_inputs: usize,
+    outputs: [(usize, &'a mut [f32]); Direct::MAX],
+    n_outputs: usize,
+}
+
+impl<'a> Direct<'a> {
+    const MAX: usize = 8;
+
+    fn new() -> Self {
+        Direct {
+            inputs: [(usize::MAX, &[]); Direct::MAX],
+            n_inputs: 0,
+            outputs: std::array::from_fn(|_| (usize::MAX, &mut [][..])),
+            n_outputs: 0,
+        }
+    }
+
+    /// Reads value `v` from `x` from now on; false (nothing kept) when full.
+    fn add_input(&mut self, v: usize, x: &'a [f32]) -> bool {
+        let Some(slot) = self.inputs.get_mut(self.n_inputs) else {
+            return false;
+        };
+        *slot = (v, x);
+        self.n_inputs += 1;
+        true
+    }
+
+    /// Has the node computing value `v` write `y`; false (nothing kept) when full.
+    fn add_output(&mut self, v: usize, y: &'a mut [f32]) -> bool {
+        let Some(slot) = self.outputs.get_mut(self.n_outputs) else {
+            return false;
+        };
+        *slot = (v, y);
+        self.n_outputs += 1;
+        true
+    }
+
+    fn input(&self, v: usize) -> Option<&'a [f32]> {
+        self.inputs[..self.n_inputs]
+            .iter()
+            .find(|(u, _)| *u == v)
+            .map(|(_, x)| *x)
+    }
+
+    fn output(&mut self, v: usize) -> Option<&mut [f32]> {
+        self.outputs[..self.n_outputs]
+            .iter_mut()
+            .find(|(u, _)| *u == v)
+            .map(|(_, y)| &mut **y)
+    }
+
+    fn has_output(&self, v: usize) -> bool {
+        self.outputs[..self.n_outputs].iter().any(|(u, _)| *u == v)
+    }
+}
+
+/// Whether the nodes may write external output `v` straight into its tensor: no node
+/// reads it, it is not an external input, and the call lists it once.
+fn writable_in_place(plan: &Plan, v: usize) -> bool {
+    let read = plan.ops.iter().any(|op| {
+        let (vs, n) = op.inputs();
+        vs[..n].contains(&v)
+    });
+    let computed = plan.ops.iter().any(|op| op.output() == v);
+    computed
+        && !read
+        && !plan.inputs.iter().any(|&(u, _)| u == v)
+        && plan.outputs.iter().filter(|&&(u, _)| u == v).count() == 1
+}
+
 /// The output slice and input slices of `op`.
 fn operands<'s>(
     plan: &'s Plan,
@@ -148,6 +223,7 @@ fn operands<'s>(
     arena: &'s mut [f32],
     shapes: &[Dims],
     op: &Op,
+    direct: &Direct<'s>,
 ) -> Result<(&'s mut [f32], [&'s [f32]; 5]), KernelError> {
     let yr = arena_range(plan, offsets, op.output(), shapes)?;
     if yr.end > arena.len() {
@@ -169,6 +245,9 @@ fn operands<'s>(
                 .and_then(|c| c.get(..numel))
                 .ok_or_else(|| short("constant"))?,
             Loc::PackedOnly => return Err(short("packed-only constant read as a value")),
+            Loc::Arena { .. } if let Some(x) = direct.input(v) => {
+                x.get(..numel).ok_or_else(|| short("input"))?
+            }
             Loc::Arena { .. } => {
                 let r = arena_range(plan, offsets, v, shapes)?;
                 if r.is_empty() {
@@ -188,6 +267,16 @@ fn operands<'s>(
         };
     }
     Ok((out, ins))
+}
+
+/// The sizes (in dim order: logical) of an output tensor that holds value dims `d`,
+/// which are physical (the tensor's dim order), as `XNNExecutor::resize_outputs`.
+fn physical_sizes(t: &etch_kernels::Tensor, d: &Dims) -> [usize; MAX_DIMS] {
+    let mut sizes = [0usize; MAX_DIMS];
+    for (j, &o) in t.dim_order().iter().enumerate() {
+        sizes[o as usize] = d.get(j);
+    }
+    sizes
 }
 
 /// Errs unless the call's `role` ("input" or "output") argument `arg`, of rank `found`,
@@ -280,29 +369,57 @@ pub fn execute(
         };
     let shapes: &[Dims] = shapes;
     let offsets: &[usize] = offsets;
-    let arena = ctx.scratch::<f32>(arena_len)?;
-    let col = ctx.scratch::<f32>(plan.im2col_len(threads))?;
-    let gemm = ctx.scratch::<f32>(gemm_len)?;
+    // Dirty scratch (not cleared): every node writes all of its output before a later
+    // node reads it, and the im2col and GEMM buffers are written before they are read
+    // (debug builds hand out NaN-filled scratch, so the tests would show a node that
+    // does not).
+    let arena = ctx.scratch_dirty::<f32>(arena_len)?;
+    let col = ctx.scratch_dirty::<f32>(plan.im2col_len(threads))?;
+    let gemm = ctx.scratch_dirty::<f32>(gemm_len)?;
+    let mut direct = Direct::new();
     for &(v, arg) in &plan.inputs {
         let t = args.tensor(arg)?;
         let src = ctx.read::<f32>(&t)?;
         let r = arena_range(plan, offsets, v, shapes)?;
         let n = r.len();
-        arena
-            .get_mut(r)
-            .ok_or_else(|| short("arena"))?
-            .copy_from_slice(src.get(..n).ok_or_else(|| short("input"))?);
+        let src = src.get(..n).ok_or_else(|| short("input"))?;
+        if !direct.add_input(v, src) {
+            arena
+                .get_mut(r)
+                .ok_or_else(|| short("arena"))?
+                .copy_from_slice(src);
+        }
+    }
+    for &(v, arg) in &plan.outputs {
+        let d = shapes[v];
+        let t = args.tensor(arg)?;
+        if t.rank() == 0 || plan.values[v].int8 || !writable_in_place(plan, v) {
+            continue;
+        }
+        check_rank("output", arg, t.rank(), d.rank())?;
+        let t = args.resize_tensor(arg, &physical_sizes(&t, &d)[..d.rank()])?;
+        let numel = arena_range(plan, offsets, v, shapes)?.len();
+        let dst = ctx.write::<f32>(&t)?;
+        let dst = dst.get_mut(..numel).ok_or_else(|| short("output"))?;
+        direct.add_output(v, dst);
     }
     for (i, op) in plan.ops.iter().enumerate() {
         if shapes[op.output()].numel() == Some(0) {
             continue;
         }
-        let (out, ins) = operands(plan, offsets, arena, shapes, op)?;
+        let (out, ins) = operands(plan, offsets, arena, shapes, op, &direct)?;
+        let out = match direct.output(op.output()) {
+            Some(y) => y,
+            None => out,
+        };
         let int8 = plan.values[op.output()].int8;
         run_op(op, ctx.pool(), shapes, int8, out, &ins, col, gemm)
             .map_err(|e| node_error(plan, i, &e.to_string()))?;
     }
     for &(v, arg) in &plan.outputs {
+        if direct.has_output(v) {
+            continue;
+        }
         let d = shapes[v];
         let t = args.tensor(arg)?;
         if t.rank() == 0 && d.numel() == Some(1) {
@@ -316,11 +433,7 @@ pub fn execute(
             continue;
         }
         check_rank("output", arg, t.rank(), d.rank())?;
-        let mut sizes = [0usize; MAX_DIMS];
-        for (j, &o) in t.dim_order().iter().enumerate() {
-            sizes[o as usize] = d.get(j);
-        }
-        let t = args.resize_tensor(arg, &sizes[..d.rank()])?;
+        let t = args.resize_tensor(arg, &physical_sizes(&t, &d)[..d.rank()])?;
         let dst = ctx.write::<f32>(&t)?;
         let r = arena_range(plan, offsets, v, shapes)?;
         let src = arena.get(r).ok_or_else(|| short("arena"))?;
