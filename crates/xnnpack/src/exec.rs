@@ -3,11 +3,12 @@
 //! allocation per call).
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use etch_format::ScalarType;
 use etch_kernels::{Args, KernelContext, KernelError, ThreadPool};
 use etch_linalg::conv::{self, ConvGeometry};
-use etch_linalg::{GemmF32, RhsF32, gemm_f32, pool, resize};
+use etch_linalg::{GRAIN_SIZE, GemmF32, RhsF32, gemm_f32, pool, resize};
 use rayon::prelude::*;
 
 use crate::dims::{Dims, MAX_DIMS};
@@ -565,7 +566,29 @@ fn run_op(
             };
             quantize::fully_connected_qd8(pool, m, w, x, bias, *min, *max, out, gemm)?
         }
+        Op::Unary { f, min, max, .. } if x.len() >= out.len() => {
+            pool.for_each_chunk_mut(out, GRAIN_SIZE, 2, |i, chunk| {
+                let x = &x[i * GRAIN_SIZE..][..chunk.len()];
+                elementwise::unary(*f, *min, *max, x, chunk)
+            })
+        }
         Op::Unary { f, min, max, .. } => elementwise::unary(*f, *min, *max, x, out),
+        Op::Binary { f, min, max, .. }
+            if flat_operand(ins[0], out) && flat_operand(ins[1], out) =>
+        {
+            // Operands as long as the output (or one value): chunks of it on the pool.
+            let failed = AtomicBool::new(false);
+            pool.for_each_chunk_mut(out, GRAIN_SIZE, 2, |i, chunk| {
+                let len = chunk.len();
+                let (ad, a) = flat_part(ins[0], i * GRAIN_SIZE, len);
+                let (bd, b) = flat_part(ins[1], i * GRAIN_SIZE, len);
+                let yd = Dims::new(&[len]).unwrap_or_default();
+                if elementwise::binary(*f, *min, *max, &ad, a, &bd, b, &yd, chunk).is_err() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+            });
+            checked(!failed.into_inner(), "binary")?
+        }
         Op::Binary {
             f,
             a,
@@ -1093,6 +1116,23 @@ fn conv_gemm_scratch_len(g: &ConvGeometry, c: &ConvOp) -> usize {
 }
 
 /// XNNPACK's `output_min/max` as a GEMM clamp (`None` when it clamps nothing).
+/// Whether an elementwise operand needs no broadcasting against `out`: as long as it,
+/// or a single value.
+fn flat_operand(v: &[f32], out: &[f32]) -> bool {
+    v.len() == out.len() || v.len() == 1
+}
+
+/// Elements `start .. start + len` of a flat operand (all of it when it is one value),
+/// with their 1-d dims.
+fn flat_part(v: &[f32], start: usize, len: usize) -> (Dims, &[f32]) {
+    let part = if v.len() == 1 {
+        v
+    } else {
+        v.get(start..start + len).unwrap_or_default()
+    };
+    (Dims::new(&[part.len()]).unwrap_or_default(), part)
+}
+
 fn clamp_of(min: f32, max: f32) -> Option<(f32, f32)> {
     (min > f32::NEG_INFINITY || max < f32::INFINITY).then_some((min, max))
 }

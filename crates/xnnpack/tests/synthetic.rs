@@ -282,6 +282,48 @@ fn broadcast_add_follows_dynamic_rows() {
 }
 
 #[test]
+fn large_elementwise_nodes_split_over_threads_give_the_serial_bits() {
+    // v2 = clamp(x + c, -0.5, 0.75), v3 = v2 * x, y = clamp(v3, -0.2, 0.3): 140000
+    // elements, enough chunks of GRAIN_SIZE for the pool to split every node.
+    let c = [0.25f32];
+    let n = 2 * 70_000usize;
+    let add = T::new().f(0, F::U32(0)).f(1, F::U32(1)).f(2, F::U32(2));
+    let mul = T::new().f(0, F::U32(2)).f(1, F::U32(0)).f(2, F::U32(3));
+    let clamp = T::new().f(0, F::U32(3)).f(1, F::U32(4));
+    let g = fbs::graph(
+        vec![
+            fbs::value(0, &[2, 70_000], Some((0, 1)), 0),
+            fbs::value(1, &[1], None, 1),
+            fbs::value(2, &[2, 70_000], None, 0),
+            fbs::value(3, &[2, 70_000], None, 0),
+            fbs::value(4, &[2, 70_000], Some((1, 2)), 0),
+        ],
+        vec![
+            fbs::node(1, add, Some((-0.5, 0.75))),
+            fbs::node(15, mul, None),
+            fbs::node(6, clamp, Some((-0.2, 0.3))),
+        ],
+        2,
+        vec![fbs::constant_at(0, 4)],
+    );
+    let payload = fbs::payload(&fbs::finish(&g), &bytes(&c));
+    let handle = init_standalone(&payload);
+    let x = data(n, 5);
+    let want: Vec<f32> = x
+        .iter()
+        .map(|&v| ((v + c[0]).max(-0.5).min(0.75) * v).max(-0.2).min(0.3))
+        .collect();
+    for threads in [1, 2] {
+        let mut h = Harness::with_pool(etch_kernels::ThreadPool::new(threads).unwrap());
+        let xi = h.tensor(&[2, 70_000], &x);
+        let yi = h.out(ScalarType::Float, &[2, 70_000]);
+        run(&mut h, handle.as_ref(), &[xi, yi]).unwrap();
+        let got: Vec<f32> = h.read(yi);
+        assert_eq!(got, want, "{threads} threads");
+    }
+}
+
+#[test]
 fn unsupported_kinds_and_quantized_values_are_named() {
     let body = T::new().f(6, F::U32(0)).f(7, F::U32(1)).f(8, F::U32(2));
     let g = fbs::graph(
