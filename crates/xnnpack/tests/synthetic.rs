@@ -311,7 +311,7 @@ fn large_elementwise_nodes_split_over_threads_give_the_serial_bits() {
     let x = data(n, 5);
     let want: Vec<f32> = x
         .iter()
-        .map(|&v| ((v + c[0]).max(-0.5).min(0.75) * v).max(-0.2).min(0.3))
+        .map(|&v| ((v + c[0]).clamp(-0.5, 0.75) * v).clamp(-0.2, 0.3))
         .collect();
     for threads in [1, 2] {
         let mut h = Harness::with_pool(etch_kernels::ThreadPool::new(threads).unwrap());
