@@ -69,6 +69,7 @@ pub fn register(r: &mut Registry) {
     r.register("aten::logical_or.out", |c, a| logical(c, a, Logic::Or));
     r.register("aten::logical_xor.out", |c, a| logical(c, a, Logic::Xor));
     r.register("aten::where.self_out", where_self);
+    r.register("aten::masked_fill.Scalar_out", masked_fill);
 }
 
 /// A binary arithmetic op.
@@ -440,6 +441,56 @@ fn where_self(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
     };
     with_compute!(common, C => map::<3, C, C, _>(ctx, &ins, &out, spec, |s: &[Src<'_, C>; 3], o: &mut [C]| {
         zip3(s[0], s[1], s[2], o, |c: C, x: C, y: C| if c != C::ZERO { x } else { y })
+    }))
+}
+
+op_args! {
+    /// `masked_fill.Scalar_out(Tensor self, Tensor mask, Scalar value, *,
+    /// Tensor(a!) out)`: `value` where the (bool) mask is set, `self` elsewhere; the
+    /// two tensors broadcast, `out` has `self`'s dtype and `value` is cast to it.
+    struct MaskedFillArgs = "aten::masked_fill.Scalar_out" {
+        input: Tensor,
+        mask: Tensor,
+        value: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
+fn masked_fill(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let MaskedFillArgs {
+        input,
+        mask,
+        value,
+        out,
+    } = MaskedFillArgs::unpack(a)?;
+    if mask.dtype() != ScalarType::Bool {
+        return Err(KernelError::UnsupportedDtype {
+            dtype: mask.dtype(),
+            what: "masked_fill mask (bool)",
+        });
+    }
+    let common = input.dtype();
+    if !super::elementwise::dtype::is_supported(common) {
+        return Err(super::elementwise::dtype::unsupported(
+            common,
+            "masked_fill",
+        ));
+    }
+    let ins = [
+        Operand::Tensor(mask),
+        Operand::Tensor(input),
+        Operand::Scalar(value),
+    ];
+    let mut buf = [0usize; MAX_RANK];
+    let sizes = broadcast_operands(&ins[..2], &mut buf)?;
+    let out = out.resize(a, sizes)?;
+    crate::ops::same_dtype(&input, &out)?;
+    let spec = Spec {
+        common,
+        narrow_result: true,
+    };
+    with_compute!(common, C => map::<3, C, C, _>(ctx, &ins, &out, spec, |s: &[Src<'_, C>; 3], o: &mut [C]| {
+        zip3(s[0], s[1], s[2], o, |m: C, x: C, v: C| if m != C::ZERO { v } else { x })
     }))
 }
 

@@ -1,4 +1,4 @@
-//! `slice_copy.Tensor_out` and `select_copy.int_out`.
+//! `slice_copy.Tensor_out`, `narrow_copy.out` and `select_copy.int_out`.
 //!
 //! Both copy, for every "leading" index (the dims before `dim`), `length` blocks of
 //! `trailing` elements (the dims after `dim`) picked `step` apart along `dim`. As
@@ -13,6 +13,7 @@ use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
 pub(super) fn register(r: &mut Registry) {
     r.register("aten::slice_copy.Tensor_out", slice_copy);
+    r.register("aten::narrow_copy.out", narrow_copy);
     r.register("aten::select_copy.int_out", select_copy);
 }
 
@@ -173,6 +174,62 @@ fn slice_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
 }
 
 op_args! {
+    /// `narrow_copy.out(Tensor self, int dim, SymInt start, SymInt length, *,
+    /// Tensor(a!) out)`: `length` indices of `dim` from `start` (a negative start
+    /// counts from the end); the range must lie inside the dim.
+    struct NarrowArgs = "aten::narrow_copy.out" {
+        input: Tensor,
+        dim: i64,
+        start: i64,
+        length: i64,
+        out: OutArg,
+    } returns 1
+}
+
+fn narrow_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let NarrowArgs {
+        input,
+        dim,
+        start,
+        length,
+        out,
+    } = NarrowArgs::unpack(a)?;
+    if input.rank() == 0 {
+        return Err(KernelError::invalid("narrow_copy of a 0-d tensor"));
+    }
+    let dim = input.normalize_dim(dim)?;
+    let size = input.sizes()[dim];
+    let n = size as i64;
+    let first = if start < 0 {
+        start.saturating_add(n)
+    } else {
+        start
+    };
+    if !(0..=n).contains(&first) {
+        return Err(KernelError::invalid(format!(
+            "narrow_copy: start {start} out of range for a dim of size {size}"
+        )));
+    }
+    if length < 0 || first.checked_add(length).is_none_or(|end| end > n) {
+        return Err(KernelError::invalid(format!(
+            "narrow_copy: start {start} with length {length} exceeds a dim of size {size}"
+        )));
+    }
+    let mut sizes = [0usize; MAX_RANK];
+    sizes[..input.rank()].copy_from_slice(input.sizes());
+    sizes[dim] = length as usize;
+    same_dtype(&input, &out.tensor())?;
+    let out = out.resize(a, &sizes[..input.rank()])?;
+    let s = DimSlice {
+        dim,
+        start: first as usize,
+        length: length as usize,
+        step: 1,
+    };
+    copy_slice(ctx, &input, &out, s)
+}
+
+op_args! {
     /// `select_copy.int_out(Tensor self, int dim, SymInt index, *, Tensor(a!) out)`.
     struct SelectArgs = "aten::select_copy.int_out" {
         input: Tensor,
@@ -256,6 +313,48 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn narrow_copy_cases_and_errors() {
+        let sizes = [2usize, 5, 3];
+        let data: Vec<f32> = (0..30).map(|i| i as f32).collect();
+        let mut h = Harness::new();
+        let x = h.tensor(&sizes, &data);
+        let op = "aten::narrow_copy.out";
+        for (dim, start, length, first) in
+            [(1i64, 1i64, 3i64, 1usize), (-2, -4, 2, 1), (2, 3, 0, 3)]
+        {
+            let d = dim.rem_euclid(3) as usize;
+            let mut want_sizes = sizes;
+            want_sizes[d] = length as usize;
+            let idx: Vec<usize> = (first..first + length as usize).collect();
+            let want = reference(&data, &sizes, d, &idx);
+            let out = h.out(ScalarType::Float, &want_sizes);
+            let (dv, sv, lv) = (h.int(dim), h.int(start), h.int(length));
+            h.call(op, &[x, dv, sv, lv, out, out]).unwrap();
+            assert_eq!(h.read::<f32>(out), want, "{dim} {start} {length}");
+        }
+        let out = h.out(ScalarType::Float, &sizes);
+        for (dim, start, length) in [
+            (3i64, 0i64, 1i64),
+            (1, 6, 0),
+            (1, -6, 1),
+            (1, 2, 4),
+            (1, 0, -1),
+            (1, i64::MAX, 1),
+        ] {
+            let (dv, sv, lv) = (h.int(dim), h.int(start), h.int(length));
+            assert!(
+                h.call(op, &[x, dv, sv, lv, out, out]).is_err(),
+                "{dim} {start} {length}"
+            );
+        }
+        let scalar = h.tensor(&[], &[1f32]);
+        let (dv, sv, lv) = (h.int(0), h.int(0), h.int(1));
+        assert!(h.call(op, &[scalar, dv, sv, lv, out, out]).is_err());
+        let wrong = h.out(ScalarType::Int, &sizes);
+        assert!(h.call(op, &[x, dv, sv, lv, wrong, wrong]).is_err());
     }
 
     fn call_slice(
