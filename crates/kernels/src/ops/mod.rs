@@ -6,6 +6,7 @@ pub mod compare;
 pub mod conv;
 pub mod convert;
 pub mod create;
+pub mod cumsum;
 pub mod elementwise;
 pub mod embedding;
 pub mod index;
@@ -59,6 +60,7 @@ pub fn register_all(r: &mut Registry) {
     unary::register(r);
     unary_math::register(r);
     reduce::register(r);
+    cumsum::register(r);
     softmax::register(r);
     norm::register(r);
     create::register(r);
