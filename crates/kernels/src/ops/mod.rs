@@ -9,6 +9,7 @@ pub mod create;
 pub mod cumsum;
 pub mod elementwise;
 pub mod embedding;
+pub mod glu;
 pub mod index;
 pub mod layout;
 pub mod llama;
@@ -62,6 +63,7 @@ pub fn register_all(r: &mut Registry) {
     reduce::register(r);
     cumsum::register(r);
     softmax::register(r);
+    glu::register(r);
     norm::register(r);
     create::register(r);
     convert::register(r);

@@ -605,3 +605,32 @@ fn masked_fill_values_and_errors() {
     let m3 = tensor(&mut h, ScalarType::Bool, &[3], &[1.0, 0.0, 1.0]);
     assert_refused(&mut h, op, &[x, m3, v, out, out]);
 }
+
+#[test]
+fn atan2_broadcasts_and_promotes() {
+    let mut h = Harness::new();
+    let y = tensor(&mut h, ScalarType::Float, &[2, 1], &[1.0, -2.0]);
+    let x = tensor(&mut h, ScalarType::Long, &[3], &[1.0, 0.0, -3.0]);
+    let out = h.out(ScalarType::Float, &[2, 3]);
+    h.call("aten::atan2.out", &[y, x, out, out]).unwrap();
+    let want: Vec<f64> = [1.0f64, -2.0]
+        .iter()
+        .flat_map(|&yv| [1.0f64, 0.0, -3.0].map(|xv| yv.atan2(xv)))
+        .collect();
+    assert_close(&read(&mut h, out), &want, 1e-6, 1e-7);
+    // Integers alone give a float; an integer out is refused.
+    let i = tensor(&mut h, ScalarType::Int, &[2], &[1.0, -1.0]);
+    let j = tensor(&mut h, ScalarType::Int, &[2], &[-1.0, 0.0]);
+    let of = h.out(ScalarType::Float, &[2]);
+    h.call("aten::atan2.out", &[i, j, of, of]).unwrap();
+    assert_close(
+        &read(&mut h, of),
+        &[1.0f64.atan2(-1.0), (-1.0f64).atan2(0.0)],
+        1e-6,
+        1e-7,
+    );
+    let oi = h.out(ScalarType::Int, &[2]);
+    assert_refused(&mut h, "aten::atan2.out", &[i, j, oi, oi]);
+    let bad = tensor(&mut h, ScalarType::Float, &[3], &[0.0; 3]);
+    assert_refused(&mut h, "aten::atan2.out", &[i, bad, of, of]);
+}
