@@ -1,4 +1,5 @@
-//! `slice_copy.Tensor_out`, `narrow_copy.out` and `select_copy.int_out`.
+//! `slice_copy.Tensor_out`, `narrow_copy.out`, `select_copy.int_out`, and the
+//! inverse of a slice, `slice_scatter.out`.
 //!
 //! Both copy, for every "leading" index (the dims before `dim`), `length` blocks of
 //! `trailing` elements (the dims after `dim`) picked `step` apart along `dim`. As
@@ -15,6 +16,7 @@ pub(super) fn register(r: &mut Registry) {
     r.register("aten::slice_copy.Tensor_out", slice_copy);
     r.register("aten::narrow_copy.out", narrow_copy);
     r.register("aten::select_copy.int_out", select_copy);
+    r.register("aten::slice_scatter.out", slice_scatter);
 }
 
 /// Upstream's `adjust_slice_indices`: wraps negative indices, clamps to `[0, size]`
@@ -276,6 +278,83 @@ fn select_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
     copy_slice(ctx, &input, &out, s)
 }
 
+op_args! {
+    /// `slice_scatter.out(Tensor self, Tensor src, int dim=0, SymInt? start=None,
+    /// SymInt? end=None, SymInt step=1, *, Tensor(a!) out)`: `self` with the slice
+    /// `[start:end:step]` of `dim` replaced by `src` (which has the slice's shape).
+    struct SliceScatterArgs = "aten::slice_scatter.out" {
+        input: Tensor,
+        src: Tensor,
+        dim: i64,
+        start: Option<i64>,
+        end: Option<i64>,
+        step: i64,
+        out: OutArg,
+    } returns 1
+}
+
+fn slice_scatter(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let SliceScatterArgs {
+        input,
+        src,
+        dim,
+        start,
+        end,
+        step,
+        out,
+    } = SliceScatterArgs::unpack(a)?;
+    if input.rank() == 0 {
+        return Err(KernelError::invalid("slice_scatter into a 0-d tensor"));
+    }
+    let dim = input.normalize_dim(dim)?;
+    if step <= 0 {
+        return Err(KernelError::invalid(format!(
+            "slice_scatter step must be positive, got {step}"
+        )));
+    }
+    let size = input.sizes()[dim];
+    let (first, length) = adjust_slice(size, start.unwrap_or(0), end.unwrap_or(size as i64), step);
+    let rank = input.rank();
+    let mut want = [0usize; MAX_RANK];
+    want[..rank].copy_from_slice(input.sizes());
+    want[dim] = length;
+    if src.sizes() != &want[..rank] {
+        return Err(KernelError::invalid(format!(
+            "slice_scatter: src of shape {:?} for a slice of shape {:?}",
+            src.sizes(),
+            &want[..rank]
+        )));
+    }
+    require_copy_pair(&input, &out.tensor())?;
+    require_copy_pair(&input, &src)?;
+    let out = out.resize(a, input.sizes())?;
+    require_copy_pair(&input, &out)?;
+    let numel = input.numel();
+    if numel == 0 {
+        return Ok(());
+    }
+    let leading: usize = input.sizes()[..dim].iter().product();
+    let trailing: usize = input.sizes()[dim + 1..].iter().product();
+    with_bits_type!(input.dtype().element_size(), T => {
+        let x = ctx.read_raw::<T>(&input)?;
+        let s = ctx.read_raw::<T>(&src)?;
+        let o = ctx.write_raw::<T>(&out)?;
+        let block = length * trailing;
+        if x.len() < numel || o.len() < numel || s.len() < leading * block {
+            return Err(KernelError::invalid("slice_scatter: tensor storage is too small"));
+        }
+        o[..numel].copy_from_slice(&x[..numel]);
+        for l in 0..leading {
+            for j in 0..length {
+                let at = (l * size + first + j * step as usize) * trailing;
+                let from = (l * length + j) * trailing;
+                o[at..at + trailing].copy_from_slice(&s[from..from + trailing]);
+            }
+        }
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use etch_base::ScalarType;
@@ -313,6 +392,63 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn slice_scatter_cases_and_errors() {
+        let sizes = [2usize, 5, 3];
+        let data: Vec<f32> = (0..30).map(|i| i as f32).collect();
+        let op = "aten::slice_scatter.out";
+        for (dim, start, end, step) in [
+            (1i64, Some(1i64), Some(5i64), 2i64),
+            (-1, None, None, 1),
+            (0, Some(-1), None, 3),
+        ] {
+            let d = dim.rem_euclid(3) as usize;
+            let idx = python_slice(sizes[d], start, end, step);
+            let mut src_sizes = sizes;
+            src_sizes[d] = idx.len();
+            let n: usize = src_sizes.iter().product();
+            let src: Vec<f32> = (0..n).map(|i| -1.0 - i as f32).collect();
+            // Reference: write src over the slice of a copy of data.
+            let mut want = data.clone();
+            let lead: usize = sizes[..d].iter().product();
+            let trail: usize = sizes[d + 1..].iter().product();
+            let mut k = 0;
+            for l in 0..lead {
+                for &i in &idx {
+                    for t in 0..trail {
+                        want[(l * sizes[d] + i) * trail + t] = src[k];
+                        k += 1;
+                    }
+                }
+            }
+            let mut h = Harness::new();
+            let x = h.tensor(&sizes, &data);
+            let s = h.tensor(&src_sizes, &src);
+            let dv = h.int(dim);
+            let sv = match start {
+                Some(v) => h.int(v),
+                None => h.none(),
+            };
+            let ev = match end {
+                Some(v) => h.int(v),
+                None => h.none(),
+            };
+            let st = h.int(step);
+            let out = h.out(ScalarType::Float, &sizes);
+            h.call(op, &[x, s, dv, sv, ev, st, out, out]).unwrap();
+            assert_eq!(h.read::<f32>(out), want, "{dim} {start:?} {end:?} {step}");
+            // A src of the wrong shape and a zero step are refused.
+            let bad = h.tensor(&sizes, &data);
+            if idx.len() != sizes[d] {
+                assert!(h.call(op, &[x, bad, dv, sv, ev, st, out, out]).is_err());
+            }
+            let zero = h.int(0);
+            assert!(h.call(op, &[x, s, dv, sv, ev, zero, out, out]).is_err());
+            let wrong = h.out(ScalarType::Int, &sizes);
+            assert!(h.call(op, &[x, s, dv, sv, ev, st, wrong, wrong]).is_err());
+        }
     }
 
     #[test]
