@@ -14,7 +14,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use etch_base::ScalarType;
+use etch_base::{Element, ScalarType};
 
 use super::elementwise::args_form::args_form;
 use super::elementwise::dtype::{Bool8, with_compute};
@@ -69,6 +69,8 @@ pub fn register(r: &mut Registry) {
     r.register("aten::logical_or.out", |c, a| logical(c, a, Logic::Or));
     r.register("aten::logical_xor.out", |c, a| logical(c, a, Logic::Xor));
     r.register("aten::where.self_out", where_self);
+    r.register("aten::masked_fill.Scalar_out", masked_fill);
+    r.register("aten::atan2.out", atan2);
 }
 
 /// A binary arithmetic op.
@@ -440,6 +442,86 @@ fn where_self(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
     };
     with_compute!(common, C => map::<3, C, C, _>(ctx, &ins, &out, spec, |s: &[Src<'_, C>; 3], o: &mut [C]| {
         zip3(s[0], s[1], s[2], o, |c: C, x: C, y: C| if c != C::ZERO { x } else { y })
+    }))
+}
+
+op_args! {
+    /// `masked_fill.Scalar_out(Tensor self, Tensor mask, Scalar value, *,
+    /// Tensor(a!) out)`: `value` where the (bool) mask is set, `self` elsewhere; the
+    /// two tensors broadcast, `out` has `self`'s dtype and `value` is cast to it.
+    struct MaskedFillArgs = "aten::masked_fill.Scalar_out" {
+        input: Tensor,
+        mask: Tensor,
+        value: Scalar,
+        out: OutArg,
+    } returns 1
+}
+
+fn masked_fill(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let MaskedFillArgs {
+        input,
+        mask,
+        value,
+        out,
+    } = MaskedFillArgs::unpack(a)?;
+    if mask.dtype() != ScalarType::Bool {
+        return Err(KernelError::UnsupportedDtype {
+            dtype: mask.dtype(),
+            what: "masked_fill mask (bool)",
+        });
+    }
+    let common = input.dtype();
+    if !super::elementwise::dtype::is_supported(common) {
+        return Err(super::elementwise::dtype::unsupported(
+            common,
+            "masked_fill",
+        ));
+    }
+    let ins = [
+        Operand::Tensor(mask),
+        Operand::Tensor(input),
+        Operand::Scalar(value),
+    ];
+    let mut buf = [0usize; MAX_RANK];
+    let sizes = broadcast_operands(&ins[..2], &mut buf)?;
+    let out = out.resize(a, sizes)?;
+    crate::ops::same_dtype(&input, &out)?;
+    let spec = Spec {
+        common,
+        narrow_result: true,
+    };
+    with_compute!(common, C => map::<3, C, C, _>(ctx, &ins, &out, spec, |s: &[Src<'_, C>; 3], o: &mut [C]| {
+        zip3(s[0], s[1], s[2], o, |m: C, x: C, v: C| if m != C::ZERO { v } else { x })
+    }))
+}
+
+/// `atan2.out(Tensor self, Tensor other, *, Tensor(a!) out)`: the angle of
+/// `(other, self)`, broadcast, in the float type of the operands' common dtype
+/// (computed in f64, rounded once).
+fn atan2(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let TensorTensorArgs { input, other, out } = TensorTensorArgs::unpack(a)?;
+    let ins = [Operand::Tensor(input), Operand::Tensor(other)];
+    for o in &ins {
+        if !super::elementwise::dtype::is_supported(o.dtype()) {
+            return Err(super::elementwise::dtype::unsupported(o.dtype(), "atan2"));
+        }
+    }
+    let common = to_float(
+        ResultType::new()
+            .operand(&ins[0])?
+            .operand(&ins[1])?
+            .finish()?,
+    );
+    let mut buf = [0usize; MAX_RANK];
+    let sizes = broadcast_operands(&ins, &mut buf)?;
+    let out = out.resize(a, sizes)?;
+    check_can_cast(common, out.dtype())?;
+    let spec = Spec {
+        common,
+        narrow_result: true,
+    };
+    with_compute!(common, C => map::<2, C, C, _>(ctx, &ins, &out, spec, |s: &[Src<'_, C>; 2], o: &mut [C]| {
+        zip2(s[0], s[1], o, |y: C, x: C| C::from_f64(y.to_f64().atan2(x.to_f64())))
     }))
 }
 

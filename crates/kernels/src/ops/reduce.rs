@@ -1,4 +1,5 @@
-//! Reductions: `sum`, `mean`, `amax`, `amin`, `any`, `argmax`, `argmin`, `var`.
+//! Reductions: `sum`, `mean`, `prod`, `amax`, `amin`, `max`, `min` (over one dim,
+//! with indices, or over all), `any`, `argmax`, `argmin`, `var`.
 //!
 //! Each output element streams its reduced elements, in row-major order, through a
 //! [`Reducer`] in blocks: contiguous runs of the accumulator type are read in place
@@ -26,6 +27,9 @@ use crate::{
 pub fn register(r: &mut Registry) {
     r.register("aten::sum.IntList_out", |c, a| sum_out(c, a, false));
     r.register("aten::mean.out", |c, a| sum_out(c, a, true));
+    r.register("aten::mean.dtype_out", mean_all);
+    r.register("aten::prod.int_out", prod_dim);
+    r.register("aten::prod.out", prod_all);
     r.register("aten::amax.out", |c, a| extremum(c, a, true));
     r.register("aten::amin.out", |c, a| extremum(c, a, false));
     r.register("aten::any.out", any_dim);
@@ -33,6 +37,10 @@ pub fn register(r: &mut Registry) {
     r.register("aten::any.all_out", any_all);
     r.register("aten::argmax.out", |c, a| arg_extremum(c, a, true));
     r.register("aten::argmin.out", |c, a| arg_extremum(c, a, false));
+    r.register("aten::max.dim_max", |c, a| extremum_dim(c, a, true));
+    r.register("aten::min.dim_min", |c, a| extremum_dim(c, a, false));
+    r.register("aten::max.unary_out", |c, a| extremum_all(c, a, true));
+    r.register("aten::min.unary_out", |c, a| extremum_all(c, a, false));
     r.register("aten::var.correction_out", var_correction);
 }
 
@@ -434,6 +442,33 @@ impl<A: Num> Reducer<A> for Extremum {
     }
 }
 
+/// Keeps the first extreme element seen and its position, as PyTorch's `argmax` and
+/// `max.dim` pick it: a NaN beats every number and the first NaN stays; among equal
+/// numbers the first stays.
+#[inline(always)]
+fn keep_first_extreme<A: Num>(max: bool, st: &mut Option<(A, usize)>, pos: usize, xs: &[A]) {
+    for (j, &x) in xs.iter().enumerate() {
+        let better = match st {
+            None => true,
+            Some((b, _)) => {
+                if b.is_nan() {
+                    false
+                } else if x.is_nan() {
+                    true
+                } else if max {
+                    x > *b
+                } else {
+                    x < *b
+                }
+            }
+        };
+        if better {
+            *st = Some((x, pos + j));
+        }
+    }
+}
+
+/// The position of the first extreme element ([`keep_first_extreme`]).
 struct ArgExtremum {
     max: bool,
 }
@@ -445,28 +480,31 @@ impl<A: Num> Reducer<A> for ArgExtremum {
         None
     }
     fn feed(&self, st: &mut Self::State, pos: usize, xs: &[A]) {
-        for (j, &x) in xs.iter().enumerate() {
-            let better = match st {
-                None => true,
-                Some((b, _)) => {
-                    if b.is_nan() {
-                        false
-                    } else if x.is_nan() {
-                        true
-                    } else if self.max {
-                        x > *b
-                    } else {
-                        x < *b
-                    }
-                }
-            };
-            if better {
-                *st = Some((x, pos + j));
-            }
-        }
+        keep_first_extreme(self.max, st, pos, xs);
     }
     fn finish(&self, st: Self::State, _: usize) -> i64 {
         st.map(|(_, i)| i as i64).unwrap_or(0)
+    }
+}
+
+/// The value of the first extreme element ([`keep_first_extreme`]): the element at
+/// [`ArgExtremum`]'s position, so that a `max.dim` value and index agree (for signed
+/// zeros too).
+struct ExtremeValue {
+    max: bool,
+}
+
+impl<A: Num> Reducer<A> for ExtremeValue {
+    type State = Option<(A, usize)>;
+    type Out = A;
+    fn start(&self) -> Self::State {
+        None
+    }
+    fn feed(&self, st: &mut Self::State, pos: usize, xs: &[A]) {
+        keep_first_extreme(self.max, st, pos, xs);
+    }
+    fn finish(&self, st: Self::State, _: usize) -> A {
+        st.map(|(v, _)| v).unwrap_or(A::ZERO)
     }
 }
 
@@ -610,7 +648,38 @@ fn sum_out(ctx: &KernelContext<'_>, a: &mut Args<'_>, mean: bool) -> Result<(), 
     } = SumArgs::unpack(a)?;
     let mask = mask_of(&x, dim)?;
     let red = Reduction::new(a, x, mask, keepdim, out)?;
-    let out = red.out;
+    sum_or_mean(ctx, &red, dtype, mean)
+}
+
+op_args! {
+    /// `mean.dtype_out(Tensor self, *, ScalarType? dtype=None, Tensor(a!) out)`: the
+    /// mean of every element, a 0-d result.
+    struct MeanAllArgs = "aten::mean.dtype_out" {
+        input: Tensor,
+        dtype: Option<ScalarType>,
+        out: OutArg,
+    } returns 1
+}
+
+fn mean_all(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let MeanAllArgs {
+        input: x,
+        dtype,
+        out,
+    } = MeanAllArgs::unpack(a)?;
+    let mask = dim_mask(x.rank(), None)?;
+    let red = Reduction::new(a, x, mask, false, out)?;
+    sum_or_mean(ctx, &red, dtype, true)
+}
+
+/// The sum (or mean) of a resized reduction, checking dtypes as `sum`/`mean` do.
+fn sum_or_mean(
+    ctx: &KernelContext<'_>,
+    red: &Reduction,
+    dtype: Option<ScalarType>,
+    mean: bool,
+) -> Result<(), KernelError> {
+    let (x, out) = (red.x, red.out);
     supported(x.dtype(), if mean { "mean" } else { "sum" })?;
     if !mean {
         supported(out.dtype(), "sum")?;
@@ -635,6 +704,107 @@ fn sum_out(ctx: &KernelContext<'_>, a: &mut Args<'_>, mean: bool) -> Result<(), 
         });
     }
     with_compute!(out.dtype(), A => red.run::<A, _>(ctx, &Sum { mean }))
+}
+
+/// The running product, in the out dtype's compute type, of inputs cast to the out
+/// dtype (1 for nothing), as the portable kernel multiplies.
+struct Prod;
+
+impl<A: Num> Reducer<A> for Prod {
+    type State = A;
+    type Out = A;
+    fn start(&self) -> Self::State {
+        A::ONE
+    }
+    fn feed(&self, st: &mut Self::State, _: usize, xs: &[A]) {
+        for &x in xs {
+            *st = st.mul(x);
+        }
+    }
+    fn finish(&self, st: Self::State, _: usize) -> A {
+        st
+    }
+}
+
+/// `prod`'s out dtype rule: `dtype` when given; int64 for an integer or bool input;
+/// the input's dtype otherwise.
+fn check_prod_dtype(
+    x: &Tensor,
+    dtype: Option<ScalarType>,
+    out: &Tensor,
+) -> Result<(), KernelError> {
+    let expected = match dtype {
+        Some(d) => d,
+        None if !x.dtype().is_floating_point() => ScalarType::Long,
+        None => x.dtype(),
+    };
+    if out.dtype() != expected {
+        return Err(KernelError::DtypeMismatch {
+            expected,
+            found: out.dtype(),
+        });
+    }
+    supported(x.dtype(), "prod")?;
+    supported(out.dtype(), "prod out")
+}
+
+/// Runs [`Prod`] over a resized reduction.
+fn prod(
+    ctx: &KernelContext<'_>,
+    red: &Reduction,
+    dtype: Option<ScalarType>,
+) -> Result<(), KernelError> {
+    check_prod_dtype(&red.x, dtype, &red.out)?;
+    let out_dtype = red.out.dtype();
+    with_compute!(out_dtype, A => reduce::<A, _>(
+        ctx, &red.x, &red.mask, red.keepdim, &red.out, Some(out_dtype), &Prod
+    ))
+}
+
+op_args! {
+    /// `prod.int_out(Tensor self, int dim, bool keepdim=False, *, ScalarType? dtype=None,
+    /// Tensor(a!) out)`: the product along one dim (1 over an empty dim).
+    struct ProdDimArgs = "aten::prod.int_out" {
+        input: Tensor,
+        dim: i64,
+        keepdim: bool,
+        dtype: Option<ScalarType>,
+        out: OutArg,
+    } returns 1
+}
+
+fn prod_dim(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let ProdDimArgs {
+        input: x,
+        dim,
+        keepdim,
+        dtype,
+        out,
+    } = ProdDimArgs::unpack(a)?;
+    let mask = dim_mask(x.rank(), Some(std::slice::from_ref(&dim)))?;
+    let red = Reduction::new(a, x, mask, keepdim, out)?;
+    prod(ctx, &red, dtype)
+}
+
+op_args! {
+    /// `prod.out(Tensor self, *, ScalarType? dtype=None, Tensor(a!) out)`: the product
+    /// of every element, a 0-d result.
+    struct ProdAllArgs = "aten::prod.out" {
+        input: Tensor,
+        dtype: Option<ScalarType>,
+        out: OutArg,
+    } returns 1
+}
+
+fn prod_all(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let ProdAllArgs {
+        input: x,
+        dtype,
+        out,
+    } = ProdAllArgs::unpack(a)?;
+    let mask = dim_mask(x.rank(), None)?;
+    let red = Reduction::new(a, x, mask, false, out)?;
+    prod(ctx, &red, dtype)
 }
 
 fn check_nonempty(x: &Tensor, mask: &[bool; MAX_RANK], out: &Tensor) -> Result<(), KernelError> {
@@ -756,6 +926,80 @@ fn arg_extremum(ctx: &KernelContext<'_>, a: &mut Args<'_>, max: bool) -> Result<
     }
     // The flattened position is the reduction position because dims keep their order.
     with_compute!(x.dtype(), A => red.run::<A, _>(ctx, &ArgExtremum { max }))
+}
+
+op_args! {
+    /// `max.dim_max(Tensor self, int dim, bool keepdim=False, *, Tensor(a!) max,
+    /// Tensor(b!) max_values)` (and `min.dim_min(.., Tensor(a!) min, Tensor(b!)
+    /// min_indices)`): the values (the input's dtype) and their int64 indices.
+    struct ExtremumDimArgs = "aten::<max.dim_max|min.dim_min>" {
+        input: Tensor,
+        dim: i64,
+        keepdim: bool,
+        values: OutArg,
+        indices: OutArg,
+    } returns 1..=2
+}
+
+/// `max.dim_max` or `min.dim_min`: the first extreme element of every line along `dim`
+/// and its index (a NaN is the extreme of a line that holds one).
+fn extremum_dim(ctx: &KernelContext<'_>, a: &mut Args<'_>, max: bool) -> Result<(), KernelError> {
+    let ExtremumDimArgs {
+        input: x,
+        dim,
+        keepdim,
+        values,
+        indices,
+    } = ExtremumDimArgs::unpack(a)?;
+    supported(x.dtype(), "max.dim/min.dim")?;
+    let mask = dim_mask(x.rank(), Some(std::slice::from_ref(&dim)))?;
+    let red = Reduction::new(a, x, mask, keepdim, values)?;
+    same_dtype(&x, &red.out)?;
+    let indices = indices.resize(a, red.out.sizes())?;
+    if indices.dtype() != ScalarType::Long {
+        return Err(KernelError::DtypeMismatch {
+            expected: ScalarType::Long,
+            found: indices.dtype(),
+        });
+    }
+    check_nonempty(&x, &mask, &red.out)?;
+    with_compute!(x.dtype(), A => {
+        red.run::<A, _>(ctx, &ExtremeValue { max })?;
+        reduce::<A, _>(ctx, &x, &mask, keepdim, &indices, None, &ArgExtremum { max })
+    })
+}
+
+op_args! {
+    /// `max.unary_out(Tensor self, *, Tensor(a!) out)` (and `min`): the extreme of every
+    /// element as a 0-d tensor, NaN when any element is NaN. The input is cast to
+    /// `out`'s dtype (a cast PyTorch allows) before the comparisons.
+    struct ExtremumAllArgs = "aten::<max|min>.unary_out" {
+        input: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
+fn extremum_all(ctx: &KernelContext<'_>, a: &mut Args<'_>, max: bool) -> Result<(), KernelError> {
+    let ExtremumAllArgs { input: x, out } = ExtremumAllArgs::unpack(a)?;
+    supported(x.dtype(), "max/min")?;
+    let mask = dim_mask(x.rank(), None)?;
+    let red = Reduction::new(a, x, mask, false, out)?;
+    let out_dtype = red.out.dtype();
+    supported(out_dtype, "max/min out")?;
+    if !etch_base::can_cast(x.dtype(), out_dtype) {
+        return Err(KernelError::invalid(format!(
+            "max/min: cannot cast {:?} input to a {out_dtype:?} out",
+            x.dtype()
+        )));
+    }
+    if x.numel() == 0 {
+        return Err(KernelError::invalid(
+            "max()/min() of an empty tensor (no identity); give a dim",
+        ));
+    }
+    with_compute!(out_dtype, A => reduce::<A, _>(
+        ctx, &x, &mask, false, &red.out, Some(out_dtype), &Extremum { max }
+    ))
 }
 
 op_args! {

@@ -8,7 +8,8 @@
 //!   identity on integers) and `sign`;
 //! * the float tests `isnan` and `isinf` (bool out);
 //! * activations with parameters: `leaky_relu(negative_slope)` and
-//!   `elu(alpha, scale, input_scale)`.
+//!   `elu(alpha, scale, input_scale)`;
+//! * `logit(eps)` (float out).
 //!
 //! Float values are computed in f64 and rounded once into the compute type (f32 for
 //! f32/f16/bf16, f64 for f64); integers stay in i64.
@@ -62,6 +63,7 @@ pub fn register(r: &mut Registry) {
     r.register("aten::isinf.out", |c, a| float_test(c, a, f64::is_infinite));
     r.register("aten::leaky_relu.out", leaky_relu);
     r.register("aten::elu.out", elu);
+    r.register("aten::logit.out", logit);
 }
 
 /// `sign` of a float: -1, 0 (keeping the zero's sign) or 1; NaN stays NaN.
@@ -238,6 +240,38 @@ fn elu(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
         }
     };
     apply(ctx, a, (input, out), dtype, f, |v| v)
+}
+
+op_args! {
+    /// `logit.out(Tensor self, float? eps=None, *, Tensor(a!) out)`: `log(x / (1 - x))`
+    /// of `x` clamped to `[eps, 1 - eps]` when `eps` is given and not negative (as
+    /// PyTorch; outside `[0, 1]` the result is NaN). Integer inputs give floats.
+    struct LogitArgs = "aten::logit.out" {
+        input: Tensor,
+        eps: Option<f64>,
+        out: OutArg,
+    } returns 1
+}
+
+fn logit(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let LogitArgs { input, eps, out } = LogitArgs::unpack(a)?;
+    if input.dtype() == ScalarType::Bool {
+        return Err(KernelError::UnsupportedDtype {
+            dtype: input.dtype(),
+            what: "logit of bool",
+        });
+    }
+    let common = to_float(input.dtype());
+    let clamp = eps.filter(|&e| e >= 0.0);
+    let f = move |x: f64| {
+        let x = match clamp {
+            Some(e) if x < e => e,
+            Some(e) if x > 1.0 - e => 1.0 - e,
+            _ => x,
+        };
+        (x / (1.0 - x)).ln()
+    };
+    apply(ctx, a, (input, out), common, f, |v| v)
 }
 
 #[cfg(test)]

@@ -541,3 +541,96 @@ fn floor_divide_fmod_remainder() {
         .unwrap();
     assert!(read(&mut h, out)[0].is_nan());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn masked_fill_matches_reference(
+        (full, xs, ms) in broadcast_pair(),
+        dt in 0usize..DTYPES.len(),
+        seed in any::<u64>(),
+        threads in 1usize..=2,
+    ) {
+        let dtype = DTYPES[dt];
+        let mut rng = Lcg(seed);
+        let nx: usize = xs.iter().product();
+        let nm: usize = ms.iter().product();
+        let xv = small_ints(&mut rng, dtype, nx);
+        let mv: Vec<f64> = small_ints(&mut rng, ScalarType::Bool, nm);
+        let mut h = harness(threads);
+        let x = tensor(&mut h, dtype, &xs, &xv);
+        let m = tensor(&mut h, ScalarType::Bool, &ms, &mv);
+        let value = h.int(1);
+        let out = h.out(dtype, &full);
+        h.call("aten::masked_fill.Scalar_out", &[x, m, value, out, out]).unwrap();
+        prop_assert_eq!(h.tensor_meta(out).sizes().to_vec(), full.clone());
+        let n: usize = full.iter().product();
+        let want: Vec<f64> = (0..n)
+            .map(|i| {
+                if mv[bcast_index(&full, &ms, i)] != 0.0 { 1.0 } else { xv[bcast_index(&full, &xs, i)] }
+            })
+            .collect();
+        prop_assert_eq!(read(&mut h, out), want);
+    }
+}
+
+#[test]
+fn masked_fill_values_and_errors() {
+    let mut h = Harness::new();
+    let op = "aten::masked_fill.Scalar_out";
+    let x = tensor(&mut h, ScalarType::Float, &[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let m = tensor(&mut h, ScalarType::Bool, &[2], &[1.0, 0.0]);
+    let v = h.double(-100.0);
+    let out = h.out(ScalarType::Float, &[2, 2]);
+    h.call(op, &[x, m, v, out, out]).unwrap();
+    assert_eq!(h.read::<f32>(out), vec![-100.0, 2.0, -100.0, 4.0]);
+    // A float value into an int tensor truncates; f16 rounds.
+    let xi = tensor(&mut h, ScalarType::Int, &[2], &[5.0, 6.0]);
+    let v = h.double(2.75);
+    let oi = h.out(ScalarType::Int, &[2]);
+    h.call(op, &[xi, m, v, oi, oi]).unwrap();
+    assert_eq!(h.read::<i32>(oi), vec![2, 6]);
+    let xh = tensor(&mut h, ScalarType::Half, &[2], &[5.0, 6.0]);
+    let v = h.double(2049.0);
+    let oh = h.out(ScalarType::Half, &[2]);
+    h.call(op, &[xh, m, v, oh, oh]).unwrap();
+    assert_eq!(read(&mut h, oh), vec![2048.0, 6.0]);
+    // Errors: a non-bool mask, another out dtype, shapes that do not broadcast.
+    let mu = tensor(&mut h, ScalarType::Byte, &[2], &[1.0, 0.0]);
+    let v = h.double(0.0);
+    assert_refused(&mut h, op, &[x, mu, v, out, out]);
+    let od = h.out(ScalarType::Double, &[2, 2]);
+    assert_refused(&mut h, op, &[x, m, v, od, od]);
+    let m3 = tensor(&mut h, ScalarType::Bool, &[3], &[1.0, 0.0, 1.0]);
+    assert_refused(&mut h, op, &[x, m3, v, out, out]);
+}
+
+#[test]
+fn atan2_broadcasts_and_promotes() {
+    let mut h = Harness::new();
+    let y = tensor(&mut h, ScalarType::Float, &[2, 1], &[1.0, -2.0]);
+    let x = tensor(&mut h, ScalarType::Long, &[3], &[1.0, 0.0, -3.0]);
+    let out = h.out(ScalarType::Float, &[2, 3]);
+    h.call("aten::atan2.out", &[y, x, out, out]).unwrap();
+    let want: Vec<f64> = [1.0f64, -2.0]
+        .iter()
+        .flat_map(|&yv| [1.0f64, 0.0, -3.0].map(|xv| yv.atan2(xv)))
+        .collect();
+    assert_close(&read(&mut h, out), &want, 1e-6, 1e-7);
+    // Integers alone give a float; an integer out is refused.
+    let i = tensor(&mut h, ScalarType::Int, &[2], &[1.0, -1.0]);
+    let j = tensor(&mut h, ScalarType::Int, &[2], &[-1.0, 0.0]);
+    let of = h.out(ScalarType::Float, &[2]);
+    h.call("aten::atan2.out", &[i, j, of, of]).unwrap();
+    assert_close(
+        &read(&mut h, of),
+        &[1.0f64.atan2(-1.0), (-1.0f64).atan2(0.0)],
+        1e-6,
+        1e-7,
+    );
+    let oi = h.out(ScalarType::Int, &[2]);
+    assert_refused(&mut h, "aten::atan2.out", &[i, j, oi, oi]);
+    let bad = tensor(&mut h, ScalarType::Float, &[3], &[0.0; 3]);
+    assert_refused(&mut h, "aten::atan2.out", &[i, bad, of, of]);
+}

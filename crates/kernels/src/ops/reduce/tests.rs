@@ -328,3 +328,238 @@ fn bad_calls_are_errors() {
         .unwrap();
     assert!(h.read::<f32>(out).iter().all(|v| v.is_nan()));
 }
+
+/// `max.dim_max` / `min.dim_min` into fresh outs: (values, indices).
+fn extremum_dim(
+    h: &mut Harness,
+    max: bool,
+    x: usize,
+    dtype: ScalarType,
+    dim: i64,
+    keepdim: bool,
+    os: &[usize],
+) -> Result<(Vec<f64>, Vec<i64>), crate::KernelError> {
+    let op = if max {
+        "aten::max.dim_max"
+    } else {
+        "aten::min.dim_min"
+    };
+    let (d, kd) = (h.int(dim), h.bool(keepdim));
+    let values = h.out(dtype, os);
+    let indices = h.out(ScalarType::Long, os);
+    let ret = h.tensor_list(&[values, indices]);
+    h.call(op, &[x, d, kd, values, indices, ret])?;
+    assert_eq!(h.tensor_meta(values).sizes(), os);
+    assert_eq!(h.tensor_meta(indices).sizes(), os);
+    Ok((read(h, values), h.read::<i64>(indices)))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn max_min_dim_match_reference(
+        shape in proptest::collection::vec(0usize..5, 1..5),
+        dim_pick in any::<usize>(),
+        keepdim in any::<bool>(),
+        dt in 0usize..4,
+        seed in any::<u64>(),
+        threads in 1usize..=2,
+    ) {
+        let dtype = [ScalarType::Float, ScalarType::Char, ScalarType::Long, ScalarType::Half][dt];
+        let n: usize = shape.iter().product();
+        let mut rng = Lcg(seed);
+        let vals = small_ints(&mut rng, dtype, n);
+        let rank = shape.len();
+        let d = dim_pick % rank;
+        let mask: Vec<bool> = (0..rank).map(|i| i == d).collect();
+        let os = out_shape(&shape, &mask, keepdim);
+        let g = groups(&shape, &mask, &vals);
+        let mut h = harness(threads);
+        let x = tensor(&mut h, dtype, &shape, &vals);
+        // Negative dims name the same dim.
+        let dim = if dim_pick % 2 == 0 { d as i64 } else { d as i64 - rank as i64 };
+        for max in [true, false] {
+            let r = extremum_dim(&mut h, max, x, dtype, dim, keepdim, &os);
+            if shape[d] == 0 && !g.is_empty() {
+                prop_assert!(r.is_err());
+                continue;
+            }
+            let (values, indices) = r.unwrap();
+            let mut want_v = Vec::new();
+            let mut want_i = Vec::new();
+            for g in &g {
+                let mut best = 0;
+                for (i, &v) in g.iter().enumerate() {
+                    if (max && v > g[best]) || (!max && v < g[best]) {
+                        best = i;
+                    }
+                }
+                want_v.push(g[best]);
+                want_i.push(best as i64);
+            }
+            prop_assert_eq!(values, want_v);
+            prop_assert_eq!(indices, want_i);
+        }
+    }
+}
+
+#[test]
+fn max_min_dim_nan_and_ties() {
+    let mut h = Harness::new();
+    let v = [2.0, 5.0, 5.0, -3.0, 1.0, f64::NAN, -1.0, f64::NAN];
+    let x = tensor(&mut h, ScalarType::Float, &[2, 4], &v);
+    let (values, indices) =
+        extremum_dim(&mut h, true, x, ScalarType::Float, 1, false, &[2]).unwrap();
+    assert_eq!(values[0], 5.0);
+    assert!(values[1].is_nan());
+    assert_eq!(indices, vec![1, 1]);
+    let (values, indices) =
+        extremum_dim(&mut h, false, x, ScalarType::Float, -1, true, &[2, 1]).unwrap();
+    assert_eq!(values[0], -3.0);
+    assert!(values[1].is_nan());
+    assert_eq!(indices, vec![3, 1]);
+    // Signed zeros: the value is the element at the index.
+    let z = tensor(&mut h, ScalarType::Float, &[2], &[-0.0, 0.0]);
+    let values = h.out(ScalarType::Float, &[]);
+    let indices = h.out(ScalarType::Long, &[]);
+    let (d, kd) = (h.int(0), h.bool(false));
+    let ret = h.tensor_list(&[values, indices]);
+    h.call("aten::max.dim_max", &[z, d, kd, values, indices, ret])
+        .unwrap();
+    assert!(h.read::<f32>(values)[0].is_sign_negative());
+    assert_eq!(h.read::<i64>(indices), vec![0]);
+}
+
+#[test]
+fn max_min_dim_bad_calls() {
+    let mut h = Harness::new();
+    let x = tensor(&mut h, ScalarType::Float, &[2, 3], &[0.0; 6]);
+    let op = "aten::max.dim_max";
+    let (d, far, kd) = (h.int(1), h.int(2), h.bool(false));
+    let vf = h.out(ScalarType::Float, &[2]);
+    let vi = h.out(ScalarType::Int, &[2]);
+    let il = h.out(ScalarType::Long, &[2]);
+    let ii = h.out(ScalarType::Int, &[2]);
+    let ret = h.tensor_list(&[vf, il]);
+    h.call(op, &[x, d, kd, vf, il, ret]).unwrap();
+    assert_refused(&mut h, op, &[x, far, kd, vf, il, ret]);
+    assert_refused(&mut h, op, &[x, d, kd, vi, il, ret]);
+    assert_refused(&mut h, op, &[x, d, kd, vf, ii, ret]);
+    let small = h.out(ScalarType::Long, &[1]);
+    assert_refused(&mut h, op, &[x, d, kd, vf, small, ret]);
+    let e = tensor(&mut h, ScalarType::Float, &[2, 0], &[]);
+    assert_refused(&mut h, "aten::min.dim_min", &[e, d, kd, vf, il, ret]);
+}
+
+#[test]
+fn max_min_unary() {
+    let mut h = Harness::new();
+    let x = tensor(
+        &mut h,
+        ScalarType::Float,
+        &[2, 3],
+        &[3.0, -7.5, 9.25, 0.0, 2.0, 1.0],
+    );
+    let out = h.out(ScalarType::Float, &[]);
+    h.call("aten::max.unary_out", &[x, out, out]).unwrap();
+    assert_eq!(h.read::<f32>(out), vec![9.25]);
+    h.call("aten::min.unary_out", &[x, out, out]).unwrap();
+    assert_eq!(h.read::<f32>(out), vec![-7.5]);
+    // Into a wider out dtype; integers.
+    let od = h.out(ScalarType::Double, &[]);
+    h.call("aten::min.unary_out", &[x, od, od]).unwrap();
+    assert_eq!(h.read::<f64>(od), vec![-7.5]);
+    let i = tensor(&mut h, ScalarType::Int, &[4], &[5.0, -2.0, 8.0, 8.0]);
+    let oi = h.out(ScalarType::Int, &[]);
+    h.call("aten::max.unary_out", &[i, oi, oi]).unwrap();
+    assert_eq!(h.read::<i32>(oi), vec![8]);
+    // NaN anywhere wins.
+    let n = tensor(&mut h, ScalarType::Float, &[3], &[1.0, f64::NAN, 2.0]);
+    h.call("aten::max.unary_out", &[n, out, out]).unwrap();
+    assert!(h.read::<f32>(out)[0].is_nan());
+    h.call("aten::min.unary_out", &[n, out, out]).unwrap();
+    assert!(h.read::<f32>(out)[0].is_nan());
+    // Errors: empty input, float into an integer out.
+    let e = tensor(&mut h, ScalarType::Float, &[0], &[]);
+    assert_refused(&mut h, "aten::max.unary_out", &[e, out, out]);
+    assert_refused(&mut h, "aten::max.unary_out", &[x, oi, oi]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn prod_matches_reference(
+        shape in proptest::collection::vec(0usize..4, 1..4),
+        pick in any::<usize>(),
+        keepdim in any::<bool>(),
+        dt in 0usize..3,
+        seed in any::<u64>(),
+        threads in 1usize..=2,
+    ) {
+        let dtype = [ScalarType::Float, ScalarType::Int, ScalarType::Double][dt];
+        let out_dtype = if dtype == ScalarType::Int { ScalarType::Long } else { dtype };
+        let n: usize = shape.iter().product();
+        let mut rng = Lcg(seed);
+        // Values in -2..=2: products stay exact.
+        let vals: Vec<f64> = small_ints(&mut rng, dtype, n).into_iter().map(|v| (v / 2.5).trunc()).collect();
+        let rank = shape.len();
+        let d = pick % rank;
+        let mask: Vec<bool> = (0..rank).map(|i| i == d).collect();
+        let g = groups(&shape, &mask, &vals);
+        let os = out_shape(&shape, &mask, keepdim);
+        let mut h = harness(threads);
+        let x = tensor(&mut h, dtype, &shape, &vals);
+        let (dv, kd, none) = (h.int(d as i64), h.bool(keepdim), h.none());
+        let out = h.out(out_dtype, &os);
+        h.call("aten::prod.int_out", &[x, dv, kd, none, out, out]).unwrap();
+        let want: Vec<f64> = g.iter().map(|g| g.iter().product()).collect();
+        prop_assert_eq!(read(&mut h, out), want);
+        let all = h.out(out_dtype, &[]);
+        h.call("aten::prod.out", &[x, none, all, all]).unwrap();
+        prop_assert_eq!(read(&mut h, all), vec![vals.iter().product::<f64>()]);
+    }
+}
+
+#[test]
+fn prod_and_mean_dtypes_and_errors() {
+    let mut h = Harness::new();
+    let x = tensor(
+        &mut h,
+        ScalarType::Char,
+        &[2, 2],
+        &[100.0, 100.0, -1.0, 2.0],
+    );
+    let none = h.none();
+    // An int8 product without dtype is int64 (no int8 overflow).
+    let ol = h.out(ScalarType::Long, &[]);
+    h.call("aten::prod.out", &[x, none, ol, ol]).unwrap();
+    assert_eq!(h.read::<i64>(ol), vec![-20000]);
+    let oc = h.out(ScalarType::Char, &[]);
+    assert_refused(&mut h, "aten::prod.out", &[x, none, oc, oc]);
+    // With dtype: out must be it, inputs are cast to it first.
+    let float = h.int(ScalarType::Float as i64);
+    let of = h.out(ScalarType::Float, &[]);
+    h.call("aten::prod.out", &[x, float, of, of]).unwrap();
+    assert_eq!(h.read::<f32>(of), vec![-20000.0]);
+    assert_refused(&mut h, "aten::prod.out", &[x, float, ol, ol]);
+    // Over an empty dim the product is 1.
+    let e = tensor(&mut h, ScalarType::Float, &[2, 0], &[]);
+    let (d1, f) = (h.int(1), h.bool(false));
+    let o2 = h.out(ScalarType::Float, &[2]);
+    h.call("aten::prod.int_out", &[e, d1, f, none, o2, o2])
+        .unwrap();
+    assert_eq!(h.read::<f32>(o2), vec![1.0, 1.0]);
+    let far = h.int(2);
+    assert_refused(&mut h, "aten::prod.int_out", &[e, far, f, none, o2, o2]);
+    // mean.dtype_out: the mean of all, a float out; ints need a dtype.
+    h.call("aten::mean.dtype_out", &[x, float, of, of]).unwrap();
+    assert_eq!(h.read::<f32>(of), vec![50.25]);
+    assert_refused(&mut h, "aten::mean.dtype_out", &[x, none, of, of]);
+    let xf = tensor(&mut h, ScalarType::Float, &[3], &[1.0, 2.0, 4.5]);
+    h.call("aten::mean.dtype_out", &[xf, none, of, of]).unwrap();
+    assert_eq!(h.read::<f32>(of), vec![2.5]);
+    let od = h.out(ScalarType::Double, &[]);
+    assert_refused(&mut h, "aten::mean.dtype_out", &[xf, float, od, od]);
+}

@@ -1,14 +1,17 @@
 //! Shape and copy kernels: views copied out (`view_copy`, `alias_copy`, `squeeze`,
-//! `unsqueeze`), slicing (`slice_copy`, `select_copy`), joining and splitting (`cat`,
-//! `stack`, `split_copy`, `split_with_sizes_copy`) and strided rearrangements
-//! (`permute_copy`, `transpose_copy`, `t_copy`, `expand_copy`, `repeat`).
+//! `unsqueeze`), slicing (`slice_copy`, `narrow_copy`, `select_copy`), joining and
+//! splitting (`cat`, `stack`, `split_copy`, `split_with_sizes_copy`), strided
+//! rearrangements (`permute_copy`, `transpose_copy`, `t_copy`, `expand_copy`, `repeat`,
+//! `pixel_shuffle`, `pixel_unshuffle`) and index remaps (`flip`, `roll`).
 //!
 //! Every kernel here moves bytes without looking at them, so one implementation per
 //! element size serves every dtype. Inputs and outputs must be contiguous.
 
 pub(crate) mod common;
+mod flip_roll;
 mod join;
 mod permute;
+mod pixel_shuffle;
 mod slice;
 mod view;
 
@@ -20,4 +23,6 @@ pub fn register(r: &mut Registry) {
     slice::register(r);
     join::register(r);
     permute::register(r);
+    pixel_shuffle::register(r);
+    flip_roll::register(r);
 }

@@ -1,5 +1,5 @@
-//! Strided rearrangements: `permute_copy`, `transpose_copy`, `t_copy`, `expand_copy`
-//! and `repeat`. Each builds a source layout (sizes and strides, 0 for broadcast
+//! Strided rearrangements: `permute_copy`, `transpose_copy`, `t_copy`, `expand_copy`,
+//! `repeat` and `as_strided_copy`. Each builds a source layout (sizes and strides, 0 for broadcast
 //! dims) and runs the shared gather-copy engine.
 
 use crate::ops::shape::common::{MAX_DIMS, Strided, copy_tensor, require_copy_pair};
@@ -12,6 +12,7 @@ pub(super) fn register(r: &mut Registry) {
     r.register("aten::t_copy.out", t_copy);
     r.register("aten::expand_copy.out", expand_copy);
     r.register("aten::repeat.out", repeat);
+    r.register("aten::as_strided_copy.out", as_strided_copy);
 }
 
 /// Checks dtypes and layouts, resizes `out` to `sizes` and gathers `input` through
@@ -242,6 +243,57 @@ fn repeat(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
     gather_into(ctx, a, &input, out, &sizes[..n], &layout)
 }
 
+op_args! {
+    /// `as_strided_copy.out(Tensor self, SymInt[] size, SymInt[] stride,
+    /// SymInt? storage_offset=None, *, Tensor(a!) out)`: the elements of `self`'s
+    /// (contiguous) data at `storage_offset + sum(i_d * stride_d)`; every one must lie
+    /// inside it.
+    struct AsStridedArgs<'a> = "aten::as_strided_copy.out" {
+        input: Tensor,
+        size: IntList<'a>,
+        stride: IntList<'a>,
+        storage_offset: Option<i64>,
+        out: OutArg,
+    } returns 1
+}
+
+fn as_strided_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let AsStridedArgs {
+        input,
+        size,
+        stride,
+        storage_offset,
+        out,
+    } = AsStridedArgs::unpack(a)?;
+    let (mut sbuf, mut tbuf) = ([0i64; MAX_RANK], [0i64; MAX_RANK]);
+    let size = size.read_into(&mut sbuf)?;
+    let stride = stride.read_into(&mut tbuf)?;
+    if size.len() != stride.len() {
+        return Err(KernelError::invalid(format!(
+            "as_strided: {} sizes and {} strides",
+            size.len(),
+            stride.len()
+        )));
+    }
+    let n = size.len();
+    let mut sizes = [0usize; MAX_RANK];
+    let mut strides = [0usize; MAX_RANK];
+    for d in 0..n {
+        sizes[d] = usize::try_from(size[d])
+            .map_err(|_| KernelError::invalid(format!("as_strided: negative size {}", size[d])))?;
+        strides[d] = usize::try_from(stride[d]).map_err(|_| {
+            KernelError::invalid(format!("as_strided: negative stride {}", stride[d]))
+        })?;
+    }
+    let offset = usize::try_from(storage_offset.unwrap_or(0))
+        .map_err(|_| KernelError::invalid("as_strided: negative storage offset"))?;
+    let layout = Strided::new(&sizes[..n], &strides[..n])?;
+    require_copy_pair(&input, &out.tensor())?;
+    let o = out.resize(a, &sizes[..n])?;
+    // The copy engine checks that every element read lies inside the input.
+    copy_tensor(ctx, &input, &o, offset, &layout)
+}
+
 #[cfg(test)]
 mod tests {
     use etch_base::ScalarType;
@@ -372,6 +424,40 @@ mod tests {
         assert!(h.call("aten::repeat.out", &[x, few, out, out]).is_err());
         let neg = h.int_list(&[1, -1]);
         assert!(h.call("aten::repeat.out", &[x, neg, out, out]).is_err());
+    }
+
+    #[test]
+    fn as_strided_cases_and_errors() {
+        let mut h = Harness::new();
+        let x = h.tensor(&[3, 4], &iota(12));
+        let op = "aten::as_strided_copy.out";
+        // Overlapping windows: [[1, 2, 3], [3, 4, 5]] from offset 1.
+        let (size, stride, off) = (h.int_list(&[2, 3]), h.int_list(&[2, 1]), h.int(1));
+        let out = h.out(ScalarType::Float, &[2, 3]);
+        h.call(op, &[x, size, stride, off, out, out]).unwrap();
+        assert_eq!(h.read::<f32>(out), vec![1., 2., 3., 3., 4., 5.]);
+        // A transpose, no offset; a broadcast (stride 0).
+        let (size, stride, none) = (h.int_list(&[4, 3]), h.int_list(&[1, 4]), h.none());
+        let ot = h.out(ScalarType::Float, &[4, 3]);
+        h.call(op, &[x, size, stride, none, ot, ot]).unwrap();
+        assert_eq!(h.read::<f32>(ot)[..4], [0., 4., 8., 1.]);
+        let (size, stride) = (h.int_list(&[2, 3]), h.int_list(&[0, 1]));
+        h.call(op, &[x, size, stride, none, out, out]).unwrap();
+        assert_eq!(h.read::<f32>(out), vec![0., 1., 2., 0., 1., 2.]);
+        // Past the end, negative values, mismatched lists.
+        for (sz, st, o) in [
+            (vec![2i64, 3], vec![4i64, 1], 6i64),
+            (vec![2, 3], vec![-1, 1], 0),
+            (vec![-2, 3], vec![1, 1], 0),
+            (vec![2, 3], vec![1], 0),
+            (vec![2, 3], vec![1, 1], -1),
+        ] {
+            let (size, stride, off) = (h.int_list(&sz), h.int_list(&st), h.int(o));
+            assert!(
+                h.call(op, &[x, size, stride, off, out, out]).is_err(),
+                "{sz:?} {st:?} {o}"
+            );
+        }
     }
 
     proptest! {

@@ -1,4 +1,5 @@
-//! `slice_copy.Tensor_out` and `select_copy.int_out`.
+//! `slice_copy.Tensor_out`, `narrow_copy.out`, `select_copy.int_out`, and the
+//! inverse of a slice, `slice_scatter.out`.
 //!
 //! Both copy, for every "leading" index (the dims before `dim`), `length` blocks of
 //! `trailing` elements (the dims after `dim`) picked `step` apart along `dim`. As
@@ -13,7 +14,9 @@ use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
 pub(super) fn register(r: &mut Registry) {
     r.register("aten::slice_copy.Tensor_out", slice_copy);
+    r.register("aten::narrow_copy.out", narrow_copy);
     r.register("aten::select_copy.int_out", select_copy);
+    r.register("aten::slice_scatter.out", slice_scatter);
 }
 
 /// Upstream's `adjust_slice_indices`: wraps negative indices, clamps to `[0, size]`
@@ -173,6 +176,62 @@ fn slice_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
 }
 
 op_args! {
+    /// `narrow_copy.out(Tensor self, int dim, SymInt start, SymInt length, *,
+    /// Tensor(a!) out)`: `length` indices of `dim` from `start` (a negative start
+    /// counts from the end); the range must lie inside the dim.
+    struct NarrowArgs = "aten::narrow_copy.out" {
+        input: Tensor,
+        dim: i64,
+        start: i64,
+        length: i64,
+        out: OutArg,
+    } returns 1
+}
+
+fn narrow_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let NarrowArgs {
+        input,
+        dim,
+        start,
+        length,
+        out,
+    } = NarrowArgs::unpack(a)?;
+    if input.rank() == 0 {
+        return Err(KernelError::invalid("narrow_copy of a 0-d tensor"));
+    }
+    let dim = input.normalize_dim(dim)?;
+    let size = input.sizes()[dim];
+    let n = size as i64;
+    let first = if start < 0 {
+        start.saturating_add(n)
+    } else {
+        start
+    };
+    if !(0..=n).contains(&first) {
+        return Err(KernelError::invalid(format!(
+            "narrow_copy: start {start} out of range for a dim of size {size}"
+        )));
+    }
+    if length < 0 || first.checked_add(length).is_none_or(|end| end > n) {
+        return Err(KernelError::invalid(format!(
+            "narrow_copy: start {start} with length {length} exceeds a dim of size {size}"
+        )));
+    }
+    let mut sizes = [0usize; MAX_RANK];
+    sizes[..input.rank()].copy_from_slice(input.sizes());
+    sizes[dim] = length as usize;
+    same_dtype(&input, &out.tensor())?;
+    let out = out.resize(a, &sizes[..input.rank()])?;
+    let s = DimSlice {
+        dim,
+        start: first as usize,
+        length: length as usize,
+        step: 1,
+    };
+    copy_slice(ctx, &input, &out, s)
+}
+
+op_args! {
     /// `select_copy.int_out(Tensor self, int dim, SymInt index, *, Tensor(a!) out)`.
     struct SelectArgs = "aten::select_copy.int_out" {
         input: Tensor,
@@ -219,6 +278,83 @@ fn select_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
     copy_slice(ctx, &input, &out, s)
 }
 
+op_args! {
+    /// `slice_scatter.out(Tensor self, Tensor src, int dim=0, SymInt? start=None,
+    /// SymInt? end=None, SymInt step=1, *, Tensor(a!) out)`: `self` with the slice
+    /// `[start:end:step]` of `dim` replaced by `src` (which has the slice's shape).
+    struct SliceScatterArgs = "aten::slice_scatter.out" {
+        input: Tensor,
+        src: Tensor,
+        dim: i64,
+        start: Option<i64>,
+        end: Option<i64>,
+        step: i64,
+        out: OutArg,
+    } returns 1
+}
+
+fn slice_scatter(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let SliceScatterArgs {
+        input,
+        src,
+        dim,
+        start,
+        end,
+        step,
+        out,
+    } = SliceScatterArgs::unpack(a)?;
+    if input.rank() == 0 {
+        return Err(KernelError::invalid("slice_scatter into a 0-d tensor"));
+    }
+    let dim = input.normalize_dim(dim)?;
+    if step <= 0 {
+        return Err(KernelError::invalid(format!(
+            "slice_scatter step must be positive, got {step}"
+        )));
+    }
+    let size = input.sizes()[dim];
+    let (first, length) = adjust_slice(size, start.unwrap_or(0), end.unwrap_or(size as i64), step);
+    let rank = input.rank();
+    let mut want = [0usize; MAX_RANK];
+    want[..rank].copy_from_slice(input.sizes());
+    want[dim] = length;
+    if src.sizes() != &want[..rank] {
+        return Err(KernelError::invalid(format!(
+            "slice_scatter: src of shape {:?} for a slice of shape {:?}",
+            src.sizes(),
+            &want[..rank]
+        )));
+    }
+    require_copy_pair(&input, &out.tensor())?;
+    require_copy_pair(&input, &src)?;
+    let out = out.resize(a, input.sizes())?;
+    require_copy_pair(&input, &out)?;
+    let numel = input.numel();
+    if numel == 0 {
+        return Ok(());
+    }
+    let leading: usize = input.sizes()[..dim].iter().product();
+    let trailing: usize = input.sizes()[dim + 1..].iter().product();
+    with_bits_type!(input.dtype().element_size(), T => {
+        let x = ctx.read_raw::<T>(&input)?;
+        let s = ctx.read_raw::<T>(&src)?;
+        let o = ctx.write_raw::<T>(&out)?;
+        let block = length * trailing;
+        if x.len() < numel || o.len() < numel || s.len() < leading * block {
+            return Err(KernelError::invalid("slice_scatter: tensor storage is too small"));
+        }
+        o[..numel].copy_from_slice(&x[..numel]);
+        for l in 0..leading {
+            for j in 0..length {
+                let at = (l * size + first + j * step as usize) * trailing;
+                let from = (l * length + j) * trailing;
+                o[at..at + trailing].copy_from_slice(&s[from..from + trailing]);
+            }
+        }
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use etch_base::ScalarType;
@@ -256,6 +392,105 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn slice_scatter_cases_and_errors() {
+        let sizes = [2usize, 5, 3];
+        let data: Vec<f32> = (0..30).map(|i| i as f32).collect();
+        let op = "aten::slice_scatter.out";
+        for (dim, start, end, step) in [
+            (1i64, Some(1i64), Some(5i64), 2i64),
+            (-1, None, None, 1),
+            (0, Some(-1), None, 3),
+        ] {
+            let d = dim.rem_euclid(3) as usize;
+            let idx = python_slice(sizes[d], start, end, step);
+            let mut src_sizes = sizes;
+            src_sizes[d] = idx.len();
+            let n: usize = src_sizes.iter().product();
+            let src: Vec<f32> = (0..n).map(|i| -1.0 - i as f32).collect();
+            // Reference: write src over the slice of a copy of data.
+            let mut want = data.clone();
+            let lead: usize = sizes[..d].iter().product();
+            let trail: usize = sizes[d + 1..].iter().product();
+            let mut k = 0;
+            for l in 0..lead {
+                for &i in &idx {
+                    for t in 0..trail {
+                        want[(l * sizes[d] + i) * trail + t] = src[k];
+                        k += 1;
+                    }
+                }
+            }
+            let mut h = Harness::new();
+            let x = h.tensor(&sizes, &data);
+            let s = h.tensor(&src_sizes, &src);
+            let dv = h.int(dim);
+            let sv = match start {
+                Some(v) => h.int(v),
+                None => h.none(),
+            };
+            let ev = match end {
+                Some(v) => h.int(v),
+                None => h.none(),
+            };
+            let st = h.int(step);
+            let out = h.out(ScalarType::Float, &sizes);
+            h.call(op, &[x, s, dv, sv, ev, st, out, out]).unwrap();
+            assert_eq!(h.read::<f32>(out), want, "{dim} {start:?} {end:?} {step}");
+            // A src of the wrong shape and a zero step are refused.
+            let bad = h.tensor(&sizes, &data);
+            if idx.len() != sizes[d] {
+                assert!(h.call(op, &[x, bad, dv, sv, ev, st, out, out]).is_err());
+            }
+            let zero = h.int(0);
+            assert!(h.call(op, &[x, s, dv, sv, ev, zero, out, out]).is_err());
+            let wrong = h.out(ScalarType::Int, &sizes);
+            assert!(h.call(op, &[x, s, dv, sv, ev, st, wrong, wrong]).is_err());
+        }
+    }
+
+    #[test]
+    fn narrow_copy_cases_and_errors() {
+        let sizes = [2usize, 5, 3];
+        let data: Vec<f32> = (0..30).map(|i| i as f32).collect();
+        let mut h = Harness::new();
+        let x = h.tensor(&sizes, &data);
+        let op = "aten::narrow_copy.out";
+        for (dim, start, length, first) in
+            [(1i64, 1i64, 3i64, 1usize), (-2, -4, 2, 1), (2, 3, 0, 3)]
+        {
+            let d = dim.rem_euclid(3) as usize;
+            let mut want_sizes = sizes;
+            want_sizes[d] = length as usize;
+            let idx: Vec<usize> = (first..first + length as usize).collect();
+            let want = reference(&data, &sizes, d, &idx);
+            let out = h.out(ScalarType::Float, &want_sizes);
+            let (dv, sv, lv) = (h.int(dim), h.int(start), h.int(length));
+            h.call(op, &[x, dv, sv, lv, out, out]).unwrap();
+            assert_eq!(h.read::<f32>(out), want, "{dim} {start} {length}");
+        }
+        let out = h.out(ScalarType::Float, &sizes);
+        for (dim, start, length) in [
+            (3i64, 0i64, 1i64),
+            (1, 6, 0),
+            (1, -6, 1),
+            (1, 2, 4),
+            (1, 0, -1),
+            (1, i64::MAX, 1),
+        ] {
+            let (dv, sv, lv) = (h.int(dim), h.int(start), h.int(length));
+            assert!(
+                h.call(op, &[x, dv, sv, lv, out, out]).is_err(),
+                "{dim} {start} {length}"
+            );
+        }
+        let scalar = h.tensor(&[], &[1f32]);
+        let (dv, sv, lv) = (h.int(0), h.int(0), h.int(1));
+        assert!(h.call(op, &[scalar, dv, sv, lv, out, out]).is_err());
+        let wrong = h.out(ScalarType::Int, &sizes);
+        assert!(h.call(op, &[x, dv, sv, lv, wrong, wrong]).is_err());
     }
 
     fn call_slice(

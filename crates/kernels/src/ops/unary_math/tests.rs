@@ -238,3 +238,38 @@ fn bad_arguments_are_typed_errors() {
     let small = h.out(ScalarType::Float, &[2]);
     assert_refused(&mut h, "aten::atan.out", &[x, small, small]);
 }
+
+#[test]
+fn logit_values_eps_and_dtypes() {
+    let mut h = Harness::new();
+    let vals = [0.25, 0.5, 0.9, 0.0, 1.0, -0.5, 1.5];
+    let x = tensor(&mut h, ScalarType::Float, &[7], &vals);
+    let none = h.none();
+    let out = h.out(ScalarType::Float, &[7]);
+    h.call("aten::logit.out", &[x, none, out, out]).unwrap();
+    let got = read(&mut h, out);
+    let logit = |v: f64| (v / (1.0 - v)).ln();
+    assert_close(&got[..3], &[logit(0.25), 0.0, logit(0.9)], 1e-6, 1e-7);
+    assert_eq!(got[3], f64::NEG_INFINITY);
+    assert_eq!(got[4], f64::INFINITY);
+    assert!(got[5].is_nan() && got[6].is_nan());
+    // eps clamps into [eps, 1 - eps]; a negative eps does not clamp.
+    let eps = h.double(0.2);
+    h.call("aten::logit.out", &[x, eps, out, out]).unwrap();
+    let got = read(&mut h, out);
+    let lo = logit(0.2);
+    let want = [logit(0.25), 0.0, -lo, lo, -lo, lo, -lo];
+    assert_close(&got, &want, 1e-6, 1e-6);
+    let neg = h.double(-1.0);
+    h.call("aten::logit.out", &[x, neg, out, out]).unwrap();
+    assert!(read(&mut h, out)[5].is_nan());
+    // Integers give floats; bool and an integer out are refused.
+    let i = tensor(&mut h, ScalarType::Int, &[2], &[0.0, 1.0]);
+    let of = h.out(ScalarType::Float, &[2]);
+    h.call("aten::logit.out", &[i, none, of, of]).unwrap();
+    assert_eq!(read(&mut h, of), vec![f64::NEG_INFINITY, f64::INFINITY]);
+    let oi = h.out(ScalarType::Int, &[2]);
+    assert_refused(&mut h, "aten::logit.out", &[i, none, oi, oi]);
+    let b = tensor(&mut h, ScalarType::Bool, &[2], &[0.0, 1.0]);
+    assert_refused(&mut h, "aten::logit.out", &[b, none, of, of]);
+}
