@@ -203,20 +203,6 @@ impl<'a> Direct<'a> {
     }
 }
 
-/// Whether the nodes may write external output `v` straight into its tensor: no node
-/// reads it, it is not an external input, and the call lists it once.
-fn writable_in_place(plan: &Plan, v: usize) -> bool {
-    let read = plan.ops.iter().any(|op| {
-        let (vs, n) = op.inputs();
-        vs[..n].contains(&v)
-    });
-    let computed = plan.ops.iter().any(|op| op.output() == v);
-    computed
-        && !read
-        && !plan.inputs.iter().any(|&(u, _)| u == v)
-        && plan.outputs.iter().filter(|&&(u, _)| u == v).count() == 1
-}
-
 /// The output slice and input slices of `op`.
 fn operands<'s>(
     plan: &'s Plan,
@@ -391,10 +377,10 @@ pub fn execute(
                 .copy_from_slice(src);
         }
     }
-    for &(v, arg) in &plan.outputs {
+    for (&(v, arg), &in_place) in plan.outputs.iter().zip(&plan.outputs_in_place) {
         let d = shapes[v];
         let t = args.tensor(arg)?;
-        if t.rank() == 0 || plan.values[v].int8 || !writable_in_place(plan, v) {
+        if !in_place || t.rank() == 0 {
             continue;
         }
         check_rank("output", arg, t.rank(), d.rank())?;

@@ -417,6 +417,9 @@ pub struct Plan {
     /// `(value, argument)` of the external inputs, then of the outputs.
     pub inputs: Vec<(usize, usize)>,
     pub outputs: Vec<(usize, usize)>,
+    /// Per output: whether the nodes may write it straight into the call's tensor (see
+    /// [`output_in_place`]).
+    pub outputs_in_place: Vec<bool>,
     pub num_args: usize,
     /// The arena of a call at the upper-bound shapes (the most any call needs).
     pub arena_len: usize,
@@ -1088,6 +1091,10 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
             what: "the XNNPACK delegate's value arena (over the 4 GiB limit)",
         });
     }
+    let outputs_in_place = outputs
+        .iter()
+        .map(|&(v, _)| output_in_place(&ops, &values, &inputs, &outputs, v))
+        .collect();
     Ok(Plan {
         ops,
         kinds,
@@ -1095,6 +1102,7 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         constants,
         inputs,
         outputs,
+        outputs_in_place,
         num_args: graph.num_args,
         arena_len,
         placement: order,
@@ -1104,4 +1112,26 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         conv_block_len,
         call_cache: CallCache::default(),
     })
+}
+
+/// Whether the nodes may write external output `v` straight into the call's tensor: an
+/// f32 value that a node computes and no node reads, not an external input, listed once
+/// among the outputs.
+fn output_in_place(
+    ops: &[Op],
+    values: &[ValuePlan],
+    inputs: &[(usize, usize)],
+    outputs: &[(usize, usize)],
+    v: usize,
+) -> bool {
+    let read = ops.iter().any(|op| {
+        let (vs, n) = op.inputs();
+        vs[..n].contains(&v)
+    });
+    let computed = ops.iter().any(|op| op.output() == v);
+    computed
+        && !read
+        && values.get(v).is_some_and(|x| !x.int8)
+        && !inputs.iter().any(|&(u, _)| u == v)
+        && outputs.iter().filter(|&&(u, _)| u == v).count() == 1
 }
