@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use etch_format::ScalarType;
 use etch_kernels::{Args, KernelContext, KernelError, ThreadPool};
 use etch_linalg::conv::{self, ConvGeometry};
-use etch_linalg::{GRAIN_SIZE, GemmF32, RhsF32, gemm_f32, pool, resize};
+use etch_linalg::{GemmF32, RhsF32, gemm_f32, pool, resize};
 use rayon::prelude::*;
 
 use crate::dims::{Dims, MAX_DIMS};
@@ -489,7 +489,7 @@ fn run_op(
             for (k, s) in srcs.iter_mut().enumerate().take(*n) {
                 *s = bytes(ins[k]);
             }
-            concat(shapes, xs, *n, *axis, *y, &srcs, dst)?
+            concat(pool, shapes, xs, *n, *axis, *y, &srcs, dst)?
         }
         Op::Conv(c) if c.q.is_some() => {
             let (xd, yd) = (&shapes[c.x], &shapes[c.y]);
@@ -553,8 +553,9 @@ fn run_op(
             quantize::fully_connected_qd8(pool, m, w, x, bias, *min, *max, out, gemm)?
         }
         Op::Unary { f, min, max, .. } if x.len() >= out.len() => {
-            pool.for_each_chunk_mut(out, GRAIN_SIZE, 2, |i, chunk| {
-                let x = &x[i * GRAIN_SIZE..][..chunk.len()];
+            let step = out.len().div_ceil(elementwise_tasks(pool, out.len()));
+            pool.for_each_chunk_mut(out, step, 1, |i, chunk| {
+                let x = &x[i * step..][..chunk.len()];
                 elementwise::unary(*f, *min, *max, x, chunk)
             })
         }
@@ -564,10 +565,11 @@ fn run_op(
         {
             // Operands as long as the output (or one value): chunks of it on the pool.
             let failed = AtomicBool::new(false);
-            pool.for_each_chunk_mut(out, GRAIN_SIZE, 2, |i, chunk| {
+            let step = out.len().div_ceil(elementwise_tasks(pool, out.len()));
+            pool.for_each_chunk_mut(out, step, 1, |i, chunk| {
                 let len = chunk.len();
-                let (ad, a) = flat_part(ins[0], i * GRAIN_SIZE, len);
-                let (bd, b) = flat_part(ins[1], i * GRAIN_SIZE, len);
+                let (ad, a) = flat_part(ins[0], i * step, len);
+                let (bd, b) = flat_part(ins[1], i * step, len);
                 let yd = Dims::new(&[len]).unwrap_or_default();
                 if elementwise::binary(*f, *min, *max, &ad, a, &bd, b, &yd, chunk).is_err() {
                     failed.store(true, Ordering::Relaxed);
@@ -582,14 +584,13 @@ fn run_op(
             y,
             min,
             max,
-        } => elementwise::binary(
+        } => binary_split(
+            pool,
             *f,
             *min,
             *max,
-            &shapes[*a],
-            ins[0],
-            &shapes[*b],
-            ins[1],
+            (&shapes[*a], ins[0]),
+            (&shapes[*b], ins[1]),
             &shapes[*y],
             out,
         )?,
@@ -611,7 +612,7 @@ fn run_op(
             let start = slice_start(&xd, offsets, sizes);
             elementwise::slice(&xd, &start[..xd.rank()], &shapes[*y], x, out)?
         }
-        Op::Concat { xs, n, axis, y } => concat(shapes, xs, *n, *axis, *y, ins, out)?,
+        Op::Concat { xs, n, axis, y } => concat(pool, shapes, xs, *n, *axis, *y, ins, out)?,
         Op::Pad {
             x: xv,
             y,
@@ -1131,8 +1132,11 @@ fn bytes_mut(words: &mut [f32]) -> &mut [i8] {
     bytemuck::cast_slice_mut(words)
 }
 
-/// Concatenation along `axis` of the first `n` of `xs` (elements of any type).
-fn concat<T: Copy>(
+/// Concatenation along `axis` of the first `n` of `xs` (elements of any type), split
+/// over the pool by outer rows when the output is large enough.
+#[allow(clippy::too_many_arguments)]
+fn concat<T: Copy + Send + Sync>(
+    pool: &ThreadPool,
     shapes: &[Dims],
     xs: &[usize; 5],
     n: usize,
@@ -1145,19 +1149,123 @@ fn concat<T: Copy>(
     let outer = yd.product(0..axis);
     let inner = yd.product(axis + 1..yd.rank());
     let row = yd.get(axis) * inner;
+    // Each input's part of an output row, and where it starts in the row.
+    let mut parts = [(0usize, 0usize); 5];
     let mut at = 0;
-    for (k, &v) in xs[..n].iter().enumerate() {
+    for (part, &v) in parts.iter_mut().zip(&xs[..n]) {
         let len = shapes[v].get(axis) * inner;
-        let src = ins[k];
-        for o in 0..outer {
-            out.get_mut(o * row + at..o * row + at + len)
-                .zip(src.get(o * len..(o + 1) * len))
-                .map(|(d, s)| d.copy_from_slice(s))
-                .ok_or_else(|| short("concatenate"))?;
-        }
+        *part = (at, len);
         at += len;
     }
+    let out = out
+        .get_mut(..outer * row)
+        .ok_or_else(|| short("concatenate"))?;
+    if row == 0 {
+        return Ok(());
+    }
+    for (k, &(_, len)) in parts[..n].iter().enumerate() {
+        checked(ins[k].len() >= outer * len, "concatenate")?;
+    }
+    let rows_per_task = outer.div_ceil(elementwise_tasks(pool, outer * row));
+    pool.for_each_chunk_mut(out, rows_per_task * row, 1, |task, chunk| {
+        let first = task * rows_per_task;
+        if parts[..n].iter().all(|&(_, len)| len == 1) {
+            // Stacking along a new last axis (RoPE's interleave of two halves): input k
+            // fills every n-th element from k, one strided pass per input.
+            let rows = chunk.len() / row;
+            for (k, src) in ins[..n].iter().enumerate() {
+                let src = &src[first..first + rows];
+                for (d, s) in chunk[k..].iter_mut().step_by(n).zip(src) {
+                    *d = *s;
+                }
+            }
+            return;
+        }
+        for (o, out_row) in (first..).zip(chunk.chunks_exact_mut(row)) {
+            for (k, &(at, len)) in parts[..n].iter().enumerate() {
+                out_row[at..at + len].copy_from_slice(&ins[k][o * len..(o + 1) * len]);
+            }
+        }
+    });
     Ok(())
+}
+
+/// Output elements below which an elementwise node (or concatenation) runs on one
+/// thread: a task handed to a spinning worker costs about a microsecond, so the
+/// work per task must be several microseconds.
+const MIN_PARALLEL_ELEMENTS: usize = 16 * 1024;
+
+/// How many tasks an elementwise node of `len` output elements is split into: one per
+/// thread, or one when it is small.
+fn elementwise_tasks(pool: &ThreadPool, len: usize) -> usize {
+    if len < MIN_PARALLEL_ELEMENTS {
+        1
+    } else {
+        pool.threads().clamp(1, len / (MIN_PARALLEL_ELEMENTS / 2))
+    }
+}
+
+/// A broadcasting binary node split over the pool along the output's first axis
+/// longer than one: each task gets a run of that axis, and each operand either the
+/// matching run (when it spans the axis) or all of itself (when it broadcasts along it).
+#[allow(clippy::too_many_arguments)]
+fn binary_split(
+    pool: &ThreadPool,
+    f: crate::plan::BinaryOp,
+    min: f32,
+    max: f32,
+    (ad, a): (&Dims, &[f32]),
+    (bd, b): (&Dims, &[f32]),
+    yd: &Dims,
+    out: &mut [f32],
+) -> Result<(), KernelError> {
+    let rank = yd.rank();
+    let axis = (0..rank).find(|&i| yd.get(i) > 1);
+    let tasks = elementwise_tasks(pool, out.len());
+    let (Some(axis), true) = (axis, tasks > 1 && ad.rank() <= rank && bd.rank() <= rank) else {
+        return elementwise::binary(f, min, max, ad, a, bd, b, yd, out);
+    };
+    let inner = yd.product(axis + 1..rank);
+    let per_task = yd.get(axis).div_ceil(tasks);
+    let out = out
+        .get_mut(..yd.get(axis) * inner)
+        .ok_or_else(|| short("binary"))?;
+    let failed = AtomicBool::new(false);
+    pool.for_each_chunk_mut(out, per_task * inner, 1, |task, chunk| {
+        let rows = task * per_task..task * per_task + chunk.len() / inner;
+        let (ad, a) = operand_rows(ad, a, rank, axis, &rows);
+        let (bd, b) = operand_rows(bd, b, rank, axis, &rows);
+        let mut cd = *yd;
+        cd.as_mut_slice()[axis] = rows.len();
+        if elementwise::binary(f, min, max, &ad, a, &bd, b, &cd, chunk).is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+    });
+    checked(!failed.into_inner(), "binary")
+}
+
+/// The part of a binary operand (dims `d`, right-aligned to an output of rank
+/// `out_rank`) that output rows `rows` of `axis` read: the matching rows when it spans
+/// the axis, all of it when it broadcasts along it.
+fn operand_rows<'a>(
+    d: &Dims,
+    v: &'a [f32],
+    out_rank: usize,
+    axis: usize,
+    rows: &Range<usize>,
+) -> (Dims, &'a [f32]) {
+    let lead = out_rank - d.rank();
+    if axis < lead || d.get(axis - lead) == 1 {
+        return (*d, v);
+    }
+    let ax = axis - lead;
+    let inner = d.product(ax + 1..d.rank());
+    let mut part = *d;
+    part.as_mut_slice()[ax] = rows.len();
+    let v = v
+        .get(rows.start * inner..rows.end * inner)
+        .unwrap_or_default();
+    (part, v)
 }
 
 fn pool_geometry(p: &PoolOp, xd: &Dims, yd: &Dims) -> pool::PoolGeometry {
