@@ -77,10 +77,260 @@ pub fn exp_nonpositive(isa: Isa, x: f32) -> f32 {
     exp_nonpositive_with::<Plain>(x)
 }
 
+/// Keys the blocked score kernel computes at once: the row stride of a transposed key
+/// tile ([`transpose_keys`]) is a multiple of it.
+pub const KEY_COLUMNS: usize = 32;
+
+/// Query rows the blocked score kernel computes at once; row sets smaller than this are
+/// better served by [`scores`].
+pub const QUERY_ROWS: usize = 4;
+
+/// Writes keys `j < n` (rows `j * stride` of `tile`, `d` components each) as columns of
+/// `kt`: component `c` of key `j` at `kt[c * kt_stride + j]`, columns `n .. kt_stride`
+/// zero. Returns false, writing nothing, unless `kt_stride` is a multiple of
+/// [`KEY_COLUMNS`] at least `n`, `kt` holds `d * kt_stride` elements and the tile
+/// holds every key.
+pub fn transpose_keys(
+    tile: &[f32],
+    stride: usize,
+    n: usize,
+    d: usize,
+    kt: &mut [f32],
+    kt_stride: usize,
+) -> bool {
+    let tile_fits = n == 0
+        || (n - 1)
+            .checked_mul(stride)
+            .and_then(|x| x.checked_add(d))
+            .is_some_and(|end| end <= tile.len());
+    let Some(kt) = d.checked_mul(kt_stride).and_then(|len| kt.get_mut(..len)) else {
+        return false;
+    };
+    if !tile_fits || kt_stride < n || !kt_stride.is_multiple_of(KEY_COLUMNS) {
+        return false;
+    }
+    if d == 0 {
+        return true;
+    }
+    // Key by key: each row read once, contiguously; its components scattered down one
+    // column of `kt` (which stays in L1).
+    for j in 0..n {
+        let key = &tile[j * stride..][..d];
+        for (x, &v) in kt[j..].iter_mut().step_by(kt_stride).zip(key) {
+            *x = v;
+        }
+    }
+    for column in kt.chunks_exact_mut(kt_stride) {
+        column[n..].fill(0.0);
+    }
+    true
+}
+
+/// `s[r * s_stride + j] = q_r · key_j` for query rows `r < rows` (`q[r * d ..][..d]`)
+/// and keys `j < n` of a tile transposed by [`transpose_keys`] (row stride
+/// `kt_stride`). Each score is one chain of multiply-adds over the components in order
+/// (fused where `isa` has FMA), computed [`QUERY_ROWS`] rows by [`KEY_COLUMNS`] keys
+/// at a time with no horizontal sums. Returns false, writing nothing, when an operand
+/// is too short.
+#[allow(clippy::too_many_arguments)]
+pub fn scores_transposed(
+    isa: Isa,
+    q: &[f32],
+    d: usize,
+    rows: usize,
+    kt: &[f32],
+    kt_stride: usize,
+    n: usize,
+    s: &mut [f32],
+    s_stride: usize,
+) -> bool {
+    let fits = kt_stride.is_multiple_of(KEY_COLUMNS)
+        && n <= kt_stride
+        && n <= s_stride
+        && rows.checked_mul(d).is_some_and(|len| len <= q.len())
+        && d.checked_mul(kt_stride).is_some_and(|len| len <= kt.len())
+        && (rows == 0
+            || (rows - 1)
+                .checked_mul(s_stride)
+                .and_then(|x| x.checked_add(n))
+                .is_some_and(|end| end <= s.len()));
+    if !fits {
+        return false;
+    }
+    if rows == 0 || n == 0 {
+        return true;
+    }
+    let b = Blocked {
+        q,
+        d,
+        rows,
+        kt,
+        kt_stride,
+        n,
+    };
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = isa.avx512() {
+        x86::scores_transposed_avx512(t, &b, s, s_stride);
+        return true;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = isa.avx2() {
+        x86::scores_transposed_avx2(t, &b, s, s_stride);
+        return true;
+    }
+    #[cfg(target_arch = "aarch64")]
+    if isa.neon().is_some() {
+        scores_transposed_with::<Fused, 16>(&b, s, s_stride);
+        return true;
+    }
+    let _ = isa;
+    scores_transposed_with::<Plain, KEY_COLUMNS>(&b, s, s_stride);
+    true
+}
+
+/// [`accumulate`] for [`QUERY_ROWS`] rows at once: `acc_r += Σ_{j<n} p_r[j] *
+/// tile_row(j)` for `r < QUERY_ROWS`, with `p_r = p[r * p_stride ..][..n]`, `acc_r =
+/// acc[r * d ..][..d]` and tile rows `d` long at `j * stride`. Every element is the same
+/// chain of multiply-adds in `j` order as [`accumulate`] computes (the same bits);
+/// each value row is loaded once for all the rows. Returns false, writing nothing,
+/// when an operand is too short.
+#[allow(clippy::too_many_arguments)]
+pub fn accumulate_rows(
+    isa: Isa,
+    p: &[f32],
+    p_stride: usize,
+    n: usize,
+    tile: &[f32],
+    stride: usize,
+    acc: &mut [f32],
+    d: usize,
+) -> bool {
+    let within = |len: usize, last: usize, step: usize, width: usize| {
+        last.checked_mul(step)
+            .and_then(|x| x.checked_add(width))
+            .is_some_and(|end| end <= len)
+    };
+    let fits = n <= p_stride
+        && within(p.len(), QUERY_ROWS - 1, p_stride, n)
+        && (n == 0 || within(tile.len(), n - 1, stride, d))
+        && within(acc.len(), QUERY_ROWS - 1, d, d);
+    if !fits {
+        return false;
+    }
+    let rows = Rows4 {
+        p,
+        p_stride,
+        n,
+        tile,
+        stride,
+        d,
+    };
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = isa.avx512() {
+        x86::accumulate_rows_avx512(t, &rows, acc);
+        return true;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = isa.avx2() {
+        x86::accumulate_rows_avx2(t, &rows, acc);
+        return true;
+    }
+    for (r, a) in acc.chunks_exact_mut(d.max(1)).take(QUERY_ROWS).enumerate() {
+        accumulate(isa, &p[r * p_stride..][..n], tile, stride, a);
+    }
+    true
+}
+
+/// The operands of [`accumulate_rows`], checked.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // read by the x86 kernels
+struct Rows4<'a> {
+    p: &'a [f32],
+    p_stride: usize,
+    n: usize,
+    tile: &'a [f32],
+    stride: usize,
+    d: usize,
+}
+
+/// Whether [`scores_transposed`] has a vector kernel for `isa` (AVX2 or AVX-512);
+/// elsewhere the one-row [`scores`] is as fast.
+pub fn scores_transposed_is_fast(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx2().is_some() {
+        return true;
+    }
+    let _ = isa;
+    false
+}
+
+/// The operands of [`scores_transposed`], checked.
+struct Blocked<'a> {
+    q: &'a [f32],
+    d: usize,
+    rows: usize,
+    kt: &'a [f32],
+    kt_stride: usize,
+    n: usize,
+}
+
+/// [`scores_transposed`]'s portable loop (the scalar twin of the x86 kernels): `W`
+/// keys (a divisor of [`KEY_COLUMNS`]) by [`QUERY_ROWS`] rows per block. The last row
+/// block repeats its last row to fill up and stores only the real rows.
+#[inline(always)]
+fn scores_transposed_with<A: Arith, const W: usize>(
+    b: &Blocked<'_>,
+    s: &mut [f32],
+    s_stride: usize,
+) {
+    let d = b.d;
+    let row = |r: usize| b.q.get(r * d..(r + 1) * d).unwrap_or(&[]);
+    let mut r0 = 0;
+    while r0 < b.rows {
+        let real = (b.rows - r0).min(QUERY_ROWS);
+        let qr: [&[f32]; QUERY_ROWS] = std::array::from_fn(|i| row(r0 + i.min(real - 1)));
+        if qr.iter().any(|r| r.len() != d) {
+            return;
+        }
+        let mut j0 = 0;
+        while j0 < b.n {
+            let mut acc = [[0f32; W]; QUERY_ROWS];
+            for c in 0..d {
+                let Some(k) =
+                    b.kt.get(c * b.kt_stride + j0..)
+                        .and_then(|x| x.first_chunk::<W>())
+                else {
+                    return;
+                };
+                for (a, qrow) in acc.iter_mut().zip(&qr) {
+                    let x = qrow[c];
+                    for (lane, kv) in a.iter_mut().zip(k) {
+                        *lane = A::fma(x, *kv, *lane);
+                    }
+                }
+            }
+            let cols = (b.n - j0).min(W);
+            for (i, a) in acc.iter().enumerate().take(real) {
+                let at = (r0 + i) * s_stride + j0;
+                if let Some(dst) = s.get_mut(at..at + cols) {
+                    dst.copy_from_slice(&a[..cols]);
+                }
+            }
+            j0 += W;
+        }
+        r0 += QUERY_ROWS;
+    }
+}
+
 /// The AVX2 + FMA entry points: the generic loops compiled with the features enabled.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{Avx2Fma, CpuSupport};
+    use std::arch::x86_64::{
+        __m256, __m512, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_set1_ps, _mm256_setzero_ps,
+        _mm256_storeu_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_set1_ps, _mm512_setzero_ps,
+        _mm512_storeu_ps,
+    };
+
+    use super::{Avx2Fma, CpuSupport, QUERY_ROWS};
 
     /// [`super::scores`] with AVX2 and FMA.
     pub(super) fn scores(_: CpuSupport, q: &[f32], tile: &[f32], stride: usize, out: &mut [f32]) {
@@ -120,6 +370,213 @@ mod x86 {
     unsafe fn exp_shift_sum_avx2(x: &mut [f32], m: f32) -> f32 {
         super::exp_shift_sum_with::<Avx2Fma>(x, m)
     }
+
+    /// [`super::scores_transposed`] with AVX2 and FMA: 16 keys (two registers) by four
+    /// rows.
+    pub(super) fn scores_transposed_avx2(
+        _: CpuSupport,
+        b: &super::Blocked<'_>,
+        s: &mut [f32],
+        s_stride: usize,
+    ) {
+        // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
+        unsafe { blocked_avx2(b, s, s_stride) }
+    }
+
+    /// [`super::scores_transposed`] with AVX-512 F: 32 keys (two registers) by four
+    /// rows.
+    pub(super) fn scores_transposed_avx512(
+        _: CpuSupport,
+        b: &super::Blocked<'_>,
+        s: &mut [f32],
+        s_stride: usize,
+    ) {
+        // SAFETY: the token comes from `Isa::avx512`, which proves AVX-512 F (and
+        // AVX2 and FMA) were detected on this CPU.
+        unsafe { blocked_avx512(b, s, s_stride) }
+    }
+
+    /// Generates a blocked score kernel: `$w` keys in two registers of `$v` lanes by
+    /// [`QUERY_ROWS`] rows; every score is one chain of fused multiply-adds over the
+    /// components in order, as in the scalar twin.
+    macro_rules! blocked {
+        ($name:ident, $feat:literal, $reg:ty, $v:literal, $zero:ident, $load:ident, $set1:ident, $fma:ident, $store:ident) => {
+            #[target_feature(enable = $feat)]
+            unsafe fn $name(b: &super::Blocked<'_>, s: &mut [f32], s_stride: usize) {
+                const W: usize = 2 * $v;
+                let d = b.d;
+                let mut r0 = 0;
+                while r0 < b.rows {
+                    let real = (b.rows - r0).min(QUERY_ROWS);
+                    // The last block repeats its last row; only real rows are stored.
+                    let qp: [*const f32; QUERY_ROWS] = std::array::from_fn(|i| {
+                        // SAFETY: row r0 + min(i, real - 1) < rows, and `b.q` holds
+                        // rows * d elements (checked by `scores_transposed`).
+                        unsafe { b.q.as_ptr().add((r0 + i.min(real - 1)) * d) }
+                    });
+                    let mut j0 = 0;
+                    while j0 < b.n {
+                        let mut acc: [$reg; 2 * QUERY_ROWS] = [$zero(); 2 * QUERY_ROWS];
+                        for c in 0..d {
+                            // SAFETY: c < d and j0 + W <= kt_stride (a multiple of W, at
+                            // least n > j0), and kt holds d * kt_stride elements; each
+                            // query pointer reads component c < d of its row.
+                            unsafe {
+                                let kp = b.kt.as_ptr().add(c * b.kt_stride + j0);
+                                let (k0, k1) = ($load(kp), $load(kp.add($v)));
+                                for i in 0..QUERY_ROWS {
+                                    let x = $set1(*qp[i].add(c));
+                                    acc[2 * i] = $fma(x, k0, acc[2 * i]);
+                                    acc[2 * i + 1] = $fma(x, k1, acc[2 * i + 1]);
+                                }
+                            }
+                        }
+                        let cols = (b.n - j0).min(W);
+                        for i in 0..real {
+                            let mut row = [0f32; W];
+                            // SAFETY: `row` holds W = 2 * $v elements.
+                            unsafe {
+                                $store(row.as_mut_ptr(), acc[2 * i]);
+                                $store(row.as_mut_ptr().add($v), acc[2 * i + 1]);
+                            }
+                            let at = (r0 + i) * s_stride + j0;
+                            if let Some(dst) = s.get_mut(at..at + cols) {
+                                dst.copy_from_slice(&row[..cols]);
+                            }
+                        }
+                        j0 += W;
+                    }
+                    r0 += QUERY_ROWS;
+                }
+            }
+        };
+    }
+
+    /// [`super::accumulate_rows`] with AVX2 and FMA.
+    pub(super) fn accumulate_rows_avx2(_: CpuSupport, r: &super::Rows4<'_>, acc: &mut [f32]) {
+        // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
+        unsafe { rows_avx2(r, acc) }
+    }
+
+    /// [`super::accumulate_rows`] with AVX-512 F.
+    pub(super) fn accumulate_rows_avx512(_: CpuSupport, r: &super::Rows4<'_>, acc: &mut [f32]) {
+        // SAFETY: the token comes from `Isa::avx512`, which proves AVX-512 F (and
+        // AVX2 and FMA) were detected on this CPU.
+        unsafe { rows_avx512(r, acc) }
+    }
+
+    /// Generates a four-row value accumulation: columns in blocks of `$regs` registers
+    /// of `$v` lanes (then one register, then one element), four rows of accumulators
+    /// held across every key, each key's value row loaded once per block.
+    macro_rules! rows {
+        ($name:ident, $feat:literal, $reg:ty, $v:literal, $regs:literal, $load:ident, $set1:ident, $fma:ident, $store:ident) => {
+            #[target_feature(enable = $feat)]
+            unsafe fn $name(r: &super::Rows4<'_>, acc: &mut [f32]) {
+                let (d, n) = (r.d, r.n);
+                let ap = acc.as_mut_ptr();
+                let pp = r.p.as_ptr();
+                let tp = r.tile.as_ptr();
+                let mut c = 0;
+                // SAFETY (all blocks below): `accumulate_rows` checked that rows
+                // 0..QUERY_ROWS of acc (d apart, d long) and of p (p_stride apart, n
+                // long) and tile rows j < n (stride apart, d long) are in bounds; every
+                // access is at a column below d or a key below n.
+                while c + $regs * $v <= d {
+                    unsafe {
+                        let mut a: [[$reg; $regs]; QUERY_ROWS] = std::array::from_fn(|i| {
+                            std::array::from_fn(|k| $load(ap.add(i * d + c + k * $v)))
+                        });
+                        for j in 0..n {
+                            let vp = tp.add(j * r.stride + c);
+                            let v: [$reg; $regs] = std::array::from_fn(|k| $load(vp.add(k * $v)));
+                            for (i, row) in a.iter_mut().enumerate() {
+                                let w = $set1(*pp.add(i * r.p_stride + j));
+                                for (x, vk) in row.iter_mut().zip(&v) {
+                                    *x = $fma(w, *vk, *x);
+                                }
+                            }
+                        }
+                        for (i, row) in a.iter().enumerate() {
+                            for (k, x) in row.iter().enumerate() {
+                                $store(ap.add(i * d + c + k * $v), *x);
+                            }
+                        }
+                    }
+                    c += $regs * $v;
+                }
+                while c + $v <= d {
+                    unsafe {
+                        let mut a: [$reg; QUERY_ROWS] =
+                            std::array::from_fn(|i| $load(ap.add(i * d + c)));
+                        for j in 0..n {
+                            let v = $load(tp.add(j * r.stride + c));
+                            for (i, x) in a.iter_mut().enumerate() {
+                                *x = $fma($set1(*pp.add(i * r.p_stride + j)), v, *x);
+                            }
+                        }
+                        for (i, x) in a.iter().enumerate() {
+                            $store(ap.add(i * d + c), *x);
+                        }
+                    }
+                    c += $v;
+                }
+                for i in 0..QUERY_ROWS {
+                    for x in c..d {
+                        let a = &mut acc[i * d + x];
+                        for j in 0..n {
+                            *a = r.p[i * r.p_stride + j].mul_add(r.tile[j * r.stride + x], *a);
+                        }
+                    }
+                }
+            }
+        };
+    }
+
+    rows!(
+        rows_avx2,
+        "avx2,fma",
+        __m256,
+        8,
+        2,
+        _mm256_loadu_ps,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps,
+        _mm256_storeu_ps
+    );
+    rows!(
+        rows_avx512,
+        "avx512f,avx2,fma",
+        __m512,
+        16,
+        4,
+        _mm512_loadu_ps,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps,
+        _mm512_storeu_ps
+    );
+
+    blocked!(
+        blocked_avx2,
+        "avx2,fma",
+        __m256,
+        8,
+        _mm256_setzero_ps,
+        _mm256_loadu_ps,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps,
+        _mm256_storeu_ps
+    );
+    blocked!(
+        blocked_avx512,
+        "avx512f,avx2,fma",
+        __m512,
+        16,
+        _mm512_setzero_ps,
+        _mm512_loadu_ps,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps,
+        _mm512_storeu_ps
+    );
 }
 
 /// How a multiply-add (and the hottest loop, four dot products) is computed.
@@ -596,6 +1053,119 @@ mod tests {
         let x = [1.0f32, -3.0, 7.5, f32::NAN, 2.0, 0.0, 1.0, 1.0, 1.0, 7.6];
         assert_eq!(max(&x), 7.6);
         assert_eq!(max(&[]), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn transposed_scores_match_the_scalar_twin_and_naive() {
+        for (d, n, rows) in [
+            (64usize, 128usize, 48usize),
+            (1, 1, 1),
+            (7, 33, 5),
+            (64, 100, 3),
+            (130, 31, 9),
+        ] {
+            let stride = d + 3;
+            let q: Vec<f32> = (0..rows * d).map(|i| (i as f32 * 0.37).sin()).collect();
+            let tile: Vec<f32> = (0..n * stride).map(|i| (i as f32 * 0.11).cos()).collect();
+            let kt_stride = n.next_multiple_of(KEY_COLUMNS);
+            let mut kt = vec![f32::NAN; d * kt_stride];
+            assert!(transpose_keys(&tile, stride, n, d, &mut kt, kt_stride));
+            let s_stride = n + 5;
+            let mut want = vec![0f32; rows * s_stride];
+            assert!(scores_transposed(
+                Isa::Scalar,
+                &q,
+                d,
+                rows,
+                &kt,
+                kt_stride,
+                n,
+                &mut want,
+                s_stride
+            ));
+            for &isa in Isa::available() {
+                let mut got = vec![-7f32; rows * s_stride];
+                assert!(scores_transposed(
+                    isa, &q, d, rows, &kt, kt_stride, n, &mut got, s_stride
+                ));
+                for r in 0..rows {
+                    for j in 0..n {
+                        let naive: f64 = (0..d)
+                            .map(|c| q[r * d + c] as f64 * tile[j * stride + c] as f64)
+                            .sum();
+                        let (g, w) = (got[r * s_stride + j], want[r * s_stride + j]);
+                        assert!((g as f64 - naive).abs() < 1e-4, "{} ({r}, {j})", isa.name());
+                        assert!((g - w).abs() <= 1e-5 * (1.0 + d as f32), "{}", isa.name());
+                    }
+                    // Columns past the keys are left alone.
+                    assert!(
+                        got[r * s_stride + n..(r + 1) * s_stride]
+                            .iter()
+                            .all(|&x| x == -7.0)
+                    );
+                }
+            }
+        }
+        // Operands too short: nothing is written.
+        let mut s = vec![9f32; 4];
+        assert!(!accumulate_rows(
+            Isa::Scalar,
+            &[1.0; 7],
+            2,
+            2,
+            &[1.0; 8],
+            4,
+            &mut s,
+            1
+        ));
+        assert!(s.iter().all(|&x| x == 9.0));
+        let mut kt = vec![0f32; 64];
+        assert!(!transpose_keys(&[1.0; 8], 4, 3, 4, &mut kt, 32));
+        assert!(!transpose_keys(&[1.0; 16], 4, 3, 4, &mut kt, 16));
+        let mut s = vec![9f32; 4];
+        assert!(!scores_transposed(
+            Isa::Scalar,
+            &[1.0; 4],
+            4,
+            2,
+            &kt,
+            32,
+            2,
+            &mut s,
+            2
+        ));
+        assert!(s.iter().all(|&x| x == 9.0));
+    }
+
+    #[test]
+    fn four_row_accumulation_gives_the_one_row_bits() {
+        for (d, n) in [
+            (64usize, 128usize),
+            (1, 1),
+            (7, 5),
+            (72, 33),
+            (130, 17),
+            (16, 0),
+        ] {
+            let stride = d + 2;
+            let p_stride = n + 3;
+            let p: Vec<f32> = (0..QUERY_ROWS * p_stride)
+                .map(|i| (i as f32 * 0.29).sin())
+                .collect();
+            let tile: Vec<f32> = (0..n * stride).map(|i| (i as f32 * 0.13).cos()).collect();
+            let start: Vec<f32> = (0..QUERY_ROWS * d).map(|i| i as f32 * 0.01).collect();
+            for &isa in Isa::available() {
+                let mut want = start.clone();
+                for (r, a) in want.chunks_exact_mut(d).enumerate() {
+                    accumulate(isa, &p[r * p_stride..][..n], &tile, stride, a);
+                }
+                let mut got = start.clone();
+                assert!(accumulate_rows(
+                    isa, &p, p_stride, n, &tile, stride, &mut got, d
+                ));
+                assert_eq!(got, want, "{} d {d} n {n}", isa.name());
+            }
+        }
     }
 
     /// A query, a tile of `n` rows of stride `d + pad`, and `n` weights.

@@ -141,7 +141,8 @@ pub struct Dispatch {
     pub gemm: Isa,
     /// The matrix-vector dot-product rows (AVX-512, AVX2 or NEON).
     pub gemv: Isa,
-    /// The attention inner loops (AVX2 or NEON; AVX-512 CPUs run the AVX2 loops).
+    /// The attention inner loops (AVX-512 for the blocked query-key scores, AVX2 for the
+    /// rest; or NEON).
     pub attention: Isa,
     /// The int8 x int4 / int8 x int8 products of dynamically quantized linear layers
     /// ([`crate::quant`]): AVX-512 VNNI, AVX2, NEON `sdot`, or the scalar twin.
@@ -170,13 +171,6 @@ pub fn dispatch() -> &'static Dispatch {
 impl Dispatch {
     /// The table that uses `isa` (or the best version below it) for every family.
     pub fn for_isa(isa: Isa) -> Dispatch {
-        let attention = match isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512(t) | Isa::Avx512Vnni(t) => Isa::Avx2(t),
-            #[cfg(target_arch = "aarch64")]
-            Isa::NeonDot(t) => Isa::Neon(t),
-            other => other,
-        };
         // The f32 kernels have no use for VNNI or sdot.
         let float = match isa {
             #[cfg(target_arch = "x86_64")]
@@ -195,7 +189,7 @@ impl Dispatch {
         Dispatch {
             gemm: float,
             gemv: float,
-            attention,
+            attention: float,
             quant,
             elementwise: float,
         }

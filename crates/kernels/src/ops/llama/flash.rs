@@ -40,6 +40,9 @@ pub const KEY_BLOCK: usize = 128;
 pub const ROW_BLOCK: usize = 64;
 /// Most queries per prefill work item.
 pub const MAX_QUERY_BLOCK: usize = 32;
+/// Row stride of a transposed key tile: [`KEY_BLOCK`] rounded up to the blocked score
+/// kernel's key columns.
+const KT_STRIDE: usize = KEY_BLOCK.next_multiple_of(attention::KEY_COLUMNS);
 /// Fewest keys per split-K range.
 pub const MIN_SPLIT_KEYS: usize = 128;
 /// Scratch sub-buffers start on 64-byte boundaries.
@@ -499,6 +502,9 @@ struct SlotLayout {
     acc: usize,
     kbuf: usize,
     vbuf: usize,
+    /// f32 of the transposed key tile (0 when row sets are too small for the blocked
+    /// scores).
+    kt: usize,
     total: usize,
 }
 
@@ -579,7 +585,13 @@ impl Plan {
         let acc = q;
         let kbuf = if k_converts { up(tile)? } else { 0 };
         let vbuf = if v_converts { up(tile)? } else { 0 };
-        let total = [s, stats, stats, acc, kbuf, vbuf]
+        let kt = if rows >= attention::QUERY_ROWS {
+            // (sized whatever the ISA, so that scratch does not depend on it)
+            up(mul(KT_STRIDE, d)?)?
+        } else {
+            0
+        };
+        let total = [s, stats, stats, acc, kbuf, vbuf, kt]
             .into_iter()
             .try_fold(q, add)?;
         let (unit_len, merge_len) = if max_splits > 1 {
@@ -603,6 +615,7 @@ impl Plan {
                 acc,
                 kbuf,
                 vbuf,
+                kt,
                 total,
             },
             unit_len,
@@ -653,6 +666,8 @@ struct Workspace<'a> {
     acc: &'a mut [f32],
     kbuf: &'a mut [f32],
     vbuf: &'a mut [f32],
+    /// The key tile transposed for the blocked scores (empty when not used).
+    kt: &'a mut [f32],
 }
 
 impl<'a> Workspace<'a> {
@@ -663,7 +678,8 @@ impl<'a> Workspace<'a> {
         let (l, rest) = rest.split_at_mut_checked(lay.stats)?;
         let (acc, rest) = rest.split_at_mut_checked(lay.acc)?;
         let (kbuf, rest) = rest.split_at_mut_checked(lay.kbuf)?;
-        let (vbuf, _) = rest.split_at_mut_checked(lay.vbuf)?;
+        let (vbuf, rest) = rest.split_at_mut_checked(lay.vbuf)?;
+        let (kt, _) = rest.split_at_mut_checked(lay.kt)?;
         Some(Self {
             rows: lay.rows,
             keys: lay.keys,
@@ -674,6 +690,7 @@ impl<'a> Workspace<'a> {
             acc,
             kbuf,
             vbuf,
+            kt,
         })
     }
 }
@@ -840,6 +857,12 @@ fn block<Q: Rows, K: Rows, V: Rows>(
     while n0 < hi {
         let n = kb.min(hi - n0);
         let (kt, ks) = job.k.tile(rows.b, n0, n, rows.hk, ws.kbuf);
+        // Four or more rows: all their scores against the tile at once, from the tile
+        // transposed (scores past a row's causal limit are computed and not read).
+        let blocked = mr >= attention::QUERY_ROWS
+            && attention::scores_transposed_is_fast(job.isa)
+            && attention::transpose_keys(kt, ks, n, d, ws.kt, KT_STRIDE)
+            && attention::scores_transposed(job.isa, q, d, mr, ws.kt, KT_STRIDE, n, s, kb);
         for mm in 0..mr {
             let (i, _) = rows.at(mm);
             let valid = p.key_limit(i).saturating_sub(n0).min(n);
@@ -847,7 +870,9 @@ fn block<Q: Rows, K: Rows, V: Rows>(
                 continue;
             }
             let sv = &mut s[mm * kb..mm * kb + valid];
-            attention::scores(job.isa, &q[mm * d..(mm + 1) * d], kt, ks, sv);
+            if !blocked {
+                attention::scores(job.isa, &q[mm * d..(mm + 1) * d], kt, ks, sv);
+            }
             job.mask.add_row(i * p.mask_stride + n0, sv);
             let old = m[mm];
             let bmax = attention::max(sv);
@@ -866,19 +891,51 @@ fn block<Q: Rows, K: Rows, V: Rows>(
             m[mm] = new;
         }
         let (vt, vs) = job.v.tile(rows.b, n0, n, rows.hk, ws.vbuf);
-        for mm in 0..mr {
+        let valid = |mm: usize| {
             let (i, _) = rows.at(mm);
-            let valid = p.key_limit(i).saturating_sub(n0).min(n);
-            if valid == 0 || m[mm] == f32::NEG_INFINITY {
-                continue;
+            let v = p.key_limit(i).saturating_sub(n0).min(n);
+            if m[mm] == f32::NEG_INFINITY { 0 } else { v }
+        };
+        let mut mm = 0;
+        while mm < mr {
+            // Four rows at once: one pass over the values for all of them. A row's
+            // weights past its causal limit are set to 0, which adds exactly nothing
+            // (the same bits as four one-row passes, as long as the values there are
+            // finite, which cache rows below the last row's limit are unless the
+            // model overflowed).
+            let group = mm..mm + attention::QUERY_ROWS;
+            if group.end <= mr {
+                let reach = group.clone().map(valid).max().unwrap_or(0);
+                for r in group.clone() {
+                    s[r * kb + valid(r)..r * kb + reach].fill(0.0);
+                }
+                if reach > 0
+                    && attention::accumulate_rows(
+                        job.isa,
+                        &s[mm * kb..],
+                        kb,
+                        reach,
+                        vt,
+                        vs,
+                        &mut acc[mm * d..],
+                        d,
+                    )
+                {
+                    mm = group.end;
+                    continue;
+                }
             }
-            attention::accumulate(
-                job.isa,
-                &s[mm * kb..mm * kb + valid],
-                vt,
-                vs,
-                &mut acc[mm * d..(mm + 1) * d],
-            );
+            let v = valid(mm);
+            if v > 0 {
+                attention::accumulate(
+                    job.isa,
+                    &s[mm * kb..mm * kb + v],
+                    vt,
+                    vs,
+                    &mut acc[mm * d..(mm + 1) * d],
+                );
+            }
+            mm += 1;
         }
         n0 += n;
     }
