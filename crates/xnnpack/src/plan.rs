@@ -778,19 +778,15 @@ impl<'g> Builder<'g> {
         let (n, k) = (def.dims.get(0), def.dims.get(1));
         let bytes = def.constant.as_deref().unwrap_or(&[]);
         let field = self.field(i, node, "filter_id");
-        let nibble = |r: usize, c: usize| {
-            // Two 4-bit codes per byte, low nibble first, rows of ceil(k / 2) bytes;
-            // stored as q + 8 (weight zero point 8).
-            let byte = bytes.get(r * k.div_ceil(2) + c / 2).copied().unwrap_or(0);
-            if c % 2 == 0 { byte & 0xf } else { byte >> 4 }
-        };
         let packed = match (&def.quant, def.datatype) {
             (Some(Quantization::PerChannel { scales, .. }), Datatype::QcInt8) => {
                 let values: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
                 Qd8Weights::from_int8(n, k, &values, scales)
             }
             (Some(Quantization::PerChannel { scales, .. }), _) => {
-                Qd8Weights::from_int4(n, k, k.max(1), scales, nibble)
+                // Two 4-bit codes per byte, low nibble first, rows of ceil(k / 2)
+                // bytes, stored as q + 8 (weight zero point 8).
+                Qd8Weights::from_int4_nibbles(n, k, k.max(1), scales, bytes)
             }
             (
                 Some(Quantization::PerChannelGroup {
@@ -804,7 +800,7 @@ impl<'g> Builder<'g> {
                     .iter()
                     .map(|&b| f32::from_bits(u32::from(b) << 16))
                     .collect();
-                Qd8Weights::from_int4(n, k, *group_size, &scales, nibble)
+                Qd8Weights::from_int4_nibbles(n, k, *group_size, &scales, bytes)
             }
             _ => {
                 return Err(invalid(

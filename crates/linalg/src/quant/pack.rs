@@ -82,8 +82,42 @@ impl Qd8Weights {
         scales: &[f32],
         code: impl Fn(usize, usize) -> u8,
     ) -> Result<Qd8Weights, LinalgError> {
-        Self::pack(n, k, group, scales, WeightBits::Four, |j, c| {
-            code(j, c) & 0xf
+        Self::pack(n, k, group, scales, WeightBits::Four, |j, row| {
+            for (c, r) in row.iter_mut().enumerate() {
+                *r = code(j, c) & 0xf;
+            }
+        })
+    }
+
+    /// [`Qd8Weights::from_int4`] for codes stored two per byte, low nibble first, each
+    /// output's `k` codes in `ceil(k / 2)` bytes (XNNPACK's and ExecuTorch's layout of
+    /// 4-bit weights): decoded a byte at a time, not a code at a time.
+    pub fn from_int4_nibbles(
+        n: usize,
+        k: usize,
+        group: usize,
+        scales: &[f32],
+        bytes: &[u8],
+    ) -> Result<Qd8Weights, LinalgError> {
+        let row_bytes = k.div_ceil(2);
+        if n.checked_mul(row_bytes).is_none_or(|len| bytes.len() < len) {
+            return Err(LinalgError::ViewOutOfBounds {
+                what: "4-bit weights",
+                rows: n,
+                cols: k,
+                len: bytes.len(),
+            });
+        }
+        Self::pack(n, k, group, scales, WeightBits::Four, |j, row| {
+            let src = &bytes[j * row_bytes..][..row_bytes];
+            let mut pairs = row.chunks_exact_mut(2);
+            for (pair, &b) in (&mut pairs).zip(src) {
+                pair[0] = b & 0xf;
+                pair[1] = b >> 4;
+            }
+            if let ([last], Some(&b)) = (pairs.into_remainder(), src.last()) {
+                *last = b & 0xf;
+            }
         })
     }
 
@@ -103,8 +137,10 @@ impl Qd8Weights {
                 len: values.len(),
             });
         }
-        Self::pack(n, k, k, scales, WeightBits::Eight, |j, c| {
-            (i32::from(values[j * k + c]) + 128) as u8
+        Self::pack(n, k, k, scales, WeightBits::Eight, |j, row| {
+            for (r, &v) in row.iter_mut().zip(&values[j * k..(j + 1) * k]) {
+                *r = (i32::from(v) + 128) as u8;
+            }
         })
     }
 
@@ -114,7 +150,7 @@ impl Qd8Weights {
         group: usize,
         scales: &[f32],
         bits: WeightBits,
-        code: impl Fn(usize, usize) -> u8,
+        codes: impl Fn(usize, &mut [u8]),
     ) -> Result<Qd8Weights, LinalgError> {
         if group == 0 || k == 0 {
             return Err(LinalgError::Shape(format!(
@@ -153,9 +189,7 @@ impl Qd8Weights {
         let mut row = vec![zero; k_pad];
         for j in 0..n {
             let (p, c) = (j / PANEL, j % PANEL);
-            for (col, r) in row[..k].iter_mut().enumerate() {
-                *r = code(j, col);
-            }
+            codes(j, &mut row[..k]);
             let dst = &mut data[p * panel_bytes..][..panel_bytes];
             match bits {
                 WeightBits::Four => {
@@ -224,6 +258,12 @@ impl Qd8Weights {
             scales: scale_data,
             channel_sums,
         })
+    }
+
+    /// The packed code bytes (for tests that compare two packings).
+    #[cfg(test)]
+    pub(crate) fn packed_codes(&self) -> &[u8] {
+        &self.data
     }
 
     /// Output channels.

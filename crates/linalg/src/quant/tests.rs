@@ -238,3 +238,24 @@ fn bad_operands_are_errors() {
     assert!(Qd8Weights::from_int4(4, 16, 8, &[1.0; 7], |_, _| 3).is_err());
     assert!(Qd8Weights::from_int4(4, 20, 12, &[1.0; 8], |_, _| 3).is_err());
 }
+
+#[test]
+fn nibble_bytes_pack_as_the_codes_they_hold() {
+    for (n, k) in [(3usize, 64usize), (17, 33), (1, 1), (16, 130)] {
+        let row_bytes = k.div_ceil(2);
+        let bytes: Vec<u8> = (0..n * row_bytes).map(|i| (i * 37 + 11) as u8).collect();
+        let code = |j: usize, c: usize| {
+            let b = bytes[j * row_bytes + c / 2];
+            if c.is_multiple_of(2) { b & 0xf } else { b >> 4 }
+        };
+        let group = if k.is_multiple_of(32) { 32 } else { k };
+        let scales: Vec<f32> = (0..n * k.div_ceil(group))
+            .map(|i| 0.01 + i as f32 * 1e-3)
+            .collect();
+        let want = Qd8Weights::from_int4(n, k, group, &scales, code).unwrap();
+        let got = Qd8Weights::from_int4_nibbles(n, k, group, &scales, &bytes).unwrap();
+        assert_eq!(got.packed_codes(), want.packed_codes(), "{n} x {k}");
+        assert_eq!(format!("{got:?}"), format!("{want:?}"), "{n} x {k}");
+        assert!(Qd8Weights::from_int4_nibbles(n, k, group, &scales, &bytes[1..]).is_err());
+    }
+}
