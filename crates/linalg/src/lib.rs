@@ -62,6 +62,7 @@ pub mod attention;
 pub mod conv;
 pub mod conv_nchw;
 pub mod dense;
+pub mod elementwise;
 mod error;
 pub mod gemm;
 mod isa;

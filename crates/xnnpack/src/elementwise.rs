@@ -3,6 +3,7 @@
 //! constant pad needs. (The heavy kernels live in `etch-linalg`.)
 
 use etch_kernels::KernelError;
+use etch_linalg::elementwise::{self, Arithmetic, Operand};
 
 use crate::dims::{Dims, MAX_DIMS};
 use crate::plan::{BinaryOp, UnaryOp};
@@ -108,25 +109,33 @@ pub fn binary(
     out: &mut [f32],
 ) -> Result<(), KernelError> {
     let bounded = min > f32::NEG_INFINITY || max < f32::INFINITY;
-    // One monomorphic loop nest per operation (and clamp or not), so that the
-    // contiguous runs vectorize.
-    macro_rules! run {
-        ($op:expr) => {
-            if bounded {
-                binary_with(&|p, q| ($op)(p, q).max(min).min(max), ad, a, bd, b, yd, out)
-            } else {
-                binary_with(&$op, ad, a, bd, b, yd, out)
-            }
-        };
+    let arithmetic = match f {
+        BinaryOp::Add => Some(Arithmetic::Add),
+        BinaryOp::Subtract => Some(Arithmetic::Subtract),
+        BinaryOp::Multiply => Some(Arithmetic::Multiply),
+        BinaryOp::Divide => Some(Arithmetic::Divide),
+        BinaryOp::Minimum | BinaryOp::Maximum | BinaryOp::PRelu => None,
+    };
+    if let Some(op) = arithmetic {
+        // The vector loops of the kernel library, run by run.
+        let isa = etch_linalg::dispatch().elementwise;
+        let clamp = bounded.then_some((min, max));
+        return for_each_operand_run(ad, a, bd, b, yd, out, |x, y, o| {
+            elementwise::arithmetic(isa, op, x, y, clamp, o)
+        });
     }
-    match f {
-        BinaryOp::Add => run!(|p: f32, q: f32| p + q),
-        BinaryOp::Subtract => run!(|p: f32, q: f32| p - q),
-        BinaryOp::Multiply => run!(|p: f32, q: f32| p * q),
-        BinaryOp::Divide => run!(|p: f32, q: f32| p / q),
-        BinaryOp::Minimum | BinaryOp::Maximum | BinaryOp::PRelu => {
-            run!(|p: f32, q: f32| apply(f, p, q))
-        }
+    if bounded {
+        binary_with(
+            &|p, q| apply(f, p, q).max(min).min(max),
+            ad,
+            a,
+            bd,
+            b,
+            yd,
+            out,
+        )
+    } else {
+        binary_with(&|p, q| apply(f, p, q), ad, a, bd, b, yd, out)
     }
 }
 
@@ -142,25 +151,50 @@ pub fn binary_with<T: Copy, U: Copy>(
     yd: &Dims,
     out: &mut [U],
 ) -> Result<(), KernelError> {
+    for_each_operand_run(ad, a, bd, b, yd, out, |x, y, o| match (x, y) {
+        (Operand::Run(x), Operand::Run(y)) => {
+            for ((o, &p), &q) in o.iter_mut().zip(x).zip(y) {
+                *o = g(p, q);
+            }
+        }
+        (Operand::Run(x), Operand::Splat(q)) => {
+            for (o, &p) in o.iter_mut().zip(x) {
+                *o = g(p, q);
+            }
+        }
+        (Operand::Splat(p), Operand::Run(y)) => {
+            for (o, &q) in o.iter_mut().zip(y) {
+                *o = g(p, q);
+            }
+        }
+        (Operand::Splat(p), Operand::Splat(q)) => o.fill(g(p, q)),
+    })
+}
+
+/// Visits the output of a broadcast binary node run by run: `row(a_run, b_run, out_run)`
+/// where each operand run is as long as the output run or one value. The whole output
+/// is one run when both operands are as long as it (or one value); otherwise each
+/// output row (the innermost axis) is one.
+#[inline(always)]
+fn for_each_operand_run<T: Copy, U>(
+    ad: &Dims,
+    a: &[T],
+    bd: &Dims,
+    b: &[T],
+    yd: &Dims,
+    out: &mut [U],
+    mut row: impl FnMut(Operand<'_, T>, Operand<'_, T>, &mut [U]),
+) -> Result<(), KernelError> {
     let n = out.len();
-    if a.len() == n && b.len() == n {
-        for ((o, &p), &q) in out.iter_mut().zip(a).zip(b) {
-            *o = g(p, q);
+    fn flat<T: Copy>(x: &[T], n: usize) -> Option<Operand<'_, T>> {
+        match x.len() {
+            len if len == n => Some(Operand::Run(x)),
+            1 => Some(Operand::Splat(x[0])),
+            _ => None,
         }
-        return Ok(());
     }
-    if a.len() == n && b.len() == 1 {
-        let q = b[0];
-        for (o, &p) in out.iter_mut().zip(a) {
-            *o = g(p, q);
-        }
-        return Ok(());
-    }
-    if a.len() == 1 && b.len() == n {
-        let p = a[0];
-        for (o, &q) in out.iter_mut().zip(b) {
-            *o = g(p, q);
-        }
+    if let (Some(x), Some(y)) = (flat(a, n), flat(b, n)) {
+        row(x, y, out);
         return Ok(());
     }
     let r = yd.rank();
@@ -177,7 +211,7 @@ pub fn binary_with<T: Copy, U: Copy>(
         Ok((off, stride == 0))
     };
     let mut idx = [0usize; MAX_DIMS];
-    for row in out.chunks_exact_mut(inner.max(1)) {
+    for o in out.chunks_exact_mut(inner.max(1)) {
         let (mut oa, mut ob) = (0usize, 0usize);
         for d in 0..r - 1 {
             oa += idx[d] * sa[d];
@@ -185,27 +219,18 @@ pub fn binary_with<T: Copy, U: Copy>(
         }
         let (oa, a_one) = run(a, oa, ia)?;
         let (ob, b_one) = run(b, ob, ib)?;
-        let w = row.len();
-        match (a_one, b_one) {
-            (false, false) => {
-                for ((o, &p), &q) in row.iter_mut().zip(&a[oa..oa + w]).zip(&b[ob..ob + w]) {
-                    *o = g(p, q);
-                }
-            }
-            (false, true) => {
-                let q = b[ob];
-                for (o, &p) in row.iter_mut().zip(&a[oa..oa + w]) {
-                    *o = g(p, q);
-                }
-            }
-            (true, false) => {
-                let p = a[oa];
-                for (o, &q) in row.iter_mut().zip(&b[ob..ob + w]) {
-                    *o = g(p, q);
-                }
-            }
-            (true, true) => row.fill(g(a[oa], b[ob])),
-        }
+        let w = o.len();
+        let x = if a_one {
+            Operand::Splat(a[oa])
+        } else {
+            Operand::Run(&a[oa..oa + w])
+        };
+        let y = if b_one {
+            Operand::Splat(b[ob])
+        } else {
+            Operand::Run(&b[ob..ob + w])
+        };
+        row(x, y, o);
         for d in (0..r.saturating_sub(1)).rev() {
             idx[d] += 1;
             if idx[d] < yd.get(d) {
