@@ -217,23 +217,24 @@ pub fn accumulate_rows(
     if !fits {
         return false;
     }
-    let rows = Rows4 {
-        p,
-        p_stride,
-        n,
-        tile,
-        stride,
-        d,
-    };
     #[cfg(target_arch = "x86_64")]
-    if let Some(t) = isa.avx512() {
-        x86::accumulate_rows_avx512(t, &rows, acc);
-        return true;
-    }
-    #[cfg(target_arch = "x86_64")]
-    if let Some(t) = isa.avx2() {
-        x86::accumulate_rows_avx2(t, &rows, acc);
-        return true;
+    {
+        let rows = Rows4 {
+            p,
+            p_stride,
+            n,
+            tile,
+            stride,
+            d,
+        };
+        if let Some(t) = isa.avx512() {
+            x86::accumulate_rows_avx512(t, &rows, acc);
+            return true;
+        }
+        if let Some(t) = isa.avx2() {
+            x86::accumulate_rows_avx2(t, &rows, acc);
+            return true;
+        }
     }
     for (r, a) in acc.chunks_exact_mut(d.max(1)).take(QUERY_ROWS).enumerate() {
         accumulate(isa, &p[r * p_stride..][..n], tile, stride, a);
@@ -241,8 +242,8 @@ pub fn accumulate_rows(
     true
 }
 
-/// The operands of [`accumulate_rows`], checked.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // read by the x86 kernels
+/// The operands of [`accumulate_rows`], checked (read by the x86 kernels).
+#[cfg(target_arch = "x86_64")]
 struct Rows4<'a> {
     p: &'a [f32],
     p_stride: usize,
