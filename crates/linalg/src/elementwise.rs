@@ -49,6 +49,35 @@ pub fn arithmetic(
     arithmetic_with(op, a, b, clamp, out)
 }
 
+/// `out[i] = g(a[i], b[i])` for runs and splats of any element type: one loop per
+/// pair of operand kinds (a run shorter than `out` limits the elements written).
+#[inline(always)]
+pub fn zip_with<T: Copy, U: Copy>(
+    a: Operand<'_, T>,
+    b: Operand<'_, T>,
+    out: &mut [U],
+    g: impl Fn(T, T) -> U,
+) {
+    match (a, b) {
+        (Operand::Run(a), Operand::Run(b)) => {
+            for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+                *o = g(x, y);
+            }
+        }
+        (Operand::Run(a), Operand::Splat(y)) => {
+            for (o, &x) in out.iter_mut().zip(a) {
+                *o = g(x, y);
+            }
+        }
+        (Operand::Splat(x), Operand::Run(b)) => {
+            for (o, &y) in out.iter_mut().zip(b) {
+                *o = g(x, y);
+            }
+        }
+        (Operand::Splat(x), Operand::Splat(y)) => out.fill(g(x, y)),
+    }
+}
+
 /// The loop nest: one monomorphic loop per operation, operand kinds and clamp, so that
 /// each vectorizes.
 #[inline(always)]
@@ -59,39 +88,13 @@ fn arithmetic_with(
     clamp: Option<(f32, f32)>,
     out: &mut [f32],
 ) {
-    #[inline(always)]
-    fn kinds(
-        a: Operand<'_, f32>,
-        b: Operand<'_, f32>,
-        out: &mut [f32],
-        g: impl Fn(f32, f32) -> f32,
-    ) {
-        match (a, b) {
-            (Operand::Run(a), Operand::Run(b)) => {
-                for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
-                    *o = g(x, y);
-                }
-            }
-            (Operand::Run(a), Operand::Splat(y)) => {
-                for (o, &x) in out.iter_mut().zip(a) {
-                    *o = g(x, y);
-                }
-            }
-            (Operand::Splat(x), Operand::Run(b)) => {
-                for (o, &y) in out.iter_mut().zip(b) {
-                    *o = g(x, y);
-                }
-            }
-            (Operand::Splat(x), Operand::Splat(y)) => out.fill(g(x, y)),
-        }
-    }
     macro_rules! ops {
         ($($variant:ident => $f:expr),*) => {
             match (op, clamp) {
                 $(
-                    (Arithmetic::$variant, None) => kinds(a, b, out, $f),
+                    (Arithmetic::$variant, None) => zip_with(a, b, out, $f),
                     (Arithmetic::$variant, Some((lo, hi))) => {
-                        kinds(a, b, out, |x, y| ($f)(x, y).max(lo).min(hi))
+                        zip_with(a, b, out, |x, y| ($f)(x, y).max(lo).min(hi))
                     }
                 )*
             }
@@ -111,54 +114,39 @@ mod x86 {
     use super::{Arithmetic, Operand};
     use crate::CpuSupport;
 
-    /// [`super::arithmetic`] with AVX2.
-    pub(super) fn arithmetic_avx2(
-        _: CpuSupport,
-        op: Arithmetic,
-        a: Operand<'_, f32>,
-        b: Operand<'_, f32>,
-        clamp: Option<(f32, f32)>,
-        out: &mut [f32],
-    ) {
-        // SAFETY: the `CpuSupport` token proves AVX2 was detected on this CPU.
-        unsafe { avx2(op, a, b, clamp, out) }
+    /// Generates a safe entry point (taking the CPU token) and the target-feature
+    /// function it calls.
+    macro_rules! entry {
+        ($entry:ident, $inner:ident, $feat:literal, $what:literal) => {
+            #[doc = concat!("[`super::arithmetic`] with ", $what, ".")]
+            pub(super) fn $entry(
+                _: CpuSupport,
+                op: Arithmetic,
+                a: Operand<'_, f32>,
+                b: Operand<'_, f32>,
+                clamp: Option<(f32, f32)>,
+                out: &mut [f32],
+            ) {
+                // SAFETY: the token is only handed out once the feature was detected
+                // on this CPU (`Isa::avx2`, `Isa::avx512`).
+                unsafe { $inner(op, a, b, clamp, out) }
+            }
+
+            #[target_feature(enable = $feat)]
+            unsafe fn $inner(
+                op: Arithmetic,
+                a: Operand<'_, f32>,
+                b: Operand<'_, f32>,
+                clamp: Option<(f32, f32)>,
+                out: &mut [f32],
+            ) {
+                super::arithmetic_with(op, a, b, clamp, out)
+            }
+        };
     }
 
-    /// [`super::arithmetic`] with AVX-512 F.
-    pub(super) fn arithmetic_avx512(
-        _: CpuSupport,
-        op: Arithmetic,
-        a: Operand<'_, f32>,
-        b: Operand<'_, f32>,
-        clamp: Option<(f32, f32)>,
-        out: &mut [f32],
-    ) {
-        // SAFETY: the token comes from `Isa::avx512`, which proves AVX-512 F was
-        // detected on this CPU.
-        unsafe { avx512(op, a, b, clamp, out) }
-    }
-
-    #[target_feature(enable = "avx2")]
-    unsafe fn avx2(
-        op: Arithmetic,
-        a: Operand<'_, f32>,
-        b: Operand<'_, f32>,
-        clamp: Option<(f32, f32)>,
-        out: &mut [f32],
-    ) {
-        super::arithmetic_with(op, a, b, clamp, out)
-    }
-
-    #[target_feature(enable = "avx512f")]
-    unsafe fn avx512(
-        op: Arithmetic,
-        a: Operand<'_, f32>,
-        b: Operand<'_, f32>,
-        clamp: Option<(f32, f32)>,
-        out: &mut [f32],
-    ) {
-        super::arithmetic_with(op, a, b, clamp, out)
-    }
+    entry!(arithmetic_avx2, avx2, "avx2", "AVX2");
+    entry!(arithmetic_avx512, avx512, "avx512f", "AVX-512 F");
 }
 
 #[cfg(test)]

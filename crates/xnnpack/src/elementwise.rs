@@ -151,23 +151,8 @@ pub fn binary_with<T: Copy, U: Copy>(
     yd: &Dims,
     out: &mut [U],
 ) -> Result<(), KernelError> {
-    for_each_operand_run(ad, a, bd, b, yd, out, |x, y, o| match (x, y) {
-        (Operand::Run(x), Operand::Run(y)) => {
-            for ((o, &p), &q) in o.iter_mut().zip(x).zip(y) {
-                *o = g(p, q);
-            }
-        }
-        (Operand::Run(x), Operand::Splat(q)) => {
-            for (o, &p) in o.iter_mut().zip(x) {
-                *o = g(p, q);
-            }
-        }
-        (Operand::Splat(p), Operand::Run(y)) => {
-            for (o, &q) in o.iter_mut().zip(y) {
-                *o = g(p, q);
-            }
-        }
-        (Operand::Splat(p), Operand::Splat(q)) => o.fill(g(p, q)),
+    for_each_operand_run(ad, a, bd, b, yd, out, |x, y, o| {
+        elementwise::zip_with(x, y, o, g)
     })
 }
 
