@@ -52,7 +52,21 @@ pub trait Reducer<A: Element>: Sync {
     /// `xs` are the reduced elements at flat positions `pos..pos + xs.len()`.
     fn feed(&self, state: &mut Self::State, pos: usize, xs: &[A]);
     fn finish(&self, state: Self::State, count: usize) -> Self::Out;
+
+    /// Feeds [`ROWS`] whole contiguous runs of equal length, one per state, with the
+    /// result `feed` gives row by row, and returns true; or returns false, feeding
+    /// nothing (the default). A reducer whose state is one accumulator implements it
+    /// to interleave the rows: the same bits, with the dependency chains of eight rows
+    /// in flight instead of one.
+    fn feed_rows(&self, states: &mut [Self::State; ROWS], rows: [&[A]; ROWS]) -> bool {
+        let _ = (states, rows);
+        false
+    }
 }
+
+/// Outputs reduced together when each reduces one contiguous run
+/// ([`Reducer::feed_rows`]).
+pub const ROWS: usize = 8;
 
 /// Which dims a reduction folds, from an optional dim list (absent or empty: all).
 pub fn dim_mask(rank: usize, dims: Option<&[i64]>) -> Result<[bool; MAX_RANK], KernelError> {
@@ -239,16 +253,10 @@ pub fn reduce<A: Element, R: Reducer<A>>(
     if threads > 1 && n_out >= 2 && total >= GRAIN_SIZE && out.is_contiguous() {
         let per_task = n_out.div_ceil(threads * 4).max(1);
         dst.par_chunks(ctx.pool(), per_task, &|start, mut part| {
-            for i in 0..part.len() {
-                let (inp, _) = plan.kept_offsets(start + i);
-                part.set(i, job.one(inp));
-            }
+            job.range(start, part.len(), |i, _, v| part.set(i, v));
         });
     } else {
-        for i in 0..n_out {
-            let (inp, o) = plan.kept_offsets(i);
-            dst.set(o, job.one(inp));
-        }
+        job.range(0, n_out, |_, o, v| dst.set(o, v));
     }
     Ok(())
 }
@@ -262,6 +270,48 @@ struct Job<'a, 'p, A: Element, R> {
 }
 
 impl<A: Element, R: Reducer<A>> Job<'_, '_, A, R> {
+    /// The reductions of [`ROWS`] output elements at once when each reduces one
+    /// contiguous run read in place (`mean(x², -1)`); `None` for any other shape.
+    fn rows(&self, bases: [usize; ROWS]) -> Option<[R::Out; ROWS]> {
+        let p = self.plan;
+        let data = self.direct?;
+        if p.r_rank != 1 || p.r_in[0] != 1 || p.count == 0 {
+            return None;
+        }
+        let inner = p.r_sizes[0];
+        let mut rows: [&[A]; ROWS] = [&[]; ROWS];
+        for (row, &base) in rows.iter_mut().zip(&bases) {
+            *row = data.get(base..base + inner)?;
+        }
+        let mut states: [R::State; ROWS] = std::array::from_fn(|_| self.reducer.start());
+        self.reducer
+            .feed_rows(&mut states, rows)
+            .then(|| states.map(|st| self.reducer.finish(st, p.count)))
+    }
+
+    /// Output elements `first..first + n` (kept dims row-major) through `set(i, value)`:
+    /// [`ROWS`] at a time where [`Job::rows`] applies, one at a time otherwise.
+    fn range(&self, first: usize, n: usize, mut set: impl FnMut(usize, usize, R::Out)) {
+        let mut i = 0;
+        while i + ROWS <= n {
+            let offsets: [(usize, usize); ROWS] =
+                std::array::from_fn(|r| self.plan.kept_offsets(first + i + r));
+            match self.rows(offsets.map(|(inp, _)| inp)) {
+                Some(values) => {
+                    for (r, v) in values.into_iter().enumerate() {
+                        set(i + r, offsets[r].1, v);
+                    }
+                    i += ROWS;
+                }
+                None => break,
+            }
+        }
+        for i in i..n {
+            let (inp, o) = self.plan.kept_offsets(first + i);
+            set(i, o, self.one(inp));
+        }
+    }
+
     /// The reduction of the output element whose kept index starts at `base`.
     fn one(&self, base: usize) -> R::Out {
         let p = self.plan;
@@ -398,6 +448,18 @@ impl<A: Num> Reducer<A> for Sum {
         for &x in xs {
             *st = st.add(x);
         }
+    }
+    fn feed_rows(&self, states: &mut [A; ROWS], rows: [&[A]; ROWS]) -> bool {
+        let n = rows[0].len();
+        if rows.iter().any(|r| r.len() != n) {
+            return false;
+        }
+        for j in 0..n {
+            for (st, row) in states.iter_mut().zip(&rows) {
+                *st = st.add(row[j]);
+            }
+        }
+        true
     }
     fn finish(&self, st: Self::State, count: usize) -> A {
         let s = st;
