@@ -273,6 +273,32 @@ fn steps_reading_activations_or_writing_outputs_stay() {
     assert_eq!((plan.instruction_count(), plan.folded_bytes()), (2, 0));
 }
 
+/// A planned tensor that no step writes, at the bytes of a constant step's out: the
+/// exporter's form of a static view (`memory.view` gives the view its base's planned
+/// bytes and emits no step). The view reads the permute's result, so folding must not
+/// stop writing those bytes.
+#[test]
+fn a_planned_view_of_a_constant_steps_out_still_sees_its_bytes() {
+    let w = ramp(12, 0.5);
+    let mut n = Net::new(256);
+    let x = n.at(&[2, 3], 0);
+    let wv = n.constant(&[4, 3], &w);
+    let dims = n.ints(&[1, 0]);
+    let wt = n.at(&[3, 4], 64);
+    let view = n.at(&[3, 4], 64);
+    let y = n.at(&[2, 4], 128);
+    n.op("aten::permute_copy.out", &[wv, dims, wt, wt]);
+    n.op("aten::mm.out", &[x, view, y, y]);
+    let xs = ramp(6, 1.0);
+    let expected: Vec<f32> = (0..8)
+        .map(|k| (0..3).map(|j| xs[k / 4 * 3 + j] * w[k % 4 * 3 + j]).sum())
+        .collect();
+    let bytes = n.bytes(&[x], &[y]);
+    let [(on, _), (off, _)] = both_ways(&bytes, &[HostTensor::from_slice(&[2, 3], &xs)]);
+    assert_eq!(off, expected);
+    assert_eq!(on, expected);
+}
+
 /// Planned offsets of the conv + batch norm programs.
 struct Layout {
     x: u32,

@@ -1,4 +1,4 @@
-//! Joining and splitting along a dim: `cat`, `stack`, `split_copy`,
+//! Joining and splitting along a dim: `cat`, `stack`, `split_copy`, `unbind_copy`,
 //! `split_with_sizes_copy`.
 //!
 //! `cat` and `stack` view every input as `[leading, piece]` and the output as
@@ -9,8 +9,8 @@
 
 use crate::ops::same_dtype;
 use crate::ops::shape::common::{
-    can_cast, for_rows, require_contiguous, typed_mut, with_bits_type, with_cast_type,
-    worth_parallel,
+    Strided, can_cast, copy_tensor_cast, for_rows, require_contiguous, typed_mut, with_bits_type,
+    with_cast_type, worth_parallel,
 };
 use crate::ops::shape::slice::{DimSlice, copy_slice};
 use crate::schema::{OpArgs, OutArg, OutListArg, op_args};
@@ -24,6 +24,7 @@ pub(super) fn register(r: &mut Registry) {
     r.register("aten::stack.out", stack);
     r.register("aten::split_with_sizes_copy.out", split_with_sizes_copy);
     r.register("aten::split_copy.Tensor_out", split_copy);
+    r.register("aten::unbind_copy.int_out", unbind_copy);
 }
 
 /// True for the legacy empty `[0]` tensors `cat` skips.
@@ -364,6 +365,67 @@ fn split_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
     })
 }
 
+op_args! {
+    /// `unbind_copy.int_out(Tensor self, int dim=0, *, Tensor(a!)[] out) -> ()`,
+    /// emitted with or without a trailing copy of `out`: out `j` is index `j` of `dim`,
+    /// cast to the outs' dtype.
+    struct UnbindArgs = "aten::unbind_copy.int_out" {
+        input: Tensor,
+        dim: i64,
+        out: OutListArg,
+    } returns 0..=1
+}
+
+/// As upstream, every out must already have the input's shape without `dim` (no
+/// resize), and all outs one dtype, which may differ from the input's.
+fn unbind_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let UnbindArgs { input, dim, out } = UnbindArgs::unpack(a)?;
+    if input.rank() == 0 {
+        return Err(KernelError::invalid("unbind_copy of a 0-d tensor"));
+    }
+    let dim = input.normalize_dim(dim)?;
+    let size = input.sizes()[dim];
+    if out.len() != size {
+        return Err(KernelError::invalid(format!(
+            "unbind_copy along a dim of size {size} into {} out tensors",
+            out.len()
+        )));
+    }
+    require_contiguous(&input, "input")?;
+    let rank = input.rank();
+    let mut sizes = [0usize; MAX_RANK];
+    let mut strides = [0usize; MAX_RANK];
+    for (k, d) in (0..rank).filter(|&d| d != dim).enumerate() {
+        sizes[k] = input.sizes()[d];
+        strides[k] = input.strides()[d];
+    }
+    let (sizes, strides) = (&sizes[..rank - 1], &strides[..rank - 1]);
+    let stride = input.strides()[dim];
+    let layout = Strided::new(sizes, strides)?;
+    let mut dtype = None;
+    for j in 0..size {
+        let o = out.item(a, j)?;
+        if *dtype.get_or_insert(o.dtype()) != o.dtype() {
+            return Err(KernelError::invalid(format!(
+                "unbind_copy: out {j} is {} but out 0 is {}",
+                o.dtype(),
+                dtype.map_or("?", |t| t.name())
+            )));
+        }
+        if o.sizes() != sizes {
+            return Err(KernelError::invalid(format!(
+                "unbind_copy: out {j} has shape {:?}, expected {sizes:?}",
+                o.sizes()
+            )));
+        }
+        require_contiguous(&o, "out")?;
+        if input.numel() > 0 {
+            copy_tensor_cast(ctx, &input, &o, j * stride, &layout, "unbind_copy")?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use etch_base::ScalarType;
@@ -496,6 +558,56 @@ mod tests {
             h.call("aten::split_copy.Tensor_out", &[x, zero, d, outs3])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn unbind_copy_selects_each_index_and_casts() {
+        let data: Vec<f32> = (0..24).map(|i| i as f32 * 0.5).collect();
+        let sizes = [2usize, 3, 4];
+        let op = "aten::unbind_copy.int_out";
+        for dim in [0i64, 1, 2, -1] {
+            let d = dim.rem_euclid(3) as usize;
+            let out_sizes: Vec<usize> = (0..3).filter(|&k| k != d).map(|k| sizes[k]).collect();
+            let mut h = Harness::new();
+            let x = h.tensor(&sizes, &data);
+            let dv = h.int(dim);
+            let outs: Vec<usize> = (0..sizes[d])
+                .map(|_| h.out(ScalarType::Float, &out_sizes))
+                .collect();
+            let list = h.tensor_list(&outs);
+            h.call(op, &[x, dv, list]).unwrap();
+            for (j, &o) in outs.iter().enumerate() {
+                // Reference: the elements whose index along d is j, in order.
+                let want: Vec<f32> = (0..24)
+                    .filter(|&f| [f / 12, f / 4 % 3, f % 4][d] == j)
+                    .map(|f| data[f])
+                    .collect();
+                assert_eq!(h.read::<f32>(o), want, "{dim} {j}");
+            }
+        }
+        // Outs of another dtype get cast values; f32 -> i32 truncates.
+        let mut h = Harness::new();
+        let x = h.tensor(&[2, 2], &[1.5f32, -2.5, 3.0, 4.75]);
+        let zero = h.int(0);
+        let (a, b) = (h.out(ScalarType::Int, &[2]), h.out(ScalarType::Int, &[2]));
+        let list = h.tensor_list(&[a, b]);
+        h.call(op, &[x, zero, list, list]).unwrap();
+        assert_eq!(
+            (h.read::<i32>(a), h.read::<i32>(b)),
+            (vec![1, -2], vec![3, 4])
+        );
+        // Wrong count, mixed dtypes, a wrong shape and a 0-d input are refused.
+        let one = h.tensor_list(&[a]);
+        assert!(h.call(op, &[x, zero, one]).is_err());
+        let f = h.out(ScalarType::Float, &[2]);
+        let mixed = h.tensor_list(&[a, f]);
+        assert!(h.call(op, &[x, zero, mixed]).is_err());
+        let long = h.out(ScalarType::Int, &[3]);
+        let wrong = h.tensor_list(&[a, long]);
+        assert!(h.call(op, &[x, zero, wrong]).is_err());
+        let s = h.tensor(&[], &[1.0f32]);
+        let empty = h.tensor_list(&[]);
+        assert!(h.call(op, &[s, zero, empty]).is_err());
     }
 
     #[test]

@@ -2,10 +2,12 @@
 //! `unsqueeze`), slicing (`slice_copy`, `narrow_copy`, `select_copy`), joining and
 //! splitting (`cat`, `stack`, `split_copy`, `split_with_sizes_copy`), strided
 //! rearrangements (`permute_copy`, `transpose_copy`, `t_copy`, `expand_copy`, `repeat`,
-//! `pixel_shuffle`, `pixel_unshuffle`) and index remaps (`flip`, `roll`).
+//! `pixel_shuffle`, `pixel_unshuffle`), index remaps (`flip`, `roll`), scatters of a
+//! slice or a select (`slice_scatter`, `select_scatter`) and the lower triangle (`tril`).
 //!
-//! Every kernel here moves bytes without looking at them, so one implementation per
-//! element size serves every dtype. Inputs and outputs must be contiguous.
+//! Every kernel here moves bytes without looking at them (`tril` also writes zeros),
+//! so one implementation per element size serves every dtype. Inputs and outputs must
+//! be contiguous.
 
 pub(crate) mod common;
 mod flip_roll;
@@ -13,6 +15,7 @@ mod join;
 mod permute;
 mod pixel_shuffle;
 mod slice;
+mod triangle;
 mod view;
 
 use crate::Registry;
@@ -25,4 +28,5 @@ pub fn register(r: &mut Registry) {
     permute::register(r);
     pixel_shuffle::register(r);
     flip_roll::register(r);
+    triangle::register(r);
 }

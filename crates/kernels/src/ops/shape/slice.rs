@@ -1,5 +1,5 @@
 //! `slice_copy.Tensor_out`, `narrow_copy.out`, `select_copy.int_out`, and the
-//! inverse of a slice, `slice_scatter.out`.
+//! inverses of a slice and a select, `slice_scatter.out` and `select_scatter.out`.
 //!
 //! Both copy, for every "leading" index (the dims before `dim`), `length` blocks of
 //! `trailing` elements (the dims after `dim`) picked `step` apart along `dim`. As
@@ -17,6 +17,7 @@ pub(super) fn register(r: &mut Registry) {
     r.register("aten::narrow_copy.out", narrow_copy);
     r.register("aten::select_copy.int_out", select_copy);
     r.register("aten::slice_scatter.out", slice_scatter);
+    r.register("aten::select_scatter.out", select_scatter);
 }
 
 /// Upstream's `adjust_slice_indices`: wraps negative indices, clamps to `[0, size]`
@@ -325,34 +326,117 @@ fn slice_scatter(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kernel
             &want[..rank]
         )));
     }
-    require_copy_pair(&input, &out.tensor())?;
-    require_copy_pair(&input, &src)?;
+    let s = DimSlice {
+        dim,
+        start: first,
+        length,
+        step: step as usize,
+    };
+    scatter_into_copy(ctx, a, &input, &src, out, s, "slice_scatter")
+}
+
+/// Writes `input` into `out` (resized to `input`'s shape) with the slice `s` replaced
+/// by `src`, whose elements are in the slice's order (its shape already checked).
+fn scatter_into_copy(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
+    input: &Tensor,
+    src: &Tensor,
+    out: OutArg,
+    s: DimSlice,
+    what: &str,
+) -> Result<(), KernelError> {
+    require_copy_pair(input, &out.tensor())?;
+    require_copy_pair(input, src)?;
     let out = out.resize(a, input.sizes())?;
-    require_copy_pair(&input, &out)?;
+    require_copy_pair(input, &out)?;
     let numel = input.numel();
     if numel == 0 {
         return Ok(());
     }
-    let leading: usize = input.sizes()[..dim].iter().product();
-    let trailing: usize = input.sizes()[dim + 1..].iter().product();
+    let size = input.sizes()[s.dim];
+    if s.length > 0 && s.start + (s.length - 1) * s.step >= size {
+        return Err(KernelError::invalid(format!(
+            "{what}: slice from {} ({} x step {}) exceeds a dim of size {size}",
+            s.start, s.length, s.step
+        )));
+    }
+    let leading: usize = input.sizes()[..s.dim].iter().product();
+    let trailing: usize = input.sizes()[s.dim + 1..].iter().product();
     with_bits_type!(input.dtype().element_size(), T => {
-        let x = ctx.read_raw::<T>(&input)?;
-        let s = ctx.read_raw::<T>(&src)?;
+        let x = ctx.read_raw::<T>(input)?;
+        let from_src = ctx.read_raw::<T>(src)?;
         let o = ctx.write_raw::<T>(&out)?;
-        let block = length * trailing;
-        if x.len() < numel || o.len() < numel || s.len() < leading * block {
-            return Err(KernelError::invalid("slice_scatter: tensor storage is too small"));
+        let block = s.length * trailing;
+        if x.len() < numel || o.len() < numel || from_src.len() < leading * block {
+            return Err(KernelError::invalid(format!("{what}: tensor storage is too small")));
         }
         o[..numel].copy_from_slice(&x[..numel]);
         for l in 0..leading {
-            for j in 0..length {
-                let at = (l * size + first + j * step as usize) * trailing;
-                let from = (l * length + j) * trailing;
-                o[at..at + trailing].copy_from_slice(&s[from..from + trailing]);
+            for j in 0..s.length {
+                let at = (l * size + s.start + j * s.step) * trailing;
+                let from = (l * s.length + j) * trailing;
+                o[at..at + trailing].copy_from_slice(&from_src[from..from + trailing]);
             }
         }
         Ok(())
     })
+}
+
+op_args! {
+    /// `select_scatter.out(Tensor self, Tensor src, int dim, SymInt index, *,
+    /// Tensor(a!) out)`: `self` with index `index` of `dim` replaced by `src` (which
+    /// has `self`'s shape without `dim`).
+    struct SelectScatterArgs = "aten::select_scatter.out" {
+        input: Tensor,
+        src: Tensor,
+        dim: i64,
+        index: i64,
+        out: OutArg,
+    } returns 1
+}
+
+fn select_scatter(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let SelectScatterArgs {
+        input,
+        src,
+        dim,
+        index,
+        out,
+    } = SelectScatterArgs::unpack(a)?;
+    if input.rank() == 0 {
+        return Err(KernelError::invalid("select_scatter into a 0-d tensor"));
+    }
+    let dim = input.normalize_dim(dim)?;
+    let size = input.sizes()[dim];
+    let i = if index < 0 {
+        index.saturating_add(size as i64)
+    } else {
+        index
+    };
+    if i < 0 || i >= size as i64 {
+        return Err(KernelError::invalid(format!(
+            "select_scatter index {index} out of range for a dim of size {size}"
+        )));
+    }
+    let rank = input.rank();
+    let mut want = [0usize; MAX_RANK];
+    want[..dim].copy_from_slice(&input.sizes()[..dim]);
+    want[dim..rank - 1].copy_from_slice(&input.sizes()[dim + 1..]);
+    if src.sizes() != &want[..rank - 1] {
+        return Err(KernelError::invalid(format!(
+            "select_scatter: src of shape {:?} for a selection of shape {:?}",
+            src.sizes(),
+            &want[..rank - 1]
+        )));
+    }
+    let s = DimSlice {
+        dim,
+        start: i as usize,
+        length: 1,
+        step: 1,
+    };
+    scatter_into_copy(ctx, a, &input, &src, out, s, "select_scatter")
 }
 
 #[cfg(test)]
@@ -449,6 +533,61 @@ mod tests {
             let wrong = h.out(ScalarType::Int, &sizes);
             assert!(h.call(op, &[x, s, dv, sv, ev, st, wrong, wrong]).is_err());
         }
+    }
+
+    #[test]
+    fn select_scatter_cases_and_errors() {
+        let sizes = [2usize, 3, 4];
+        let data: Vec<f32> = (0..24).map(|i| i as f32).collect();
+        let op = "aten::select_scatter.out";
+        for (dim, index) in [(0i64, 1i64), (1, -1), (-1, 2), (2, 0), (-3, -2)] {
+            let d = dim.rem_euclid(3) as usize;
+            let i = index.rem_euclid(sizes[d] as i64) as usize;
+            let src_sizes: Vec<usize> = (0..3).filter(|&k| k != d).map(|k| sizes[k]).collect();
+            let n: usize = src_sizes.iter().product();
+            let src: Vec<f32> = (0..n).map(|k| -1.0 - k as f32).collect();
+            // Reference: element (a, b, c) of the result takes src where its index
+            // along d is i, counting the src elements in row-major order.
+            let mut want = data.clone();
+            let mut k = 0;
+            for (flat, w) in want.iter_mut().enumerate() {
+                let coords = [flat / 12, flat / 4 % 3, flat % 4];
+                if coords[d] == i {
+                    *w = src[k];
+                    k += 1;
+                }
+            }
+            let mut h = Harness::new();
+            let x = h.tensor(&sizes, &data);
+            let s = h.tensor(&src_sizes, &src);
+            let (dv, iv) = (h.int(dim), h.int(index));
+            let out = h.out(ScalarType::Float, &sizes);
+            h.call(op, &[x, s, dv, iv, out, out]).unwrap();
+            assert_eq!(h.read::<f32>(out), want, "{dim} {index}");
+        }
+        let mut h = Harness::new();
+        let x = h.tensor(&sizes, &data);
+        let s = h.tensor(&[3, 4], &[0.0f32; 12]);
+        let out = h.out(ScalarType::Float, &sizes);
+        let zero = h.int(0);
+        // An index or dim out of range, a src of the wrong shape or dtype are refused.
+        for (dim, index) in [(0i64, 2i64), (0, -3), (3, 0), (-4, 0)] {
+            let (dv, iv) = (h.int(dim), h.int(index));
+            assert!(
+                h.call(op, &[x, s, dv, iv, out, out]).is_err(),
+                "{dim} {index}"
+            );
+        }
+        let one = h.int(1);
+        assert!(h.call(op, &[x, s, one, zero, out, out]).is_err());
+        let ints = h.tensor(&[3, 4], &[0i32; 12]);
+        assert!(h.call(op, &[x, ints, zero, zero, out, out]).is_err());
+        let scalar = h.tensor(&[], &[1.0f32]);
+        let sout = h.out(ScalarType::Float, &[]);
+        assert!(
+            h.call(op, &[scalar, scalar, zero, zero, sout, sout])
+                .is_err()
+        );
     }
 
     #[test]

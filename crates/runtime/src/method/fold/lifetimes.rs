@@ -5,7 +5,9 @@
 //! value's bytes are in use from the first to the last step that names it, or names a
 //! tensor that may alias it: an unplanned tensor with bytes (a view: `et_view` points
 //! its out at its input's bytes) may alias every tensor of the steps that name it, and
-//! a move's destination aliases its source, so such values are grouped and share one
+//! a move's destination aliases its source, and a planned tensor that no step writes
+//! (a static `view_copy` the exporter turned into a planned alias of its base) reads
+//! the bytes of the tensor last written there, so such values are grouped and share one
 //! lifetime. A method input is in use from the start of a call, an output until its
 //! end, and a tensor with initial data (mutable state) always. The lifetimes are
 //! over-estimates, which only makes the checks stricter.
@@ -89,6 +91,13 @@ impl Lifetimes {
                 }
                 Step::Move { from, to } => l.union(*from, *to),
                 Step::JumpFalse { .. } | Step::Free { .. } => {}
+            }
+        }
+        for v in 0..n {
+            if let Some(bases) = planned_view_bases(plan, uses, v) {
+                for base in bases {
+                    l.union(v, base);
+                }
             }
         }
         for v in 0..n {
@@ -248,6 +257,64 @@ impl Lifetimes {
             }
         })
     }
+}
+
+/// The tensors whose bytes planned tensor `v` reads when `v` is a planned alias: a
+/// tensor with planned bytes that no step writes and that is no method input and holds
+/// no initial data, but that steps read. The exporter gives a static view the planned
+/// bytes of its base (`memory.view`), and emits no step for it, so a view reads what
+/// the last step that wrote those bytes before the view's first use wrote: that
+/// tensor, of the same placement (or a method input of that placement when no step
+/// wrote one). Without such a tensor, every planned tensor overlapping `v` that is
+/// written or a method input (an over-estimate). `None` when `v` is no planned alias.
+fn planned_view_bases(plan: &ExecutionPlan, uses: &Uses, v: usize) -> Option<Vec<usize>> {
+    let FileValue::Tensor(meta) = plan.values.get(v)? else {
+        return None;
+    };
+    let at = Placement::of(plan, v)?;
+    let first_use = *uses.steps.get(v)?.first()?;
+    let is_alias = meta.data_buffer_idx == 0
+        && meta.nbytes() > 0
+        && uses.writers.get(v) == Some(&0)
+        && !plan.inputs.contains(&v);
+    if !is_alias {
+        return None;
+    }
+    let written_before = |u: usize| -> Option<Option<usize>> {
+        let last_write = uses
+            .write_steps
+            .get(u)
+            .and_then(|w| w.iter().copied().filter(|&s| s < first_use).max());
+        match last_write {
+            Some(step) => Some(Some(step)),
+            None if plan.inputs.contains(&u) => Some(None),
+            None => None,
+        }
+    };
+    let mut best: Option<(Option<usize>, usize)> = None;
+    for u in (0..plan.values.len()).filter(|&u| u != v) {
+        if Placement::of(plan, u) != Some(at) {
+            continue;
+        }
+        if let Some(when) = written_before(u)
+            && best.is_none_or(|(b, _)| when >= b)
+        {
+            best = Some((when, u));
+        }
+    }
+    if let Some((_, base)) = best {
+        return Some(vec![base]);
+    }
+    Some(
+        (0..plan.values.len())
+            .filter(|&u| u != v)
+            .filter(|&u| Placement::of(plan, u).is_some_and(|p| p.overlaps(&at)))
+            .filter(|&u| {
+                written_before(u).is_some()
+                    || uses.write_steps.get(u).is_some_and(|w| !w.is_empty())
+            })
+            .collect(),
+    )
 }
 
 /// Where step `step` can write `new_out`, a value a later step wrote, in place of its

@@ -13,6 +13,8 @@ pub(super) struct Uses {
     /// Per value: how many steps write it (a kernel through its return slot, every
     /// tensor of a kernel that mutates its arguments, a move's destination).
     pub writers: Vec<u32>,
+    /// Per value: the steps that write it, in order (a step once per value).
+    pub write_steps: Vec<Vec<usize>>,
     /// Per value: a method input or output, or named by a move, jump, free or delegate
     /// call, whose effect the passes do not model.
     pub pinned: Vec<bool>,
@@ -26,6 +28,7 @@ impl Uses {
         let mut uses = Uses {
             steps: vec![Vec::new(); n],
             writers: vec![0; n],
+            write_steps: vec![Vec::new(); n],
             pinned: vec![false; n],
             has_jumps: false,
         };
@@ -42,18 +45,18 @@ impl Uses {
                     if mutates_arguments(name) {
                         for v in referenced(plan, args) {
                             if let Some(FileValue::Tensor(_)) = plan.values.get(v) {
-                                uses.write(v);
+                                uses.write(v, i);
                             }
                         }
                     } else {
                         for v in outs(plan, args) {
-                            uses.write(v);
+                            uses.write(v, i);
                         }
                         // A prim op's scalar result slot.
                         if let Some(&last) = args.last()
                             && !matches!(plan.values.get(last), Some(FileValue::Tensor(_)))
                         {
-                            uses.write(last);
+                            uses.write(last, i);
                         }
                     }
                 }
@@ -66,7 +69,7 @@ impl Uses {
                 Step::Move { from, to } => {
                     uses.pin(*from);
                     uses.pin(*to);
-                    uses.write(*to);
+                    uses.write(*to, i);
                 }
                 Step::JumpFalse { cond, .. } => {
                     uses.pin(*cond);
@@ -84,9 +87,14 @@ impl Uses {
         }
     }
 
-    fn write(&mut self, v: usize) {
+    fn write(&mut self, v: usize, step: usize) {
         if let Some(w) = self.writers.get_mut(v) {
             *w += 1;
+        }
+        if let Some(s) = self.write_steps.get_mut(v)
+            && s.last() != Some(&step)
+        {
+            s.push(step);
         }
     }
 
