@@ -10,6 +10,11 @@
 //! `fmla`). The other loops work on fixed groups of eight independent accumulators,
 //! which the compiler turns into vector registers. Results depend on the [`Isa`] only
 //! through fused versus separate multiply-adds; for one `Isa` they are deterministic.
+//!
+//! Two loops serve prefill's row sets of [`QUERY_ROWS`] or more queries and have their
+//! own AVX-512 and AVX2 kernels: [`scores_transposed`] (scores from a key tile
+//! transposed by [`transpose_keys`], four rows by [`KEY_COLUMNS`] keys per block) and
+//! [`accumulate_rows`] (the value sums of four rows, with [`accumulate`]'s bits).
 
 #[cfg(target_arch = "x86_64")]
 use crate::CpuSupport;
@@ -397,7 +402,7 @@ mod x86 {
         unsafe { blocked_avx512(b, s, s_stride) }
     }
 
-    /// Generates a blocked score kernel: `$w` keys in two registers of `$v` lanes by
+    /// Generates a blocked score kernel: `2 * $v` keys in two registers of `$v` lanes by
     /// [`QUERY_ROWS`] rows; every score is one chain of fused multiply-adds over the
     /// components in order, as in the scalar twin.
     macro_rules! blocked {
