@@ -11,7 +11,8 @@
 //! * [`counting`]: a counting global allocator, to prove hot paths allocation-free;
 //! * [`AlignedBuffer`] and [`SharedBytes`]: owned and shared byte sources (including
 //!   memory-mapped files);
-//! * [`WeightBuffer`]: packed weights, on transparent huge pages when large.
+//! * [`WeightBuffer`]: packed weights, on transparent huge pages when large;
+//! * [`ColumnBlocks`]: disjoint column blocks of one matrix, written by parallel tasks.
 //!
 //! All of etch's `unsafe` outside SIMD kernels lives in this crate.
 
@@ -19,6 +20,7 @@ mod align;
 pub mod allocator;
 mod budget;
 mod buffer;
+mod column_blocks;
 pub mod counting;
 mod error;
 mod pages;
@@ -34,6 +36,7 @@ pub use allocator::{
 };
 pub use budget::{BudgetExceeded, MemoryBudget, Reservation, format_bytes, parse_byte_size};
 pub use buffer::AlignedBuffer;
+pub use column_blocks::{ColumnBlock, ColumnBlocks};
 pub use error::{AccessError, AllocError};
 pub use planned::{PLANNED_ALIGNMENT, PlanError, PlannedMemory};
 pub use scratch::{DIRTY_FILL, ScratchStats, TempScope};

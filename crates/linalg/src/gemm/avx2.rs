@@ -5,7 +5,7 @@ use std::arch::x86_64::*;
 
 use half::{bf16, f16};
 
-use super::kernels::{WeightElem, by_four_rows, dot_scalar};
+use super::kernels::{TilePost, WeightElem, by_four_rows, dot_scalar};
 use crate::CpuSupport;
 
 /// Rows of the tile.
@@ -26,6 +26,7 @@ pub(super) unsafe fn kernel_6x16(
     c: *mut f32,
     ldc: usize,
     accumulate: bool,
+    post: Option<&TilePost>,
 ) {
     let mut acc = [[_mm256_setzero_ps(); 2]; MR];
     for k in 0..kc {
@@ -53,6 +54,16 @@ pub(super) unsafe fn kernel_6x16(
             if accumulate {
                 v0 = _mm256_add_ps(v0, _mm256_loadu_ps(cr));
                 v1 = _mm256_add_ps(v1, _mm256_loadu_ps(cr.add(8)));
+            }
+            if let Some(post) = post {
+                // As the AVX-512 kernel: exactly `output_clamp` after the additions.
+                let row_add = _mm256_set1_ps(post.row_add[r]);
+                let col = post.col_add.as_ptr();
+                let (lo, hi) = (_mm256_set1_ps(post.lo), _mm256_set1_ps(post.hi));
+                v0 = _mm256_add_ps(_mm256_add_ps(v0, row_add), _mm256_loadu_ps(col));
+                v1 = _mm256_add_ps(_mm256_add_ps(v1, row_add), _mm256_loadu_ps(col.add(8)));
+                v0 = _mm256_min_ps(hi, _mm256_max_ps(lo, v0));
+                v1 = _mm256_min_ps(hi, _mm256_max_ps(lo, v1));
             }
             _mm256_storeu_ps(cr, v0);
             _mm256_storeu_ps(cr.add(8), v1);

@@ -10,7 +10,7 @@ use std::arch::x86_64::*;
 
 use half::{bf16, f16};
 
-use super::kernels::{AVX512_MR, WeightElem, by_four_rows, dot_scalar};
+use super::kernels::{AVX512_MR, TilePost, WeightElem, by_four_rows, dot_scalar};
 use crate::CpuSupport;
 
 /// Rows of the tile.
@@ -31,6 +31,7 @@ pub(super) unsafe fn kernel_mrx32(
     c: *mut f32,
     ldc: usize,
     accumulate: bool,
+    post: Option<&TilePost>,
 ) {
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
     for k in 0..kc {
@@ -59,6 +60,18 @@ pub(super) unsafe fn kernel_mrx32(
             if accumulate {
                 v0 = _mm512_add_ps(v0, _mm512_loadu_ps(cr));
                 v1 = _mm512_add_ps(v1, _mm512_loadu_ps(cr.add(16)));
+            }
+            if let Some(post) = post {
+                // (v + row value) + column value, then max(lo, ·) and min(hi, ·): the
+                // second operand is returned for NaN and for equal values, so this is
+                // exactly `output_clamp` (NaN and signed zeros kept).
+                let row_add = _mm512_set1_ps(post.row_add[r]);
+                let col = post.col_add.as_ptr();
+                let (lo, hi) = (_mm512_set1_ps(post.lo), _mm512_set1_ps(post.hi));
+                v0 = _mm512_add_ps(_mm512_add_ps(v0, row_add), _mm512_loadu_ps(col));
+                v1 = _mm512_add_ps(_mm512_add_ps(v1, row_add), _mm512_loadu_ps(col.add(16)));
+                v0 = _mm512_min_ps(hi, _mm512_max_ps(lo, v0));
+                v1 = _mm512_min_ps(hi, _mm512_max_ps(lo, v1));
             }
             _mm512_storeu_ps(cr, v0);
             _mm512_storeu_ps(cr.add(16), v1);

@@ -8,6 +8,10 @@
 
 use half::{bf16, f16};
 
+use etch_memory::ColumnBlock;
+#[cfg(test)]
+use etch_memory::ColumnBlocks;
+
 use crate::Isa;
 
 /// Shape of one micro-kernel tile: `mr` rows of A against `nr` columns of B.
@@ -29,7 +33,7 @@ const TILE_AVX512: Tile = Tile {
     nr: 32,
 };
 /// Elements of the largest tile of any instruction set.
-pub(crate) const MAX_TILE: usize = 8 * 32;
+pub(crate) const MAX_TILE: usize = MAX_MR * MAX_NR;
 /// Columns of the widest tile of any instruction set.
 pub(crate) const MAX_NR: usize = 32;
 
@@ -44,16 +48,125 @@ impl Tile {
     }
 }
 
-/// A SIMD micro-kernel: `(kc, a, b, c, ldc, accumulate)`, see [`micro_kernel`].
-pub(crate) type SimdKernel = unsafe fn(usize, *const f32, *const f32, *mut f32, usize, bool);
+/// Rows of the tallest tile of any instruction set.
+pub(crate) const MAX_MR: usize = 8;
+
+/// What a micro-kernel applies to its tile as it stores it, after any accumulation:
+/// `output_clamp((v + row_add[r]) + col_add[j], (lo, hi))`. A GEMM's finish when it
+/// is a bias per row (a convolution's) or per column (a linear layer's) and a clamp.
+/// `-0.0` adds nothing (`x + -0.0 == x`, signed zeros included) and `(-inf, inf)`
+/// clamps nothing, so one form covers every such finish.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TilePost {
+    /// Added to every value of row `r`.
+    pub row_add: [f32; MAX_MR],
+    /// Added to every value of column `j`.
+    pub col_add: [f32; MAX_NR],
+    /// Lower bound.
+    pub lo: f32,
+    /// Upper bound.
+    pub hi: f32,
+}
+
+impl TilePost {
+    /// Adds nothing and clamps nothing.
+    pub(crate) const NONE: TilePost = TilePost {
+        row_add: [-0.0; MAX_MR],
+        col_add: [-0.0; MAX_NR],
+        lo: f32::NEG_INFINITY,
+        hi: f32::INFINITY,
+    };
+
+    /// `v` of row `r`, column `j`, finished.
+    #[inline]
+    pub(crate) fn apply(&self, r: usize, j: usize, v: f32) -> f32 {
+        crate::gemm::output_clamp((v + self.row_add[r]) + self.col_add[j], (self.lo, self.hi))
+    }
+}
+
+/// A SIMD micro-kernel: `(kc, a, b, c, ldc, accumulate, post)`, see [`micro_kernel`].
+pub(crate) type SimdKernel =
+    unsafe fn(usize, *const f32, *const f32, *mut f32, usize, bool, Option<&TilePost>);
+
+/// The SIMD micro-kernel of `isa`, if it has one.
+fn simd_kernel(isa: Isa) -> Option<SimdKernel> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2(_) => Some(super::avx2::kernel_6x16),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::kernel_mrx32),
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon(_) | Isa::NeonDot(_) => Some(super::neon::kernel_6x16),
+        Isa::Scalar => None,
+    }
+}
 
 /// `tile[mr x nr] (+)= A_panel · B_panel` over `kc` steps, with the tile of `isa`;
 /// `a` holds `kc` groups of `mr` values, `b` `kc` groups of `nr`. Writes the
-/// `rows x cols` corner of the tile to `c` (row stride `ldc`), adding to it when
-/// `accumulate`.
+/// `rows x cols` corner of the tile to `out` at `(row, col)` of the block, adding to
+/// what is there when `accumulate`, then applying `post` when given.
 #[allow(clippy::too_many_arguments)]
 #[inline]
 pub(crate) fn micro_kernel(
+    isa: Isa,
+    kc: usize,
+    a: &[f32],
+    b: &[f32],
+    out: &mut ColumnBlock<'_, f32>,
+    (row, col): (usize, usize),
+    (rows, cols): (usize, usize),
+    (accumulate, post): (bool, Option<&TilePost>),
+) {
+    let t = Tile::of(isa);
+    let a = &a[..kc * t.mr];
+    let b = &b[..kc * t.nr];
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    assert!(rows <= t.mr && cols <= t.nr);
+    let simd = simd_kernel(isa);
+    if let Some(kernel) = simd
+        && rows == t.mr
+        && cols == t.nr
+    {
+        let ld = out.ld();
+        let c = out.window_ptr((row, col), (rows, cols));
+        let c = c.unwrap_or_else(|| panic!("tile at ({row}, {col}) outside its block"));
+        // SAFETY: the Isa variant carries the proof that its instructions exist on this
+        // CPU; a and b hold kc*mr and kc*nr values, and the block has a full mr x nr
+        // window at c with row stride ld (window_ptr checked it).
+        unsafe { kernel(kc, a.as_ptr(), b.as_ptr(), c, ld, accumulate, post) };
+        return;
+    }
+    let mut tile = [0f32; MAX_TILE];
+    match simd {
+        // SAFETY: as above, with the local tile (row stride nr) as c.
+        Some(kernel) => unsafe {
+            kernel(
+                kc,
+                a.as_ptr(),
+                b.as_ptr(),
+                tile.as_mut_ptr(),
+                t.nr,
+                false,
+                None,
+            )
+        },
+        None => kernel_scalar(kc, t, a, b, &mut tile),
+    }
+    for (r, src) in tile.chunks_exact(t.nr).take(rows).enumerate() {
+        let dst = &mut out.row_mut(row + r)[col..col + cols];
+        for (j, (d, &s)) in dst.iter_mut().zip(src).enumerate() {
+            let v = if accumulate { *d + s } else { s };
+            *d = post.map_or(v, |p| p.apply(r, j, v));
+        }
+    }
+}
+
+/// [`micro_kernel`] into a slice: the corner at `c`, row stride `ldc`.
+#[cfg(test)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn micro_kernel_into_slice(
     isa: Isa,
     kc: usize,
     a: &[f32],
@@ -64,60 +177,18 @@ pub(crate) fn micro_kernel(
     cols: usize,
     accumulate: bool,
 ) {
-    let t = Tile::of(isa);
-    let a = &a[..kc * t.mr];
-    let b = &b[..kc * t.nr];
-    if rows == 0 || cols == 0 {
-        return;
-    }
-    assert!(rows <= t.mr && cols <= t.nr && c.len() >= (rows - 1) * ldc + cols);
-    // The SIMD kernel of this ISA: it needs its instruction set, `kc*mr` values at `a`,
-    // `kc*nr` at `b`, and a full mr x nr tile at `c` with row stride `ldc`.
-    let simd: Option<SimdKernel> = match isa {
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2(_) => Some(super::avx2::kernel_6x16),
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::kernel_mrx32),
-        #[cfg(target_arch = "aarch64")]
-        Isa::Neon(_) | Isa::NeonDot(_) => Some(super::neon::kernel_6x16),
-        Isa::Scalar => None,
-    };
-    let mut tile = [0f32; MAX_TILE];
-    match simd {
-        Some(kernel) if rows == t.mr && cols == t.nr => {
-            // SAFETY: the Isa variant carries the proof that its instructions exist on
-            // this CPU; a and b hold kc*mr and kc*nr values, and c holds a full tile at
-            // row stride ldc (checked above).
-            unsafe { kernel(kc, a.as_ptr(), b.as_ptr(), c.as_mut_ptr(), ldc, accumulate) };
-            return;
-        }
-        Some(kernel) => {
-            // SAFETY: as above, with the local tile (row stride nr) as c.
-            unsafe { kernel(kc, a.as_ptr(), b.as_ptr(), tile.as_mut_ptr(), t.nr, false) };
-        }
-        None => kernel_scalar(kc, t, a, b, &mut tile),
-    }
-    store_tile(&tile, t.nr, c, ldc, rows, cols, accumulate);
-}
-
-fn store_tile(
-    tile: &[f32],
-    nr: usize,
-    c: &mut [f32],
-    ldc: usize,
-    rows: usize,
-    cols: usize,
-    acc: bool,
-) {
-    for r in 0..rows {
-        let dst = &mut c[r * ldc..r * ldc + cols];
-        let src = &tile[r * nr..r * nr + cols];
-        if acc {
-            dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
-        } else {
-            dst.copy_from_slice(src);
-        }
-    }
+    let blocks = ColumnBlocks::new(c, rows, cols, ldc, cols.max(1)).expect("the corner fits");
+    let mut block = blocks.take(0).expect("one block");
+    micro_kernel(
+        isa,
+        kc,
+        a,
+        b,
+        &mut block,
+        (0, 0),
+        (rows, cols),
+        (accumulate, None),
+    );
 }
 
 /// The scalar micro-kernel: `tile[r * nr + j] += Σ_k a[k*mr + r] * b[k*nr + j]`.

@@ -14,7 +14,7 @@ fn micro_kernels_agree() {
             for (rows, cols) in [(t.mr, t.nr), (1, 1), (t.mr - 1, t.nr), (t.mr, 3), (2, 9)] {
                 let ldc = t.nr + 4;
                 let mut c = vec![1f32; (rows - 1) * ldc + cols];
-                micro_kernel(isa, kc, &a, &b, &mut c, ldc, rows, cols, true);
+                micro_kernel_into_slice(isa, kc, &a, &b, &mut c, ldc, rows, cols, true);
                 for r in 0..rows {
                     for j in 0..cols {
                         let got = c[r * ldc + j];
@@ -129,7 +129,7 @@ proptest::proptest! {
             let mut want = vec![0f32; t.mr * t.nr];
             kernel_scalar(kc, t, &a, &b, &mut want);
             let mut c = vec![0f32; (rows - 1) * t.nr + cols];
-            micro_kernel(isa, kc, &a, &b, &mut c, t.nr, rows, cols, false);
+            micro_kernel_into_slice(isa, kc, &a, &b, &mut c, t.nr, rows, cols, false);
             for r in 0..rows {
                 for j in 0..cols {
                     let (g, w) = (c[r * t.nr + j], want[r * t.nr + j]);

@@ -8,10 +8,13 @@
 //! temp allocator), so no heap allocation happens here.
 //!
 //! Parallel scheme: the output columns are split into blocks, one task per block.
-//! A task packs its block of B, multiplies the shared packed A into a private f32
-//! tile, and the tiles are then written to the output rows (scaled, with the addend,
-//! converted) in a second, row-parallel pass. Splitting over columns keeps every
-//! thread busy even for a handful of rows.
+//! A task packs its block of B and multiplies the shared packed A into its columns.
+//! An f32 output is its own accumulator: each task writes its column block of the
+//! output rows directly ([`etch_memory::ColumnBlocks`]), and the micro-kernel
+//! finishes each tile (a bias per row or per column, the clamp) as it stores the last
+//! block of K. An f16 or bf16 output goes through a private f32 tile per task, and the
+//! tiles are finished into the output rows in a second, row-parallel pass. Splitting
+//! over columns keeps every thread busy even for a handful of rows.
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -24,9 +27,11 @@ mod neon;
 
 use half::{bf16, f16};
 
+use etch_memory::{ColumnBlock, ColumnBlocks};
+
 use crate::{GRAIN_SIZE, Isa, LinalgError, ThreadPool};
 pub use f32_api::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_with};
-use kernels::{MAX_NR, Tile, micro_kernel, panel_dot};
+use kernels::{MAX_NR, Tile, TilePost, micro_kernel, panel_dot};
 pub use kernels::{WeightElem, dot_rows};
 
 /// Depth of one packed block (k).
@@ -111,11 +116,21 @@ impl MatRef<'_> {
 pub trait OutElem: Copy + Send + Sync {
     /// `v` rounded to this type.
     fn from_f32(v: f32) -> Self;
+
+    /// `out` as f32 values, when this type is f32 (the product is then computed in
+    /// the output itself).
+    fn as_f32_mut(_out: &mut [Self]) -> Option<&mut [f32]> {
+        None
+    }
 }
 impl OutElem for f32 {
     #[inline]
     fn from_f32(v: f32) -> Self {
         v
+    }
+
+    fn as_f32_mut(out: &mut [f32]) -> Option<&mut [f32]> {
+        Some(out)
     }
 }
 impl OutElem for f16 {
@@ -151,6 +166,11 @@ pub struct Gemm<'a> {
 impl Gemm<'_> {
     fn dims(&self) -> (usize, usize, usize) {
         (self.a.rows, self.b.cols, self.a.cols)
+    }
+
+    /// True when finishing changes nothing: no scale, addend or clamp.
+    fn finishes_as_is(&self) -> bool {
+        self.alpha == 1.0 && self.clamp.is_none() && self.addend.is_none_or(|(_, beta)| beta == 0.0)
     }
 
     fn validate(&self, packed_b: bool) -> Result<(), LinalgError> {
@@ -338,25 +358,80 @@ fn run<O: OutElem>(
     let plan = Plan::new(Tile::of(isa), m, n, pool.threads());
     let (apack, rest) = scratch.split_at_mut(plan.a_len(k));
     let work = &mut rest[..plan.tasks * plan.task_len()];
+    match O::as_f32_mut(out) {
+        Some(out) => tiled_into_output(pool, isa, g, packed, &plan, apack, work, out),
+        None => tiled_through_tiles(pool, isa, g, packed, &plan, apack, work, out),
+    }
+    Ok(())
+}
+
+/// The rounds of a tiled product: blocks of `plan.mb` rows of A (packed into `apack`
+/// first), each split into rounds of at most `plan.tasks` column blocks;
+/// `round(m0, mb, n0, width, tasks)` runs one.
+fn for_each_round(
+    pool: &ThreadPool,
+    isa: Isa,
+    g: &Gemm<'_>,
+    plan: &Plan,
+    apack: &mut [f32],
+    mut round: impl FnMut(&[f32], (usize, usize), (usize, usize, usize)),
+) {
+    let (m, n, _) = g.dims();
     let mut m0 = 0;
     while m0 < m {
         let mb = plan.mb.min(m - m0);
         pack_a(pool, isa, plan.tile, &g.a, m0, mb, apack);
         let mut n0 = 0;
         while n0 < n {
-            let round = (plan.tasks * plan.nb).min(n - n0);
-            let tasks = round.div_ceil(plan.nb);
-            let apack = &*apack;
+            let width = (plan.tasks * plan.nb).min(n - n0);
+            round(apack, (m0, mb), (n0, width, width.div_ceil(plan.nb)));
+            n0 += width;
+        }
+        m0 += mb;
+    }
+}
+
+/// The tiled product of an f32 output: each task multiplies straight into its columns
+/// of the output rows and finishes them there.
+#[allow(clippy::too_many_arguments)]
+fn tiled_into_output(
+    pool: &ThreadPool,
+    isa: Isa,
+    g: &Gemm<'_>,
+    packed: Option<&PackedB>,
+    plan: &Plan,
+    apack: &mut [f32],
+    work: &mut [f32],
+    out: &mut [f32],
+) {
+    let n = g.b.cols;
+    for_each_round(
+        pool,
+        isa,
+        g,
+        plan,
+        apack,
+        |apack, (m0, mb), (n0, width, tasks)| {
+            let rows = &mut out[m0 * n + n0..(m0 + mb) * n];
+            let Some(blocks) = ColumnBlocks::new(rows, mb, width, n, plan.nb) else {
+                unreachable!("a round's columns fit in its rows")
+            };
             let run = |t: usize, chunk: &mut [f32]| {
-                let c0 = n0 + t * plan.nb;
-                let nb = plan.nb.min(n0 + round - c0);
-                let (tile, bpack) = chunk.split_at_mut(plan.mb * plan.nb);
-                let cols = Cols {
-                    c0,
-                    nb,
-                    ld: plan.nb,
+                let Some(mut block) = blocks.take(t) else {
+                    unreachable!("each task takes its own block once")
                 };
-                task(isa, plan.tile, g, packed, apack, mb, cols, tile, bpack);
+                let bpack = &mut chunk[plan.mb * plan.nb..];
+                let dest = (&mut block, Dest::Output { m0 });
+                task(
+                    isa,
+                    plan.tile,
+                    g,
+                    packed,
+                    apack,
+                    n0 + t * plan.nb,
+                    dest,
+                    bpack,
+                );
             };
             let used = &mut work[..tasks * plan.task_len()];
             if tasks > 1 {
@@ -364,28 +439,77 @@ fn run<O: OutElem>(
             } else {
                 run(0, used);
             }
-            // Write the tiles to the output rows.
+        },
+    );
+}
+
+/// The tiled product of an f16 or bf16 output: each task multiplies into a private
+/// f32 tile, and the tiles are then finished into the output rows in a row-parallel
+/// pass.
+#[allow(clippy::too_many_arguments)]
+fn tiled_through_tiles<O: OutElem>(
+    pool: &ThreadPool,
+    isa: Isa,
+    g: &Gemm<'_>,
+    packed: Option<&PackedB>,
+    plan: &Plan,
+    apack: &mut [f32],
+    work: &mut [f32],
+    out: &mut [O],
+) {
+    let n = g.b.cols;
+    for_each_round(
+        pool,
+        isa,
+        g,
+        plan,
+        apack,
+        |apack, (m0, mb), (n0, width, tasks)| {
+            let run = |t: usize, chunk: &mut [f32]| {
+                let c0 = n0 + t * plan.nb;
+                let nb = plan.nb.min(n0 + width - c0);
+                let (tile, bpack) = chunk.split_at_mut(plan.mb * plan.nb);
+                let Some(blocks) = ColumnBlocks::new(tile, mb, nb, plan.nb, nb) else {
+                    unreachable!("a task's tile holds mb x nb values")
+                };
+                let Some(mut block) = blocks.take(0) else {
+                    unreachable!("a one-block split has block 0")
+                };
+                task(
+                    isa,
+                    plan.tile,
+                    g,
+                    packed,
+                    apack,
+                    c0,
+                    (&mut block, Dest::Tile),
+                    bpack,
+                );
+            };
+            let used = &mut work[..tasks * plan.task_len()];
+            if tasks > 1 {
+                pool.for_each_chunk_mut(used, plan.task_len(), 1, run);
+            } else {
+                run(0, used);
+            }
             let tiles = TileRows {
                 tiles: &*work,
-                plan: &plan,
+                plan,
                 tasks,
                 n0,
-                round,
+                round: width,
                 m0,
             };
             let rows = &mut out[m0 * n..(m0 + mb) * n];
             let write = |first: usize, chunk: &mut [O]| finish_tiles(isa, g, &tiles, first, chunk);
-            if mb * round >= GRAIN_SIZE && mb >= 2 && pool.threads() > 1 {
+            if mb * width >= GRAIN_SIZE && mb >= 2 && pool.threads() > 1 {
                 let per = mb.div_ceil(pool.threads());
                 pool.for_each_chunk_mut(rows, per * n, 1, |ci, c| write(ci * per, c));
             } else {
                 write(0, rows);
             }
-            n0 += round;
-        }
-        m0 += mb;
-    }
-    Ok(())
+        },
+    );
 }
 
 /// The tiles of one round of [`run`]: task `t` holds output columns `n0 + t * nb ..`
@@ -474,44 +598,125 @@ fn finish(g: &Gemm<'_>, v: f32, i: usize, j: usize) -> f32 {
     clamp(g, v)
 }
 
-/// `dst[jj] = finish(tile[jj])` for output row `i`, columns `c0..`: the common cases
-/// (no scaling; no addend, or an f32 bias row) as plain slice loops the compiler
-/// vectorizes, anything else element by element.
+/// What finishing output row `i` from column `c0` on (`len` columns) takes: the common
+/// cases (no scaling; no addend, an f32 addend row, or one addend value for the row)
+/// are plain slice loops the compiler vectorises; anything else goes element by
+/// element through [`finish`].
+enum RowFinish<'g> {
+    /// Clamp only (to `(-inf, inf)` without a clamp).
+    Clamp,
+    /// Add the f32 addend row, then clamp.
+    AddRow(&'g [f32]),
+    /// Add one value, then clamp.
+    AddValue(f32),
+    /// [`finish`] element by element.
+    General,
+}
+
+#[inline(always)]
+fn row_finish<'g>(g: &Gemm<'g>, i: usize, c0: usize, len: usize) -> RowFinish<'g> {
+    if g.alpha != 1.0 {
+        return RowFinish::General;
+    }
+    match &g.addend {
+        None => RowFinish::Clamp,
+        Some((_, beta)) if *beta == 0.0 => RowFinish::Clamp,
+        Some((c, beta)) if *beta == 1.0 && c.cs == 1 => match c.data {
+            Elems::F32(s) => match s.get(c.offset + i * c.rs + c0..) {
+                Some(row) if row.len() >= len => RowFinish::AddRow(&row[..len]),
+                _ => RowFinish::General,
+            },
+            _ => RowFinish::General,
+        },
+        Some((c, beta)) if *beta == 1.0 && c.cs == 0 => {
+            RowFinish::AddValue(get(&c.data, c.offset + i * c.rs))
+        }
+        Some(_) => RowFinish::General,
+    }
+}
+
+/// `dst[jj] = finish(tile[jj])` for output row `i`, columns `c0..`.
 #[inline(always)]
 fn finish_row<O: OutElem>(g: &Gemm<'_>, tile: &[f32], i: usize, c0: usize, dst: &mut [O]) {
     let bounds = g.clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
     let bound = |v: f32| output_clamp(v, bounds);
-    if g.alpha == 1.0 {
-        match &g.addend {
-            None => {
-                for (o, &v) in dst.iter_mut().zip(tile) {
-                    *o = O::from_f32(bound(v));
-                }
-                return;
+    let pairs = dst.iter_mut().zip(tile);
+    match row_finish(g, i, c0, tile.len()) {
+        RowFinish::Clamp => pairs.for_each(|(o, &v)| *o = O::from_f32(bound(v))),
+        RowFinish::AddRow(row) => pairs
+            .zip(row)
+            .for_each(|((o, &v), &b)| *o = O::from_f32(bound(v + b))),
+        RowFinish::AddValue(b) => pairs.for_each(|(o, &v)| *o = O::from_f32(bound(v + b))),
+        RowFinish::General => {
+            for (jj, (o, &v)) in pairs.enumerate() {
+                *o = O::from_f32(finish(g, v, i, c0 + jj));
             }
-            Some((c, beta)) if *beta == 1.0 && c.cs == 1 => {
-                if let Elems::F32(s) = c.data
-                    && let Some(row) = s.get(c.offset + i * c.rs + c0..)
-                    && row.len() >= tile.len()
-                {
-                    for ((o, &v), &b) in dst.iter_mut().zip(tile).zip(row) {
-                        *o = O::from_f32(bound(v + b));
-                    }
-                    return;
-                }
-            }
-            Some((c, beta)) if *beta == 1.0 && c.cs == 0 => {
-                let b = get(&c.data, c.offset + i * c.rs);
-                for (o, &v) in dst.iter_mut().zip(tile) {
-                    *o = O::from_f32(bound(v + b));
-                }
-                return;
-            }
-            Some(_) => {}
         }
     }
-    for (jj, (o, &v)) in dst.iter_mut().zip(tile).enumerate() {
-        *o = O::from_f32(finish(g, v, i, c0 + jj));
+}
+
+/// Sets `post`'s clamp for `g`'s finish, when the micro-kernel can apply that finish
+/// ([`TilePost`]): no scaling, and no addend or one that is a value per row or a value
+/// per column (`beta` 1). `false` for any other finish.
+fn prepare_tile_post(g: &Gemm<'_>, post: &mut TilePost) -> bool {
+    if g.alpha != 1.0 {
+        return false;
+    }
+    if let Some((lo, hi)) = g.clamp {
+        (post.lo, post.hi) = (lo, hi);
+    }
+    match &g.addend {
+        None => true,
+        Some((c, beta)) => *beta == 0.0 || (*beta == 1.0 && (c.cs == 0 || c.rs == 0)),
+    }
+}
+
+/// Sets `post`'s additions for the output tile at rows `i0..i0 + rows`, columns
+/// `j0..j0 + cols` (after [`prepare_tile_post`] accepted `g`).
+#[inline]
+fn fill_tile_post(
+    g: &Gemm<'_>,
+    post: &mut TilePost,
+    (i0, rows): (usize, usize),
+    (j0, cols): (usize, usize),
+) {
+    let Some((c, beta)) = &g.addend else {
+        return;
+    };
+    if *beta == 0.0 {
+        return;
+    }
+    if c.cs == 0 {
+        let at = |r: usize| c.offset + (i0 + r) * c.rs;
+        match c.data {
+            Elems::F32(s) if c.rs == 1 => {
+                post.row_add[..rows].copy_from_slice(&s[at(0)..at(0) + rows]);
+            }
+            _ => {
+                for (r, v) in post.row_add.iter_mut().take(rows).enumerate() {
+                    *v = get(&c.data, at(r));
+                }
+            }
+        }
+    } else {
+        let at = |j: usize| c.offset + (j0 + j) * c.cs;
+        match c.data {
+            Elems::F32(s) if c.cs == 1 => {
+                post.col_add[..cols].copy_from_slice(&s[at(0)..at(0) + cols]);
+            }
+            _ => {
+                for (j, v) in post.col_add.iter_mut().take(cols).enumerate() {
+                    *v = get(&c.data, at(j));
+                }
+            }
+        }
+    }
+}
+
+/// [`finish_row`] of an f32 row in place (finishes [`tile_post`] cannot express).
+fn finish_in_place(g: &Gemm<'_>, row: &mut [f32], i: usize, c0: usize) {
+    for (jj, v) in row.iter_mut().enumerate() {
+        *v = finish(g, *v, i, c0 + jj);
     }
 }
 
@@ -786,15 +991,19 @@ fn pack_b<T: WeightElem>(
     }
 }
 
-/// The output columns one task owns: `c0..c0+nb`, written at row stride `ld`.
+/// Where a task writes its product: rows `m0..m0+mb` of the output itself (finished
+/// there, tile by tile, as the last block of K completes it), or a private tile that
+/// [`finish_tiles`] writes to the output afterwards.
 #[derive(Clone, Copy)]
-struct Cols {
-    c0: usize,
-    nb: usize,
-    ld: usize,
+enum Dest {
+    /// The output's own rows; the task finishes them (first row `m0`).
+    Output { m0: usize },
+    /// A private f32 tile.
+    Tile,
 }
 
-/// One task: columns `cols` of rows `m0..m0+mb`, into `tile`.
+/// One task: columns `c0..c0 + out.cols()` of rows `0..out.rows()` of the current
+/// block of A, into `out`.
 #[allow(clippy::too_many_arguments)]
 fn task(
     isa: Isa,
@@ -802,21 +1011,29 @@ fn task(
     g: &Gemm<'_>,
     packed: Option<&PackedB>,
     apack: &[f32],
-    mb: usize,
-    cols: Cols,
-    tile: &mut [f32],
+    c0: usize,
+    (out, dest): (&mut ColumnBlock<'_, f32>, Dest),
     bpack: &mut [f32],
 ) {
-    let Cols { c0, nb, ld } = cols;
+    let (mb, nb) = (out.rows(), out.cols());
     let k = g.a.cols;
     let panels_b = nb.div_ceil(t.nr);
     let panels_a = mb.div_ceil(t.mr);
+    // Rows of the output this task finishes (first row m0), when there is a finish,
+    // and whether the micro-kernel applies it (`post`) or it is applied afterwards.
+    let finish_from = match dest {
+        Dest::Output { m0 } if !g.finishes_as_is() => Some(m0),
+        _ => None,
+    };
+    let mut post = TilePost::NONE;
+    let in_kernel = finish_from.is_some() && prepare_tile_post(g, &mut post);
     let mut k0 = 0;
     while k0 < k {
         let kc = KC.min(k - k0);
         if packed.is_none() {
             pack_b_for(isa, t.nr, &g.b, (k0, kc), (c0, nb), bpack);
         }
+        let last = k0 + kc == k;
         for q in 0..panels_b {
             let bp = match packed {
                 Some(p) => p.panel(c0 / t.nr + q, k0, kc),
@@ -826,8 +1043,23 @@ fn task(
             for p in 0..panels_a {
                 let ap = &apack[p * t.mr * k + k0 * t.mr..][..kc * t.mr];
                 let rows = t.mr.min(mb - p * t.mr);
-                let c = &mut tile[p * t.mr * ld + q * t.nr..];
-                micro_kernel(isa, kc, ap, bp, c, ld, rows, cols, k0 > 0);
+                let at = (p * t.mr, q * t.nr);
+                let accumulate = k0 > 0;
+                match finish_from {
+                    Some(m0) if last && in_kernel => {
+                        fill_tile_post(g, &mut post, (m0 + at.0, rows), (c0 + at.1, cols));
+                        let how = (accumulate, Some(&post));
+                        micro_kernel(isa, kc, ap, bp, out, at, (rows, cols), how);
+                    }
+                    Some(m0) if last => {
+                        micro_kernel(isa, kc, ap, bp, out, at, (rows, cols), (accumulate, None));
+                        for r in at.0..at.0 + rows {
+                            let row = &mut out.row_mut(r)[at.1..at.1 + cols];
+                            finish_in_place(g, row, m0 + r, c0 + at.1);
+                        }
+                    }
+                    _ => micro_kernel(isa, kc, ap, bp, out, at, (rows, cols), (accumulate, None)),
+                }
             }
         }
         k0 += kc;

@@ -5,7 +5,7 @@ use std::arch::aarch64::*;
 
 use half::bf16;
 
-use super::kernels::{WeightElem, by_four_rows, dot_scalar};
+use super::kernels::{TilePost, WeightElem, by_four_rows, dot_scalar};
 use crate::CpuSupport;
 
 /// Rows of the tile.
@@ -27,6 +27,7 @@ pub(super) unsafe fn kernel_6x16(
     c: *mut f32,
     ldc: usize,
     accumulate: bool,
+    post: Option<&TilePost>,
 ) {
     let mut acc = [[vdupq_n_f32(0.0); 4]; MR];
     for k in 0..kc {
@@ -57,11 +58,20 @@ pub(super) unsafe fn kernel_6x16(
             // SAFETY: the tile has MR rows of NR floats at stride ldc; q*4+4 <= NR.
             unsafe {
                 let p = c.add(r * ldc + 4 * q);
-                let v = if accumulate {
+                let mut v = if accumulate {
                     vaddq_f32(v, vld1q_f32(p))
                 } else {
                     v
                 };
+                if let Some(post) = post {
+                    // Compare and select (NEON's max and min would turn -0.0 into +0.0
+                    // against a 0.0 bound): exactly `output_clamp`.
+                    let col = vld1q_f32(post.col_add.as_ptr().add(4 * q));
+                    v = vaddq_f32(vaddq_f32(v, vdupq_n_f32(post.row_add[r])), col);
+                    let (lo, hi) = (vdupq_n_f32(post.lo), vdupq_n_f32(post.hi));
+                    v = vbslq_f32(vcltq_f32(v, lo), lo, v);
+                    v = vbslq_f32(vcgtq_f32(v, hi), hi, v);
+                }
                 vst1q_f32(p, v);
             }
         }

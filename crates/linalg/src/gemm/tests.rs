@@ -462,3 +462,74 @@ proptest! {
         }
     }
 }
+
+/// The finish the micro-kernels apply as they store (a bias per row or per column, then
+/// a clamp) gives exactly the bits of finishing the plain product afterwards with
+/// `output_clamp(v + bias)`, on every instruction set, for partial tiles, several
+/// blocks of K and several tasks.
+#[test]
+fn the_finish_in_the_micro_kernel_is_the_finish_afterwards() {
+    for (m, n, k) in [(8, 32, 16), (13, 70, 300), (37, 600, 40), (3, 5, 7)] {
+        let a = rand_vec(m * k, 3);
+        let b = rand_vec(k * n, 4);
+        let bias = rand_vec(m.max(n), 5);
+        let plain = product_of(mat(&a, m, k, k, 1), mat(&b, k, n, n, 1));
+        for threads in [1, 3] {
+            let pool = ThreadPool::new(threads).unwrap();
+            for &isa in Isa::available() {
+                let mut scratch = vec![f32::NAN; scratch_len(isa, &plain, threads)];
+                let p = gemm_into(&pool, isa, &plain, &mut scratch, f32::NAN);
+                for (per_row, clamp) in [
+                    (true, Some((-0.5, 0.75))),
+                    (false, Some((0.0, f32::INFINITY))),
+                    (true, None),
+                ] {
+                    let addend = if per_row {
+                        mat(&bias, m, n, 1, 0)
+                    } else {
+                        mat(&bias, m, n, 0, 1)
+                    };
+                    let g = Gemm {
+                        addend: Some((addend, 1.0)),
+                        clamp,
+                        ..plain
+                    };
+                    let got = gemm_into(&pool, isa, &g, &mut scratch, f32::NAN);
+                    for (idx, (&got, &v)) in got.iter().zip(&p).enumerate() {
+                        let (i, j) = (idx / n, idx % n);
+                        let add = if per_row { bias[i] } else { bias[j] };
+                        let want = clamp.map_or(v + add, |c| output_clamp(v + add, c));
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{isa:?} {m}x{n}x{k} t={threads} ({i}, {j})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An f32 view at offset 0.
+fn mat(data: &[f32], rows: usize, cols: usize, rs: usize, cs: usize) -> MatRef<'_> {
+    MatRef {
+        data: Elems::F32(data),
+        offset: 0,
+        rows,
+        cols,
+        rs,
+        cs,
+    }
+}
+
+/// `a · b` with no finish.
+fn product_of<'a>(a: MatRef<'a>, b: MatRef<'a>) -> Gemm<'a> {
+    Gemm {
+        a,
+        b,
+        alpha: 1.0,
+        addend: None,
+        clamp: None,
+    }
+}
