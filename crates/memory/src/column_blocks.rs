@@ -182,7 +182,6 @@ mod tests {
             }
         });
         assert!(blocks.take(3).is_none());
-        drop(blocks);
         for row in data.chunks(10) {
             assert_eq!(row, [1, 1, 1, 1, 2, 2, 2, 2, 3, 0]);
         }
