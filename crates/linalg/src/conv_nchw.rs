@@ -53,11 +53,9 @@ fn valid_cols(g: &ConvGeometry, kx: usize) -> Range<usize> {
 /// `input` is the group's `[group_in, in_h, in_w]` planes, `col` the rows `rows` only
 /// (`rows.len() * out_pixels` elements). Returns `false` when a slice is too short.
 pub fn im2col_nchw(g: &ConvGeometry, input: &[f32], rows: Range<usize>, col: &mut [f32]) -> bool {
-    let (ih, iw, oh, ow) = (g.in_h, g.in_w, g.out_h, g.out_w);
-    let taps = g.kernel_h * g.kernel_w;
-    let pixels = oh * ow;
-    if input.len() < g.group_in * ih * iw
-        || rows.end > g.group_in * taps
+    let pixels = g.out_h * g.out_w;
+    if input.len() < g.group_in * g.in_h * g.in_w
+        || rows.end > g.group_in * g.kernel_h * g.kernel_w
         || col.len() < rows.len() * pixels
     {
         return false;
@@ -66,32 +64,120 @@ pub fn im2col_nchw(g: &ConvGeometry, input: &[f32], rows: Range<usize>, col: &mu
         return true;
     }
     for (row, r) in col.chunks_exact_mut(pixels).zip(rows) {
-        let (ci, tap) = (r / taps, r % taps);
-        let (ky, kx) = (tap / g.kernel_w, tap % g.kernel_w);
-        let plane = &input[ci * ih * iw..(ci + 1) * ih * iw];
-        let (ys, xs) = (valid_rows(g, ky), valid_cols(g, kx));
-        row[..ys.start * ow].fill(0.0);
-        row[ys.end * ow..].fill(0.0);
-        for oy in ys {
-            let iy = oy * g.stride_h + ky * g.dilation_h - g.pad_top;
-            let dst = &mut row[oy * ow..(oy + 1) * ow];
-            dst[..xs.start].fill(0.0);
-            dst[xs.end..].fill(0.0);
-            let src = &plane[iy * iw..(iy + 1) * iw];
-            if xs.is_empty() {
-                continue;
-            }
-            let ix0 = xs.start * g.stride_w + kx * g.dilation_w - g.pad_left;
-            if g.stride_w == 1 {
-                dst[xs.clone()].copy_from_slice(&src[ix0..ix0 + xs.len()]);
-            } else {
-                for (j, d) in dst[xs.clone()].iter_mut().enumerate() {
-                    *d = src[ix0 + j * g.stride_w];
-                }
+        im2col_segment(g, input, r, 0, row);
+    }
+    true
+}
+
+/// Columns `p0 .. p0 + dst.len()` of im2col row `r` (see [`im2col_nchw`]) into `dst`,
+/// one run of an output row at a time. The caller checked that `input` holds the
+/// group's planes, `r` is a row and the columns are pixels.
+fn im2col_segment(g: &ConvGeometry, input: &[f32], r: usize, p0: usize, dst: &mut [f32]) {
+    let (ih, iw, ow) = (g.in_h, g.in_w, g.out_w);
+    let taps = g.kernel_h * g.kernel_w;
+    let (ci, tap) = (r / taps, r % taps);
+    let (ky, kx) = (tap / g.kernel_w, tap % g.kernel_w);
+    let plane = &input[ci * ih * iw..(ci + 1) * ih * iw];
+    let (ys, xs) = (valid_rows(g, ky), valid_cols(g, kx));
+    let end = p0 + dst.len();
+    let mut p = p0;
+    while p < end {
+        let (oy, ox0) = (p / ow, p % ow);
+        let len = (ow - ox0).min(end - p);
+        let run = &mut dst[p - p0..p - p0 + len];
+        p += len;
+        if !ys.contains(&oy) {
+            run.fill(0.0);
+            continue;
+        }
+        let iy = oy * g.stride_h + ky * g.dilation_h - g.pad_top;
+        let src = &plane[iy * iw..(iy + 1) * iw];
+        // The valid outputs of this run: xs clipped to ox0..ox0 + len.
+        let lo = xs.start.clamp(ox0, ox0 + len);
+        let hi = xs.end.clamp(lo, ox0 + len);
+        run[..lo - ox0].fill(0.0);
+        run[hi - ox0..].fill(0.0);
+        if lo == hi {
+            continue;
+        }
+        let ix0 = lo * g.stride_w + kx * g.dilation_w - g.pad_left;
+        let valid = &mut run[lo - ox0..hi - ox0];
+        if g.stride_w == 1 {
+            valid.copy_from_slice(&src[ix0..ix0 + valid.len()]);
+        } else {
+            for (j, d) in valid.iter_mut().enumerate() {
+                *d = src[ix0 + j * g.stride_w];
             }
         }
     }
-    true
+}
+
+/// One group's image read as the GEMM operand `B = im2col(image)`
+/// (`[group_in * kernel_h * kernel_w, out_pixels]`) without building that matrix: the
+/// product packs B's panels straight from the image ([`gemm::gemm_im2col`]).
+///
+/// [`gemm::gemm_im2col`]: crate::gemm::gemm_im2col
+#[derive(Clone, Copy)]
+pub struct Im2col<'a> {
+    /// The convolution (its `group_in`, kernel, stride, dilation and padding).
+    pub geometry: ConvGeometry,
+    /// The group's `[group_in, in_h, in_w]` input planes.
+    pub planes: &'a [f32],
+}
+
+impl Im2col<'_> {
+    /// Rows of the im2col matrix (the patch length).
+    pub fn rows(&self) -> usize {
+        self.geometry.group_in * self.geometry.kernel_h * self.geometry.kernel_w
+    }
+
+    /// Columns of the im2col matrix (the output pixels).
+    pub fn cols(&self) -> usize {
+        self.geometry.out_h * self.geometry.out_w
+    }
+
+    /// True when the planes hold the whole group.
+    pub fn fits(&self) -> bool {
+        let g = &self.geometry;
+        g.group_in
+            .checked_mul(g.in_h)
+            .and_then(|v| v.checked_mul(g.in_w))
+            .is_some_and(|need| need <= self.planes.len())
+    }
+
+    /// Writes rows `k0..k0 + kc`, columns `c0..c0 + nb` of the matrix as GEMM B panels
+    /// of `nr` columns: panel `q`, step `kk`, column `c` at `q*kc*nr + kk*nr + c`;
+    /// columns past `nb` are zero. The caller checked [`Im2col::fits`] and that the
+    /// rows and columns lie inside the matrix, and `dst` holds the panels.
+    pub(crate) fn pack_panels(
+        &self,
+        nr: usize,
+        (k0, kc): (usize, usize),
+        (c0, nb): (usize, usize),
+        dst: &mut [f32],
+    ) {
+        /// Columns gathered at once: one contiguous segment of a row, then cut into
+        /// panels.
+        const SEGMENT: usize = 256;
+        let mut segment = [0f32; SEGMENT];
+        let panel_len = kc * nr;
+        for kk in 0..kc {
+            let mut done = 0;
+            while done < nb {
+                // Whole panels per segment (nr divides SEGMENT for every tile).
+                let len = (nb - done).min(SEGMENT / nr * nr);
+                let seg = &mut segment[..len];
+                im2col_segment(&self.geometry, self.planes, k0 + kk, c0 + done, seg);
+                for (i, cols) in seg.chunks(nr).enumerate() {
+                    let q = (done / nr) + i;
+                    let step = &mut dst[q * panel_len + kk * nr..][..nr];
+                    step[..cols.len()].copy_from_slice(cols);
+                    step[cols.len()..].fill(0.0);
+                }
+                done += len;
+            }
+        }
+    }
 }
 
 /// Scratch elements a plane convolution or [`PlaneMaxPool`] runs best with for `g`
@@ -556,6 +642,50 @@ mod tests {
             }
             for (a, b) in got.iter().zip(&want) {
                 prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+            }
+        }
+
+        /// The product over panels packed straight from the image gives the bits of the
+        /// product over the built im2col matrix, on every instruction set and with
+        /// several tasks (column blocks not aligned to output rows).
+        #[test]
+        fn gemm_im2col_matches_the_built_matrix(g in conv_geometry(), seed in 0u32..100, threads in 1usize..4) {
+            use crate::gemm::{self, Elems, Gemm, MatRef};
+            let g = ConvGeometry { groups: 1, group_out: g.group_out.max(1), ..g };
+            let (patch, px, co) = (g.patch_len(), g.out_pixels(), g.group_out);
+            let input = grid_values(g.group_in * g.in_h * g.in_w, seed);
+            let filter = grid_values(co * patch, seed + 1);
+            let bias = grid_values(co, seed + 2);
+            let mut col = vec![f32::NAN; patch * px];
+            prop_assert!(im2col_nchw(&g, &input, 0..patch, &mut col));
+            let view = |data, rows, cols, rs, cs| MatRef { data: Elems::F32(data), offset: 0, rows, cols, rs, cs };
+            let built = Gemm {
+                a: view(&filter, co, patch, patch, 1),
+                b: view(&col, patch, px, px, 1),
+                alpha: 1.0,
+                addend: Some((view(&bias, co, px, 1, 0), 1.0)),
+                clamp: Some((-0.25, 0.5)),
+            };
+            let image = Im2col { geometry: g, planes: &input };
+            let from_image = Gemm { b: view(&[], patch, px, px, 1), ..built };
+            let pool = crate::ThreadPool::new(threads).unwrap();
+            for &isa in Isa::available() {
+                let need = gemm::im2col_scratch_len(isa, &built, threads).max(gemm::scratch_len(isa, &built, threads));
+                let mut scratch = vec![f32::NAN; need];
+                let mut want = vec![f32::NAN; co * px];
+                gemm::gemm(&pool, isa, &built, &mut want, &mut scratch).unwrap();
+                let mut got = vec![f32::NAN; co * px];
+                gemm::gemm_im2col(&pool, isa, &from_image, &image, &mut got, &mut scratch).unwrap();
+                let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                // A product of one row or one column takes the dot-product path over the
+                // built matrix, which sums in another order.
+                if co > 1 && px > 1 {
+                    prop_assert!(same, "{isa:?}");
+                } else {
+                    for (a, b) in got.iter().zip(&want) {
+                        prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+                    }
+                }
             }
         }
 

@@ -4,10 +4,10 @@
 //! transposed into scratch on every call, as the image is.
 //!
 //! * A group of a plain convolution is one GEMM, `filter[group_out, group_in * kh * kw]`
-//!   times its im2col matrix `[group_in * kh * kw, out_pixels]` (built in parallel in
-//!   temp-allocator scratch; skipped for a 1x1 stride-1 unpadded kernel, whose
-//!   "im2col" is the input itself), whose row-major result is the NCHW output; the
-//!   bias is the GEMM's addend.
+//!   times its im2col matrix `[group_in * kh * kw, out_pixels]` (never built: the
+//!   GEMM packs its panels straight from the input; for a 1x1 stride-1 unpadded
+//!   kernel the "im2col" is the input itself), whose row-major result is the NCHW
+//!   output; the bias is the GEMM's addend.
 //! * A depthwise convolution (one input channel per group) runs a direct plane kernel,
 //!   one output channel per task.
 //! * A transposed convolution is the GEMM `filter_gᵀ x input_g` into scratch, scattered
@@ -22,7 +22,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use etch_linalg::conv::ConvGeometry;
-use etch_linalg::conv_nchw::{PlaneConv, col2im_add_nchw, im2col_nchw, plane_scratch_len};
+use etch_linalg::conv_nchw::{Im2col, PlaneConv, col2im_add_nchw, plane_scratch_len};
 use etch_linalg::gemm::{self, Elems, Gemm};
 
 use super::matmul::{product, view};
@@ -296,7 +296,8 @@ fn run_gemm<'s>(
     Ok(())
 }
 
-/// One GEMM per image and group.
+/// One GEMM per image and group; B is the group's input itself for a 1x1 stride-1
+/// unpadded kernel, and its im2col matrix, packed straight from the input, otherwise.
 fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(), KernelError> {
     let Operands { xs, ws, bs, os } = io;
     let g = &conv.g;
@@ -308,23 +309,13 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
         && g.stride_w == 1
         && g.pad_top == 0
         && g.pad_left == 0;
-    let pool = ctx.pool();
     let isa = etch_linalg::dispatch().gemm;
-    let col: &mut [f32] = if pointwise {
-        &mut []
-    } else {
-        ctx.scratch_dirty::<f32>(patch * px)?
-    };
     let mut scratch: Option<&mut [f32]> = None;
     for n in 0..conv.batch {
         let x_img = &xs[n * g.in_channels() * in_plane..][..g.in_channels() * in_plane];
         let o_img = &mut os[n * out_img..(n + 1) * out_img];
         for grp in 0..g.groups {
             let x_grp = &x_img[grp * g.group_in * in_plane..][..g.group_in * in_plane];
-            if !pointwise {
-                fill_im2col(pool, g, x_grp, col)?;
-            }
-            let b_data: &[f32] = if pointwise { x_grp } else { col };
             let weights = view(
                 Elems::F32(ws),
                 grp * g.group_out * patch,
@@ -333,6 +324,7 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
                 patch,
                 1,
             );
+            let b_data: &[f32] = if pointwise { x_grp } else { &[] };
             let columns = view(Elems::F32(b_data), 0, patch, px, px, 1);
             let mm = Gemm {
                 addend: bs.map(|b| {
@@ -345,34 +337,23 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
                 ..product(weights, columns)
             };
             let dst = &mut o_img[grp * g.group_out * px..(grp + 1) * g.group_out * px];
-            run_gemm(ctx, isa, &mm, dst, &mut scratch)?;
+            if pointwise {
+                run_gemm(ctx, isa, &mm, dst, &mut scratch)?;
+                continue;
+            }
+            if scratch.is_none() {
+                let need = gemm::im2col_scratch_len(isa, &mm, ctx.pool().threads());
+                scratch = Some(ctx.scratch_dirty::<f32>(need)?);
+            }
+            let s = scratch.as_deref_mut().unwrap_or(&mut []);
+            let image = Im2col {
+                geometry: *g,
+                planes: x_grp,
+            };
+            gemm::gemm_im2col(ctx.pool(), isa, &mm, &image, dst, s)?;
         }
     }
     Ok(())
-}
-
-/// The im2col matrix of one group, rows split over the pool.
-fn fill_im2col(
-    pool: &crate::ThreadPool,
-    g: &ConvGeometry,
-    x: &[f32],
-    col: &mut [f32],
-) -> Result<(), KernelError> {
-    let (patch, px) = (g.patch_len(), g.out_pixels());
-    let ok = AtomicBool::new(true);
-    let rows_per = if pool.threads() > 1 && patch * px >= crate::GRAIN_SIZE {
-        patch.div_ceil(pool.threads() * 4).max(1)
-    } else {
-        patch.max(1)
-    };
-    pool.for_each_chunk_mut(&mut col[..patch * px], rows_per * px, 1, |i, chunk| {
-        let r0 = i * rows_per;
-        let rows = r0..(r0 + rows_per).min(patch);
-        if !im2col_nchw(g, x, rows, chunk) {
-            ok.store(false, Ordering::Relaxed);
-        }
-    });
-    geometry_checked(&ok)
 }
 
 /// One direct plane convolution per output channel (group_in == 1), each task with its

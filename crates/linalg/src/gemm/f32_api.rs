@@ -165,9 +165,9 @@ pub fn gemm_f32_with(
 ) -> Result<(), LinalgError> {
     let isa = p.isa(isa);
     let g = p.view(&[])?;
-    let packed = match p.b {
-        RhsF32::Packed(pb) => Some(pb),
-        _ => None,
+    let src = match p.b {
+        RhsF32::Packed(pb) => super::RightSource::Packed(pb),
+        _ => super::RightSource::View,
     };
     let need = p.scratch_len_with(isa, pool.threads());
     if scratch.len() < need {
@@ -177,7 +177,7 @@ pub fn gemm_f32_with(
             len: scratch.len(),
         });
     }
-    super::run(pool, isa, &g, packed, out, scratch)
+    super::run(pool, isa, &g, src, out, scratch)
 }
 
 /// A `k x n` matrix `B` packed for the GEMM micro-kernel of one instruction set:

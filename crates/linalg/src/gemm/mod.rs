@@ -29,6 +29,7 @@ use half::{bf16, f16};
 
 use etch_memory::{ColumnBlock, ColumnBlocks};
 
+use crate::conv_nchw::Im2col;
 use crate::{GRAIN_SIZE, Isa, LinalgError, ThreadPool};
 pub use f32_api::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_with};
 use kernels::{MAX_NR, Tile, TilePost, micro_kernel, panel_dot};
@@ -293,19 +294,68 @@ pub fn gemm<O: OutElem>(
     out: &mut [O],
     scratch: &mut [f32],
 ) -> Result<(), LinalgError> {
-    run(pool, isa, g, None, out, scratch)
+    run(pool, isa, g, RightSource::View, out, scratch)
 }
 
-/// [`gemm`], with B already packed (then `g.b` only gives the shape).
+/// Scratch (f32 elements) that [`gemm_im2col`] needs for this product on `threads`
+/// threads with the micro-kernel of `isa`.
+pub fn im2col_scratch_len(isa: Isa, g: &Gemm<'_>, threads: usize) -> usize {
+    let (m, n, k) = g.dims();
+    if m == 0 || n == 0 {
+        return 0;
+    }
+    scratch_len_tiled(isa, m, n, k, threads)
+}
+
+/// [`gemm`] with B the im2col matrix of `image` (one convolution group), packed
+/// straight from the image's planes: `g.b` only gives the shape (`image.rows()` x
+/// `image.cols()`), and `scratch` holds at least [`im2col_scratch_len`] elements.
+pub fn gemm_im2col(
+    pool: &ThreadPool,
+    isa: Isa,
+    g: &Gemm<'_>,
+    image: &Im2col<'_>,
+    out: &mut [f32],
+    scratch: &mut [f32],
+) -> Result<(), LinalgError> {
+    if g.b.rows != image.rows() || g.b.cols != image.cols() || !image.fits() {
+        return Err(LinalgError::Shape(format!(
+            "an im2col operand of {}x{} for planes of {} values: the geometry needs {}x{} over {} x {} x {}",
+            g.b.rows,
+            g.b.cols,
+            image.planes.len(),
+            image.rows(),
+            image.cols(),
+            image.geometry.group_in,
+            image.geometry.in_h,
+            image.geometry.in_w,
+        )));
+    }
+    run(pool, isa, g, RightSource::Im2col(image), out, scratch)
+}
+
+/// Where the tiled product reads B from.
+#[derive(Clone, Copy)]
+enum RightSource<'s> {
+    /// `g.b` itself, packed block by block.
+    View,
+    /// Panels packed ahead of time (`g.b` only gives the shape).
+    Packed(&'s PackedB),
+    /// An im2col matrix packed block by block from its image (`g.b` only gives the
+    /// shape).
+    Im2col(&'s Im2col<'s>),
+}
+
+/// [`gemm`] with B from `src`.
 fn run<O: OutElem>(
     pool: &ThreadPool,
     isa: Isa,
     g: &Gemm<'_>,
-    packed: Option<&PackedB>,
+    src: RightSource<'_>,
     out: &mut [O],
     scratch: &mut [f32],
 ) -> Result<(), LinalgError> {
-    g.validate(packed.is_some())?;
+    g.validate(!matches!(src, RightSource::View))?;
     if g.a.data.is_f64() || g.b.data.is_f64() || g.addend.is_some_and(|(c, _)| c.data.is_f64()) {
         return Err(LinalgError::Unsupported("f64 operands go through gemm_f64"));
     }
@@ -321,8 +371,9 @@ fn run<O: OutElem>(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let gemv = packed.is_none() && g.is_gemv();
-    let need = if gemv || (packed.is_some() && m == 1) {
+    let gemv = matches!(src, RightSource::View) && g.is_gemv();
+    let packed_gemv = matches!(src, RightSource::Packed(_)) && m == 1;
+    let need = if gemv || packed_gemv {
         k
     } else {
         scratch_len_tiled(isa, m, n, k, pool.threads())
@@ -349,7 +400,7 @@ fn run<O: OutElem>(
     if gemv {
         return gemv_rows(pool, isa, g, out, scratch);
     }
-    if let Some(packed) = packed
+    if let RightSource::Packed(packed) = src
         && m == 1
     {
         gemv_packed(pool, g, packed, out, scratch);
@@ -359,8 +410,8 @@ fn run<O: OutElem>(
     let (apack, rest) = scratch.split_at_mut(plan.a_len(k));
     let work = &mut rest[..plan.tasks * plan.task_len()];
     match O::as_f32_mut(out) {
-        Some(out) => tiled_into_output(pool, isa, g, packed, &plan, apack, work, out),
-        None => tiled_through_tiles(pool, isa, g, packed, &plan, apack, work, out),
+        Some(out) => tiled_into_output(pool, isa, g, src, &plan, apack, work, out),
+        None => tiled_through_tiles(pool, isa, g, src, &plan, apack, work, out),
     }
     Ok(())
 }
@@ -398,7 +449,7 @@ fn tiled_into_output(
     pool: &ThreadPool,
     isa: Isa,
     g: &Gemm<'_>,
-    packed: Option<&PackedB>,
+    src: RightSource<'_>,
     plan: &Plan,
     apack: &mut [f32],
     work: &mut [f32],
@@ -426,7 +477,7 @@ fn tiled_into_output(
                     isa,
                     plan.tile,
                     g,
-                    packed,
+                    src,
                     apack,
                     n0 + t * plan.nb,
                     dest,
@@ -451,7 +502,7 @@ fn tiled_through_tiles<O: OutElem>(
     pool: &ThreadPool,
     isa: Isa,
     g: &Gemm<'_>,
-    packed: Option<&PackedB>,
+    src: RightSource<'_>,
     plan: &Plan,
     apack: &mut [f32],
     work: &mut [f32],
@@ -479,7 +530,7 @@ fn tiled_through_tiles<O: OutElem>(
                     isa,
                     plan.tile,
                     g,
-                    packed,
+                    src,
                     apack,
                     c0,
                     (&mut block, Dest::Tile),
@@ -1009,7 +1060,7 @@ fn task(
     isa: Isa,
     t: Tile,
     g: &Gemm<'_>,
-    packed: Option<&PackedB>,
+    src: RightSource<'_>,
     apack: &[f32],
     c0: usize,
     (out, dest): (&mut ColumnBlock<'_, f32>, Dest),
@@ -1030,14 +1081,16 @@ fn task(
     let mut k0 = 0;
     while k0 < k {
         let kc = KC.min(k - k0);
-        if packed.is_none() {
-            pack_b_for(isa, t.nr, &g.b, (k0, kc), (c0, nb), bpack);
+        match src {
+            RightSource::View => pack_b_for(isa, t.nr, &g.b, (k0, kc), (c0, nb), bpack),
+            RightSource::Im2col(image) => image.pack_panels(t.nr, (k0, kc), (c0, nb), bpack),
+            RightSource::Packed(_) => {}
         }
         let last = k0 + kc == k;
         for q in 0..panels_b {
-            let bp = match packed {
-                Some(p) => p.panel(c0 / t.nr + q, k0, kc),
-                None => &bpack[q * kc * t.nr..(q + 1) * kc * t.nr],
+            let bp = match src {
+                RightSource::Packed(p) => p.panel(c0 / t.nr + q, k0, kc),
+                _ => &bpack[q * kc * t.nr..(q + 1) * kc * t.nr],
             };
             let cols = t.nr.min(nb - q * t.nr);
             for p in 0..panels_a {
