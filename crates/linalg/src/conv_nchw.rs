@@ -69,44 +69,78 @@ pub fn im2col_nchw(g: &ConvGeometry, input: &[f32], rows: Range<usize>, col: &mu
     true
 }
 
-/// Columns `p0 .. p0 + dst.len()` of im2col row `r` (see [`im2col_nchw`]) into `dst`,
-/// one run of an output row at a time. The caller checked that `input` holds the
-/// group's planes, `r` is a row and the columns are pixels.
+/// Columns `p0 .. p0 + dst.len()` of im2col row `r` (see [`im2col_nchw`]) into `dst`.
+/// The caller checked that `input` holds the group's planes, `r` is a row and the
+/// columns are pixels.
 fn im2col_segment(g: &ConvGeometry, input: &[f32], r: usize, p0: usize, dst: &mut [f32]) {
-    let (ih, iw, ow) = (g.in_h, g.in_w, g.out_w);
-    let taps = g.kernel_h * g.kernel_w;
-    let (ci, tap) = (r / taps, r % taps);
-    let (ky, kx) = (tap / g.kernel_w, tap % g.kernel_w);
-    let plane = &input[ci * ih * iw..(ci + 1) * ih * iw];
-    let (ys, xs) = (valid_rows(g, ky), valid_cols(g, kx));
-    let end = p0 + dst.len();
-    let mut p = p0;
-    while p < end {
-        let (oy, ox0) = (p / ow, p % ow);
-        let len = (ow - ox0).min(end - p);
-        let run = &mut dst[p - p0..p - p0 + len];
-        p += len;
-        if !ys.contains(&oy) {
-            run.fill(0.0);
-            continue;
+    ImTap::new(g, input, r).segment(g, p0, dst);
+}
+
+/// What one im2col row reads: its input plane and the output rows and columns whose
+/// tap lands inside it.
+struct ImTap<'a> {
+    plane: &'a [f32],
+    /// Input row of output row 0 (plus `pad_top`).
+    ky_off: usize,
+    /// Input column of output column 0 (plus `pad_left`).
+    kx_off: usize,
+    ys: Range<usize>,
+    xs: Range<usize>,
+}
+
+impl<'a> ImTap<'a> {
+    fn new(g: &ConvGeometry, input: &'a [f32], r: usize) -> ImTap<'a> {
+        let (ih, iw) = (g.in_h, g.in_w);
+        let taps = g.kernel_h * g.kernel_w;
+        let (ci, tap) = (r / taps, r % taps);
+        let (ky, kx) = (tap / g.kernel_w, tap % g.kernel_w);
+        ImTap {
+            plane: &input[ci * ih * iw..(ci + 1) * ih * iw],
+            ky_off: ky * g.dilation_h,
+            kx_off: kx * g.dilation_w,
+            ys: valid_rows(g, ky),
+            xs: valid_cols(g, kx),
         }
-        let iy = oy * g.stride_h + ky * g.dilation_h - g.pad_top;
-        let src = &plane[iy * iw..(iy + 1) * iw];
-        // The valid outputs of this run: xs clipped to ox0..ox0 + len.
-        let lo = xs.start.clamp(ox0, ox0 + len);
-        let hi = xs.end.clamp(lo, ox0 + len);
-        run[..lo - ox0].fill(0.0);
-        run[hi - ox0..].fill(0.0);
-        if lo == hi {
-            continue;
-        }
-        let ix0 = lo * g.stride_w + kx * g.dilation_w - g.pad_left;
-        let valid = &mut run[lo - ox0..hi - ox0];
-        if g.stride_w == 1 {
-            valid.copy_from_slice(&src[ix0..ix0 + valid.len()]);
-        } else {
-            for (j, d) in valid.iter_mut().enumerate() {
-                *d = src[ix0 + j * g.stride_w];
+    }
+
+    /// Columns `p0 .. p0 + dst.len()` of the row into `dst`, one run of an output row
+    /// at a time.
+    fn segment(&self, g: &ConvGeometry, p0: usize, dst: &mut [f32]) {
+        let (iw, ow) = (g.in_w, g.out_w);
+        let (mut oy, mut ox0) = (p0 / ow, p0 % ow);
+        let mut done = 0;
+        while done < dst.len() {
+            let len = (ow - ox0).min(dst.len() - done);
+            let run = &mut dst[done..done + len];
+            done += len;
+            let (y, x0) = (oy, ox0);
+            (oy, ox0) = (oy + 1, 0);
+            if !self.ys.contains(&y) {
+                run.fill(0.0);
+                continue;
+            }
+            let iy = y * g.stride_h + self.ky_off - g.pad_top;
+            let src = &self.plane[iy * iw..(iy + 1) * iw];
+            // The valid outputs of this run: xs clipped to x0..x0 + len.
+            let lo = self.xs.start.clamp(x0, x0 + len);
+            let hi = self.xs.end.clamp(lo, x0 + len);
+            for v in &mut run[..lo - x0] {
+                *v = 0.0;
+            }
+            for v in &mut run[hi - x0..] {
+                *v = 0.0;
+            }
+            if lo == hi {
+                continue;
+            }
+            let ix0 = lo * g.stride_w + self.kx_off - g.pad_left;
+            let valid = &mut run[lo - x0..hi - x0];
+            if g.stride_w == 1 {
+                valid.copy_from_slice(&src[ix0..ix0 + valid.len()]);
+            } else {
+                for (j, d) in valid.iter_mut().enumerate() {
+                    *d = src[ix0 + j * g.stride_w];
+                }
             }
         }
     }
@@ -162,12 +196,13 @@ impl Im2col<'_> {
         let mut segment = [0f32; SEGMENT];
         let panel_len = kc * nr;
         for kk in 0..kc {
+            let tap = ImTap::new(&self.geometry, self.planes, k0 + kk);
             let mut done = 0;
             while done < nb {
                 // Whole panels per segment (nr divides SEGMENT for every tile).
                 let len = (nb - done).min(SEGMENT / nr * nr);
                 let seg = &mut segment[..len];
-                im2col_segment(&self.geometry, self.planes, k0 + kk, c0 + done, seg);
+                tap.segment(&self.geometry, c0 + done, seg);
                 for (i, cols) in seg.chunks(nr).enumerate() {
                     let q = (done / nr) + i;
                     let step = &mut dst[q * panel_len + kk * nr..][..nr];

@@ -15,13 +15,17 @@ const NR: usize = 16;
 
 /// AVX2+FMA 6x16 micro-kernel: 12 accumulators, two B vectors, one A broadcast.
 ///
+/// A is a packed panel (`lda == 0`: step `k`, row `r` at `a[k*MR + r]`) or `MR` rows
+/// of a row-major matrix read in place (row `r`, step `k` at `a[r*lda + k]`).
+///
 /// # Safety
-/// Needs AVX2 and FMA. `a` must hold `kc*MR` floats, `b` `kc*NR`, and `c` a full
-/// `MR x NR` tile with row stride `ldc`.
+/// Needs AVX2 and FMA. `a` must hold `kc*MR` floats (packed) or `(MR-1)*lda + kc`
+/// (rows), `b` `kc*NR`, and `c` a full `MR x NR` tile with row stride `ldc`.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn kernel_6x16(
     kc: usize,
-    a: *const f32,
+    (a, lda): (*const f32, usize),
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -29,22 +33,28 @@ pub(super) unsafe fn kernel_6x16(
     post: Option<&TilePost>,
 ) {
     let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-    for k in 0..kc {
-        // SAFETY: k < kc, so both reads stay inside the panels.
-        let (b0, b1, ak) = unsafe {
-            let bk = b.add(k * NR);
-            (
-                _mm256_loadu_ps(bk),
-                _mm256_loadu_ps(bk.add(8)),
-                a.add(k * MR),
-            )
+    // The steps, with `$at(k, r)` the address of A's value for row r at step k.
+    macro_rules! steps {
+        ($at:expr) => {
+            for k in 0..kc {
+                // SAFETY: k < kc, so both B reads stay inside the panel.
+                let (b0, b1) = unsafe {
+                    let bk = b.add(k * NR);
+                    (_mm256_loadu_ps(bk), _mm256_loadu_ps(bk.add(8)))
+                };
+                for (r, row) in acc.iter_mut().enumerate() {
+                    // SAFETY: r < MR and k < kc: inside A (see the function's contract).
+                    let av = unsafe { _mm256_broadcast_ss(&*$at(k, r)) };
+                    row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+                    row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+                }
+            }
         };
-        for (r, row) in acc.iter_mut().enumerate() {
-            // SAFETY: r < MR, inside this step's A group.
-            let av = unsafe { _mm256_broadcast_ss(&*ak.add(r)) };
-            row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-            row[1] = _mm256_fmadd_ps(av, b1, row[1]);
-        }
+    }
+    if lda == 0 {
+        steps!(|k: usize, r: usize| a.wrapping_add(k * MR + r));
+    } else {
+        steps!(|k: usize, r: usize| a.wrapping_add(r * lda + k));
     }
     for (r, row) in acc.iter().enumerate() {
         // SAFETY: the tile has MR rows of NR floats at stride ldc.

@@ -20,13 +20,17 @@ const NR: usize = 32;
 
 /// AVX-512 `MR x 32` micro-kernel: `2 * MR` accumulators, two B vectors per step.
 ///
+/// A is a packed panel (`lda == 0`: step `k`, row `r` at `a[k*MR + r]`) or `MR` rows
+/// of a row-major matrix read in place (row `r`, step `k` at `a[r*lda + k]`).
+///
 /// # Safety
-/// Needs AVX-512 F. `a` must hold `kc*MR` floats, `b` `kc*NR`, and `c` a full
-/// `MR x NR` tile with row stride `ldc`.
+/// Needs AVX-512 F. `a` must hold `kc*MR` floats (packed) or `(MR-1)*lda + kc` (rows),
+/// `b` `kc*NR`, and `c` a full `MR x NR` tile with row stride `ldc`.
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn kernel_mrx32(
     kc: usize,
-    a: *const f32,
+    (a, lda): (*const f32, usize),
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -34,23 +38,28 @@ pub(super) unsafe fn kernel_mrx32(
     post: Option<&TilePost>,
 ) {
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-    for k in 0..kc {
-        // SAFETY: k < kc, so the 32 B values and the MR A values of step k are inside
-        // the panels.
-        let (b0, b1, ak) = unsafe {
-            let bk = b.add(k * NR);
-            (
-                _mm512_loadu_ps(bk),
-                _mm512_loadu_ps(bk.add(16)),
-                a.add(k * MR),
-            )
+    // The steps, with `$at(k, r)` the address of A's value for row r at step k.
+    macro_rules! steps {
+        ($at:expr) => {
+            for k in 0..kc {
+                // SAFETY: k < kc, so the 32 B values of step k are inside the panel.
+                let (b0, b1) = unsafe {
+                    let bk = b.add(k * NR);
+                    (_mm512_loadu_ps(bk), _mm512_loadu_ps(bk.add(16)))
+                };
+                for (r, row) in acc.iter_mut().enumerate() {
+                    // SAFETY: r < MR and k < kc: inside A (see the function's contract).
+                    let av = _mm512_set1_ps(unsafe { *$at(k, r) });
+                    row[0] = _mm512_fmadd_ps(av, b0, row[0]);
+                    row[1] = _mm512_fmadd_ps(av, b1, row[1]);
+                }
+            }
         };
-        for (r, row) in acc.iter_mut().enumerate() {
-            // SAFETY: r < MR, inside this step's A group.
-            let av = _mm512_set1_ps(unsafe { *ak.add(r) });
-            row[0] = _mm512_fmadd_ps(av, b0, row[0]);
-            row[1] = _mm512_fmadd_ps(av, b1, row[1]);
-        }
+    }
+    if lda == 0 {
+        steps!(|k: usize, r: usize| a.wrapping_add(k * MR + r));
+    } else {
+        steps!(|k: usize, r: usize| a.wrapping_add(r * lda + k));
     }
     for (r, row) in acc.iter().enumerate() {
         // SAFETY: the tile has MR rows of NR floats at stride ldc.

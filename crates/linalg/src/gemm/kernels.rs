@@ -86,7 +86,29 @@ impl TilePost {
 
 /// A SIMD micro-kernel: `(kc, a, b, c, ldc, accumulate, post)`, see [`micro_kernel`].
 pub(crate) type SimdKernel =
-    unsafe fn(usize, *const f32, *const f32, *mut f32, usize, bool, Option<&TilePost>);
+    unsafe fn(usize, (*const f32, usize), *const f32, *mut f32, usize, bool, Option<&TilePost>);
+
+/// The A operand of one micro-kernel call: a packed panel (step `k`, row `r` at
+/// `k*mr + r`) or `mr` rows of a row-major f32 matrix read in place (row `r`, step `k`
+/// at `r*lda + k`).
+#[derive(Clone, Copy)]
+pub(crate) enum APanel<'a> {
+    /// A panel packed by the GEMM.
+    Packed(&'a [f32]),
+    /// Rows read in place, `lda` (> 0) apart.
+    Rows(&'a [f32], usize),
+}
+
+impl APanel<'_> {
+    /// A's value for row `r` at step `k`.
+    #[inline]
+    fn at(&self, mr: usize, r: usize, k: usize) -> f32 {
+        match *self {
+            APanel::Packed(a) => a[k * mr + r],
+            APanel::Rows(a, lda) => a[r * lda + k],
+        }
+    }
+}
 
 /// The SIMD micro-kernel of `isa`, if it has one.
 fn simd_kernel(isa: Isa) -> Option<SimdKernel> {
@@ -102,7 +124,7 @@ fn simd_kernel(isa: Isa) -> Option<SimdKernel> {
 }
 
 /// `tile[mr x nr] (+)= A_panel · B_panel` over `kc` steps, with the tile of `isa`;
-/// `a` holds `kc` groups of `mr` values, `b` `kc` groups of `nr`. Writes the
+/// `a` holds `kc` steps of `mr` rows, `b` `kc` groups of `nr`. Writes the
 /// `rows x cols` corner of the tile to `out` at `(row, col)` of the block, adding to
 /// what is there when `accumulate`, then applying `post` when given.
 #[allow(clippy::too_many_arguments)]
@@ -110,7 +132,7 @@ fn simd_kernel(isa: Isa) -> Option<SimdKernel> {
 pub(crate) fn micro_kernel(
     isa: Isa,
     kc: usize,
-    a: &[f32],
+    a: APanel<'_>,
     b: &[f32],
     out: &mut ColumnBlock<'_, f32>,
     (row, col): (usize, usize),
@@ -118,7 +140,17 @@ pub(crate) fn micro_kernel(
     (accumulate, post): (bool, Option<&TilePost>),
 ) {
     let t = Tile::of(isa);
-    let a = &a[..kc * t.mr];
+    // The A values the kernel reads, and the stride it reads them at (0: packed).
+    let (a, lda) = match a {
+        APanel::Packed(p) => (APanel::Packed(&p[..kc * t.mr]), 0),
+        APanel::Rows(r, lda) => {
+            assert!(lda > 0, "rows of A read in place need a row stride");
+            (APanel::Rows(&r[..(t.mr - 1) * lda + kc], lda), lda)
+        }
+    };
+    let a_ptr = match a {
+        APanel::Packed(p) | APanel::Rows(p, _) => p.as_ptr(),
+    };
     let b = &b[..kc * t.nr];
     if rows == 0 || cols == 0 {
         return;
@@ -133,9 +165,10 @@ pub(crate) fn micro_kernel(
         let c = out.window_ptr((row, col), (rows, cols));
         let c = c.unwrap_or_else(|| panic!("tile at ({row}, {col}) outside its block"));
         // SAFETY: the Isa variant carries the proof that its instructions exist on this
-        // CPU; a and b hold kc*mr and kc*nr values, and the block has a full mr x nr
-        // window at c with row stride ld (window_ptr checked it).
-        unsafe { kernel(kc, a.as_ptr(), b.as_ptr(), c, ld, accumulate, post) };
+        // CPU; a holds kc*mr values (packed) or (mr-1)*lda + kc (rows), b kc*nr (both
+        // sliced so above), and the block has a full mr x nr window at c with row
+        // stride ld (window_ptr checked it).
+        unsafe { kernel(kc, (a_ptr, lda), b.as_ptr(), c, ld, accumulate, post) };
         return;
     }
     let mut tile = [0f32; MAX_TILE];
@@ -144,7 +177,7 @@ pub(crate) fn micro_kernel(
         Some(kernel) => unsafe {
             kernel(
                 kc,
-                a.as_ptr(),
+                (a_ptr, lda),
                 b.as_ptr(),
                 tile.as_mut_ptr(),
                 t.nr,
@@ -182,7 +215,7 @@ pub(crate) fn micro_kernel_into_slice(
     micro_kernel(
         isa,
         kc,
-        a,
+        APanel::Packed(a),
         b,
         &mut block,
         (0, 0),
@@ -191,10 +224,11 @@ pub(crate) fn micro_kernel_into_slice(
     );
 }
 
-/// The scalar micro-kernel: `tile[r * nr + j] += Σ_k a[k*mr + r] * b[k*nr + j]`.
-pub(crate) fn kernel_scalar(kc: usize, t: Tile, a: &[f32], b: &[f32], tile: &mut [f32]) {
-    for (ak, bk) in a.chunks_exact(t.mr).zip(b.chunks_exact(t.nr)).take(kc) {
-        for (r, &av) in ak.iter().enumerate() {
+/// The scalar micro-kernel: `tile[r * nr + j] += Σ_k A(r, k) * b[k*nr + j]`.
+pub(crate) fn kernel_scalar(kc: usize, t: Tile, a: APanel<'_>, b: &[f32], tile: &mut [f32]) {
+    for (k, bk) in b.chunks_exact(t.nr).take(kc).enumerate() {
+        for r in 0..t.mr {
+            let av = a.at(t.mr, r, k);
             let row = &mut tile[r * t.nr..(r + 1) * t.nr];
             for (o, &bv) in row.iter_mut().zip(bk) {
                 *o += av * bv;

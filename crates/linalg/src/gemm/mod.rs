@@ -32,7 +32,7 @@ use etch_memory::{ColumnBlock, ColumnBlocks};
 use crate::conv_nchw::Im2col;
 use crate::{GRAIN_SIZE, Isa, LinalgError, ThreadPool};
 pub use f32_api::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_with};
-use kernels::{MAX_NR, Tile, TilePost, micro_kernel, panel_dot};
+use kernels::{APanel, MAX_NR, Tile, TilePost, micro_kernel, panel_dot};
 pub use kernels::{WeightElem, dot_rows};
 
 /// Depth of one packed block (k).
@@ -416,26 +416,78 @@ fn run<O: OutElem>(
     Ok(())
 }
 
+/// Where the micro-kernels read A from in one block of rows.
+#[derive(Clone, Copy)]
+enum ASource<'s> {
+    /// Packed into `mr`-row panels (all of K each).
+    Packed(&'s [f32]),
+    /// The block's rows of a row-major f32 A, read in place: the block's first row at
+    /// `offset`, rows `lda` apart.
+    Rows {
+        data: &'s [f32],
+        offset: usize,
+        lda: usize,
+    },
+}
+
+impl<'s> ASource<'s> {
+    /// The micro-kernel operand of panel `p` (rows `p*mr ..`), steps `k0..k0 + kc`.
+    #[inline]
+    fn panel(self, t: Tile, k: usize, p: usize, (k0, kc): (usize, usize)) -> APanel<'s> {
+        match self {
+            ASource::Packed(apack) => {
+                APanel::Packed(&apack[p * t.mr * k + k0 * t.mr..][..kc * t.mr])
+            }
+            ASource::Rows { data, offset, lda } => {
+                APanel::Rows(&data[offset + p * t.mr * lda + k0..], lda)
+            }
+        }
+    }
+}
+
+/// True when the micro-kernels read A's rows in place rather than packed: an f32 A
+/// with contiguous rows whose every panel is whole.
+fn reads_a_in_place(g: &Gemm<'_>, t: Tile) -> bool {
+    matches!(g.a.data, Elems::F32(_))
+        && g.a.cs == 1
+        && g.a.rs >= g.a.cols
+        && g.a.rows.is_multiple_of(t.mr)
+}
+
 /// The rounds of a tiled product: blocks of `plan.mb` rows of A (packed into `apack`
-/// first), each split into rounds of at most `plan.tasks` column blocks;
-/// `round(m0, mb, n0, width, tasks)` runs one.
+/// first unless read in place), each split into rounds of at most `plan.tasks` column
+/// blocks; `round(a, (m0, mb), (n0, width, tasks))` runs one.
 fn for_each_round(
     pool: &ThreadPool,
     isa: Isa,
     g: &Gemm<'_>,
     plan: &Plan,
     apack: &mut [f32],
-    mut round: impl FnMut(&[f32], (usize, usize), (usize, usize, usize)),
+    mut round: impl FnMut(ASource<'_>, (usize, usize), (usize, usize, usize)),
 ) {
     let (m, n, _) = g.dims();
+    let in_place = match g.a.data {
+        Elems::F32(data) if reads_a_in_place(g, plan.tile) => Some(data),
+        _ => None,
+    };
     let mut m0 = 0;
     while m0 < m {
         let mb = plan.mb.min(m - m0);
-        pack_a(pool, isa, plan.tile, &g.a, m0, mb, apack);
+        let a = match in_place {
+            Some(data) => ASource::Rows {
+                data,
+                offset: g.a.offset + m0 * g.a.rs,
+                lda: g.a.rs,
+            },
+            None => {
+                pack_a(pool, isa, plan.tile, &g.a, m0, mb, apack);
+                ASource::Packed(apack)
+            }
+        };
         let mut n0 = 0;
         while n0 < n {
             let width = (plan.tasks * plan.nb).min(n - n0);
-            round(apack, (m0, mb), (n0, width, width.div_ceil(plan.nb)));
+            round(a, (m0, mb), (n0, width, width.div_ceil(plan.nb)));
             n0 += width;
         }
         m0 += mb;
@@ -462,7 +514,7 @@ fn tiled_into_output(
         g,
         plan,
         apack,
-        |apack, (m0, mb), (n0, width, tasks)| {
+        |a, (m0, mb), (n0, width, tasks)| {
             let rows = &mut out[m0 * n + n0..(m0 + mb) * n];
             let Some(blocks) = ColumnBlocks::new(rows, mb, width, n, plan.nb) else {
                 unreachable!("a round's columns fit in its rows")
@@ -473,16 +525,7 @@ fn tiled_into_output(
                 };
                 let bpack = &mut chunk[plan.mb * plan.nb..];
                 let dest = (&mut block, Dest::Output { m0 });
-                task(
-                    isa,
-                    plan.tile,
-                    g,
-                    src,
-                    apack,
-                    n0 + t * plan.nb,
-                    dest,
-                    bpack,
-                );
+                task(isa, plan.tile, g, src, a, n0 + t * plan.nb, dest, bpack);
             };
             let used = &mut work[..tasks * plan.task_len()];
             if tasks > 1 {
@@ -515,7 +558,7 @@ fn tiled_through_tiles<O: OutElem>(
         g,
         plan,
         apack,
-        |apack, (m0, mb), (n0, width, tasks)| {
+        |a, (m0, mb), (n0, width, tasks)| {
             let run = |t: usize, chunk: &mut [f32]| {
                 let c0 = n0 + t * plan.nb;
                 let nb = plan.nb.min(n0 + width - c0);
@@ -531,7 +574,7 @@ fn tiled_through_tiles<O: OutElem>(
                     plan.tile,
                     g,
                     src,
-                    apack,
+                    a,
                     c0,
                     (&mut block, Dest::Tile),
                     bpack,
@@ -1061,7 +1104,7 @@ fn task(
     t: Tile,
     g: &Gemm<'_>,
     src: RightSource<'_>,
-    apack: &[f32],
+    a: ASource<'_>,
     c0: usize,
     (out, dest): (&mut ColumnBlock<'_, f32>, Dest),
     bpack: &mut [f32],
@@ -1094,7 +1137,7 @@ fn task(
             };
             let cols = t.nr.min(nb - q * t.nr);
             for p in 0..panels_a {
-                let ap = &apack[p * t.mr * k + k0 * t.mr..][..kc * t.mr];
+                let ap = a.panel(t, k, p, (k0, kc));
                 let rows = t.mr.min(mb - p * t.mr);
                 let at = (p * t.mr, q * t.nr);
                 let accumulate = k0 > 0;

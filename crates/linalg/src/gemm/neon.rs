@@ -16,13 +16,17 @@ const NR: usize = 16;
 /// NEON 6x16 micro-kernel: 24 accumulator registers (4 per row), four B vectors,
 /// the A values broadcast from one load per step.
 ///
+/// A is a packed panel (`lda == 0`: step `k`, row `r` at `a[k*MR + r]`) or `MR` rows
+/// of a row-major matrix read in place (row `r`, step `k` at `a[r*lda + k]`).
+///
 /// # Safety
-/// Needs NEON. `a` must hold `kc*MR` floats, `b` `kc*NR`, and `c` a full `MR x NR`
-/// tile with row stride `ldc`.
+/// Needs NEON. `a` must hold `kc*MR` floats (packed) or `(MR-1)*lda + kc` (rows), `b`
+/// `kc*NR`, and `c` a full `MR x NR` tile with row stride `ldc`.
 #[target_feature(enable = "neon")]
+#[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn kernel_6x16(
     kc: usize,
-    a: *const f32,
+    (a, lda): (*const f32, usize),
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -30,28 +34,34 @@ pub(super) unsafe fn kernel_6x16(
     post: Option<&TilePost>,
 ) {
     let mut acc = [[vdupq_n_f32(0.0); 4]; MR];
-    for k in 0..kc {
-        // SAFETY: k < kc, so the 16 B values and the 6 A values of step k are inside
-        // the panels.
-        let (bv, ak) = unsafe {
-            let bk = b.add(k * NR);
-            (
-                [
-                    vld1q_f32(bk),
-                    vld1q_f32(bk.add(4)),
-                    vld1q_f32(bk.add(8)),
-                    vld1q_f32(bk.add(12)),
-                ],
-                a.add(k * MR),
-            )
-        };
-        for (r, row) in acc.iter_mut().enumerate() {
-            // SAFETY: r < MR, inside this step's A group.
-            let av = unsafe { *ak.add(r) };
-            for (reg, &bq) in row.iter_mut().zip(&bv) {
-                *reg = vfmaq_n_f32(*reg, bq, av);
+    // The steps, with `$at(k, r)` the address of A's value for row r at step k.
+    macro_rules! steps {
+        ($at:expr) => {
+            for k in 0..kc {
+                // SAFETY: k < kc, so the 16 B values of step k are inside the panel.
+                let bv = unsafe {
+                    let bk = b.add(k * NR);
+                    [
+                        vld1q_f32(bk),
+                        vld1q_f32(bk.add(4)),
+                        vld1q_f32(bk.add(8)),
+                        vld1q_f32(bk.add(12)),
+                    ]
+                };
+                for (r, row) in acc.iter_mut().enumerate() {
+                    // SAFETY: r < MR and k < kc: inside A (see the function's contract).
+                    let av = unsafe { *$at(k, r) };
+                    for (reg, &bq) in row.iter_mut().zip(&bv) {
+                        *reg = vfmaq_n_f32(*reg, bq, av);
+                    }
+                }
             }
-        }
+        };
+    }
+    if lda == 0 {
+        steps!(|k: usize, r: usize| a.wrapping_add(k * MR + r));
+    } else {
+        steps!(|k: usize, r: usize| a.wrapping_add(r * lda + k));
     }
     for (r, row) in acc.iter().enumerate() {
         for (q, &v) in row.iter().enumerate() {
