@@ -22,6 +22,7 @@ pub mod quantized;
 pub mod reduce;
 pub mod shape;
 pub mod softmax;
+pub mod topk;
 pub mod unary;
 pub mod unary_math;
 pub mod upsample;
@@ -78,4 +79,5 @@ pub fn register_all(r: &mut Registry) {
     pool::register(r);
     pad::register(r);
     upsample::register(r);
+    topk::register(r);
 }
