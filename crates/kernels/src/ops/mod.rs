@@ -7,9 +7,11 @@ pub mod conv;
 pub mod convert;
 pub mod create;
 pub mod cumsum;
+pub mod distance;
 pub mod elementwise;
 pub mod embedding;
 pub mod glu;
+pub mod grid_sample;
 pub mod index;
 pub mod layout;
 pub mod llama;
@@ -80,4 +82,6 @@ pub fn register_all(r: &mut Registry) {
     pad::register(r);
     upsample::register(r);
     topk::register(r);
+    distance::register(r);
+    grid_sample::register(r);
 }
