@@ -1,6 +1,8 @@
 //! Indexing kernels: `index_select`, advanced indexing (`index.Tensor`), its writing
 //! twin (`index_put`, `index_put_`), `gather`, the in-place `copy_`, and (in
-//! `index/scatter.rs`) `scatter` and `scatter_add`.
+//! `index/scatter.rs`) `scatter` and `scatter_add`; `index/data_shaped.rs` holds the
+//! ops whose output size depends on values (`nonzero`, `masked_select`,
+//! `masked_scatter`, `repeat_interleave.Tensor`).
 //!
 //! Advanced indexing follows PyTorch: the index tensors (i64 or i32; bool or u8
 //! masks stand for their nonzero coordinates) broadcast together to a shape `B`. When
@@ -21,6 +23,7 @@ use crate::ops::shape::common::{
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor, TensorList};
 
+mod data_shaped;
 mod scatter;
 
 /// Registers this family's kernels.
@@ -32,6 +35,7 @@ pub fn register(r: &mut Registry) {
     r.register("aten::copy_", copy_inplace);
     r.register("aten::gather.out", gather);
     scatter::register(r);
+    data_shaped::register(r);
 }
 
 /// True when both tensors start at the same bytes.
