@@ -21,6 +21,7 @@ pub mod pad;
 pub mod pool;
 pub mod prim;
 pub mod quantized;
+pub mod random;
 pub mod reduce;
 pub mod shape;
 pub mod softmax;
@@ -84,4 +85,5 @@ pub fn register_all(r: &mut Registry) {
     topk::register(r);
     distance::register(r);
     grid_sample::register(r);
+    random::register(r);
 }
