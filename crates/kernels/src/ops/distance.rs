@@ -37,8 +37,7 @@ enum Norm {
 
 impl Norm {
     fn of(p: f64, what: &str) -> Result<Self, KernelError> {
-        // Written so that NaN fails too.
-        if !(p >= 0.0) {
+        if p.is_nan() || p < 0.0 {
             return Err(KernelError::invalid(format!(
                 "{what} only supports non-negative p values; p = {p}"
             )));

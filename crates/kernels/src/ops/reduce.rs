@@ -622,7 +622,8 @@ impl Reducer<f64> for Var {
 /// when nothing is reduced or `count - correction <= 0` (PyTorch gives inf for a
 /// positive sum of squares over a zero denominator; the official runtime gives NaN).
 fn var_is_nan(count: usize, correction: f64) -> bool {
-    count == 0 || !(count as f64 - correction > 0.0)
+    let denominator = count as f64 - correction;
+    count == 0 || denominator.is_nan() || denominator <= 0.0
 }
 
 /// The dims of an `int[]?` argument, read into `buf`.

@@ -322,11 +322,17 @@ pub trait Real:
     + std::ops::Rem<Output = Self>
     + std::ops::AddAssign
 {
+    /// 0.
     const ZERO: Self;
+    /// 1.
     const ONE: Self;
+    /// `|self|`.
     fn abs(self) -> Self;
+    /// The square root.
     fn sqrt(self) -> Self;
+    /// `self` to the power `e`.
     fn powf(self, e: Self) -> Self;
+    /// The largest integer not above `self`.
     fn floor(self) -> Self;
     /// Rounds half-way cases to even, as C's `nearbyint` in the default mode.
     fn round_ties_even(self) -> Self;

@@ -318,6 +318,7 @@ mod tests {
     }
 
     /// The scatter element by element; `add` for scatter_add.
+    #[allow(clippy::too_many_arguments)]
     fn reference(
         input: &[i32],
         sizes: &[usize],
