@@ -181,7 +181,8 @@ impl<E: Element> Sampler<'_, E> {
             Mode::Bilinear => {
                 let (ix, iy) = (x.source(gx), y.source(gy));
                 let (x0, y0) = (ix.floor().trunc_i64(), iy.floor().trunc_i64());
-                let (x1, y1) = (x0 + 1, y0 + 1);
+                // Saturating: an infinite grid value saturates the floor.
+                let (x1, y1) = (x0.saturating_add(1), y0.saturating_add(1));
                 let (fx0, fy0, fx1, fy1) =
                     (A::of_i64(x0), A::of_i64(y0), A::of_i64(x1), A::of_i64(y1));
                 let corners = [
@@ -224,7 +225,8 @@ impl<E: Element> Sampler<'_, E> {
                 let (tx, ty) = (ix - A::of_i64(x0), iy - A::of_i64(y0));
                 let tap = |cy: i64, cx: i64| -> A { self.bounded(plane, cy, cx) };
                 let rows = [-1i64, 0, 1, 2].map(|dy| {
-                    let r = [-1i64, 0, 1, 2].map(|dx| tap(y0 + dy, x0 + dx));
+                    let r = [-1i64, 0, 1, 2]
+                        .map(|dx| tap(y0.saturating_add(dy), x0.saturating_add(dx)));
                     cubic(r, tx)
                 });
                 cubic(rows, ty)
@@ -392,6 +394,15 @@ mod tests {
         assert_eq!(run(&img, (2, 3), &[-1.0, -1.0], 0, 1, false), vec![1.0]);
         // Outside with zeros padding: 0 for nearest.
         assert_eq!(run(&img, (2, 3), &[3.0, 0.0], 1, 0, false), vec![0.0]);
+        // Infinite and NaN grid values sample something or nothing, without failing.
+        let odd = [f32::INFINITY, 0.0, f32::NEG_INFINITY, f32::NAN];
+        for mode in [0, 1, 2] {
+            for pad in [0, 1, 2] {
+                for align in [false, true] {
+                    assert_eq!(run(&img, (2, 3), &odd, mode, pad, align).len(), 2);
+                }
+            }
+        }
     }
 
     #[test]
