@@ -161,6 +161,10 @@ arg_value! {
     f64 => |a, i| a.double(i);
     Option<f64> => |a, i| a.opt_double(i);
     bool => |a, i| a.bool(i);
+    Option<bool> => |a, i| match a.value(i)? {
+        EValue::None => Ok(None),
+        _ => a.bool(i).map(Some),
+    };
     Scalar => |a, i| a.scalar(i);
     Option<Scalar> => |a, i| match a.value(i)? {
         EValue::None => Ok(None),

@@ -1,6 +1,7 @@
 //! Broadcasting binary kernels: arithmetic (`add`, `sub`, `mul`, `div`, `rsub`, `pow`,
 //! `maximum`, `minimum`, `floor_divide`, `fmod`, `remainder`), bitwise and logical ops,
-//! and `where`.
+//! bit shifts (`bitwise_left_shift`, `bitwise_right_shift`, in `binary/shift.rs`) and
+//! `where`.
 //!
 //! Integer `remainder` follows PyTorch (the result takes the divisor's sign); the
 //! official portable kernel 1.5.1 applies C's `%` to integers instead, so the two differ
@@ -23,6 +24,8 @@ use super::elementwise::promote::{ResultType, check_can_cast, to_float};
 use super::elementwise::{Operand, Spec, Src, broadcast_operands, map, zip2, zip3};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
+
+mod shift;
 
 /// Registers `name => op` pairs as [`arith_op`] over the arguments of `schema`.
 macro_rules! register_arith {
@@ -51,6 +54,8 @@ pub fn register(r: &mut Registry) {
         "aten::bitwise_and.Tensor_out" => BitAnd,
         "aten::bitwise_or.Tensor_out" => BitOr,
         "aten::bitwise_xor.Tensor_out" => BitXor,
+        "aten::bitwise_left_shift.Tensor_out" => Shl,
+        "aten::bitwise_right_shift.Tensor_out" => Shr,
     );
     register_arith!(r, TensorScalarArgs:
         "aten::mul.Scalar_out" => Mul,
@@ -61,6 +66,8 @@ pub fn register(r: &mut Registry) {
         "aten::bitwise_and.Scalar_out" => BitAnd,
         "aten::bitwise_or.Scalar_out" => BitOr,
         "aten::bitwise_xor.Scalar_out" => BitXor,
+        "aten::bitwise_left_shift.Tensor_Scalar_out" => Shl,
+        "aten::bitwise_right_shift.Tensor_Scalar_out" => Shr,
     );
     r.register("aten::div.out_mode", div_mode_tensor);
     r.register("aten::div.Scalar_mode_out", div_mode_scalar);
@@ -94,6 +101,10 @@ pub enum Op {
     BitAnd,
     BitOr,
     BitXor,
+    /// `self << other` in the common integer dtype ([`shift::left`]).
+    Shl,
+    /// `self >> other` in the common integer dtype ([`shift::right`]).
+    Shr,
 }
 
 op_args! {
@@ -263,7 +274,7 @@ pub fn arith_dtype(x: &Operand, y: &Operand, op: Op) -> Result<ScalarType, Kerne
                 what: "division and remainder ops (numbers only)",
             });
         }
-        Op::BitAnd | Op::BitOr | Op::BitXor if common.is_floating_point() => {
+        Op::BitAnd | Op::BitOr | Op::BitXor | Op::Shl | Op::Shr if common.is_floating_point() => {
             return Err(KernelError::UnsupportedDtype {
                 dtype: common,
                 what: "bitwise ops (integers and bool only)",
@@ -361,6 +372,14 @@ fn run_arith<C: Num>(
         Op::BitAnd => go!(|x: C, y: C| x.bitand(y)),
         Op::BitOr => go!(|x: C, y: C| x.bitor(y)),
         Op::BitXor => go!(|x: C, y: C| x.bitxor(y)),
+        Op::Shl => {
+            let bits = shift::Bits::of(spec.common);
+            go!(|x: C, y: C| C::from_i64(shift::left(x.to_i64(), y.to_i64(), bits)))
+        }
+        Op::Shr => {
+            let bits = shift::Bits::of(spec.common);
+            go!(|x: C, y: C| C::from_i64(shift::right(x.to_i64(), y.to_i64(), bits)))
+        }
     }?;
     if zero_div.load(Ordering::Relaxed) {
         return Err(KernelError::invalid("integer division by zero"));

@@ -7,7 +7,12 @@
 //! * `native_group_norm`: statistics of each (image, group) block of `C / group`
 //!   channels (two-pass, in f64), `mean` and `rstd` of shape `[N, group]`.
 //!
+//! * `_native_batch_norm_legit` (`.out`, `.no_stats_out`): batch norm over the
+//!   batch's own statistics, in `channel_norm/batch_stats.rs`.
+//!
 //! 4-d inputs and outputs may be channels-last (see [`super::layout`]).
+
+mod batch_stats;
 
 use etch_base::ScalarType;
 
@@ -22,6 +27,7 @@ pub fn register(r: &mut Registry) {
         batch_norm_no_training,
     );
     r.register("aten::native_group_norm.out", group_norm);
+    batch_stats::register(r);
 }
 
 fn f32_tensor(t: &Tensor, what: &'static str) -> Result<(), KernelError> {

@@ -22,6 +22,8 @@ pub fn register(r: &mut Registry) {
     r.register("aten::clone.out", clone);
     r.register("aten::detach_copy.out", same_copy);
     r.register("aten::lift_fresh_copy.out", same_copy);
+    r.register("et_copy::_h2d_copy.out", device_copy);
+    r.register("et_copy::_d2h_copy.out", device_copy);
     r.register("aten::copy.out", copy_out);
     r.register("dim_order_ops::_to_dim_order_copy.out", |c, a| {
         dim_order_copy(c, a, false)
@@ -119,6 +121,23 @@ op_args! {
 /// `detach_copy` and `lift_fresh_copy`: a copy of the same dtype.
 fn same_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let SameCopyArgs { input, out } = SameCopyArgs::unpack(a)?;
+    copy_same_dtype(ctx, a, &input, out)
+}
+
+op_args! {
+    /// `et_copy::_h2d_copy.out(Tensor self, *, Tensor(a!) out)` and `_d2h_copy.out`:
+    /// copies between host and device memory.
+    struct DeviceCopyArgs = "et_copy::<_h2d_copy|_d2h_copy>.out" {
+        input: Tensor,
+        out: OutArg,
+    } returns 1
+}
+
+/// etch runs on the host only, so a device copy is a plain copy of the same dtype.
+/// (Upstream's CPU build refuses these ops unless `out` or `self` sits on a device
+/// with a registered allocator.)
+fn device_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let DeviceCopyArgs { input, out } = DeviceCopyArgs::unpack(a)?;
     copy_same_dtype(ctx, a, &input, out)
 }
 
@@ -399,5 +418,18 @@ mod tests {
         assert!(h.call("aten::copy.out", &[x, bad, f, out, out]).is_err());
         // The out dtype must be self's.
         assert!(h.call("aten::copy.out", &[x, src, f, outi, outi]).is_err());
+    }
+
+    #[test]
+    fn device_copies_are_host_copies() {
+        let mut h = Harness::new();
+        let x = h.tensor(&[2, 2], &[1i32, -2, 3, -4]);
+        for op in ["et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"] {
+            let out = h.out(ScalarType::Int, &[4, 2]);
+            h.call(op, &[x, out, out]).unwrap();
+            assert_eq!(h.read::<i32>(out), vec![1, -2, 3, -4]);
+            let f = h.out(ScalarType::Float, &[2, 2]);
+            assert!(h.call(op, &[x, f, f]).is_err());
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! Tensor creation: `arange`, `full`, `full_like`, `fill`, `zeros`, `ones`, `empty`,
-//! `scalar_tensor`. Fill values are cast to the out dtype with PyTorch's conversions.
+//! `_empty_dim_order`, `scalar_tensor`. Fill values are cast to the out dtype with PyTorch's conversions.
 
 use super::elementwise::dtype::{Out, is_supported, unsupported};
 use crate::schema::{MemoryFormat, OpArgs, OutArg, op_args};
@@ -17,6 +17,7 @@ pub fn register(r: &mut Registry) {
     r.register("aten::fill.Scalar_out", fill_scalar);
     r.register("aten::fill.Tensor_out", fill_tensor);
     r.register("aten::empty.out", empty);
+    r.register("dim_order_ops::_empty_dim_order.out", empty_dim_order);
 }
 
 /// Resizes `out` to `sizes` and fills it with `v` (cast to its dtype).
@@ -155,6 +156,58 @@ op_args! {
 
 fn empty(_: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let EmptyArgs { size, out, .. } = EmptyArgs::unpack(a)?;
+    let mut buf = [0usize; MAX_RANK];
+    let sizes = sizes_of(size, &mut buf)?;
+    out.resize(a, sizes)?;
+    Ok(())
+}
+
+op_args! {
+    /// `_empty_dim_order.out(int[] size, *, int[]? dim_order=None, Tensor(a!) out)`:
+    /// `empty` whose out must already have `dim_order` (the contiguous one when None).
+    struct EmptyDimOrderArgs<'a> = "dim_order_ops::_empty_dim_order.out" {
+        size: IntList<'a>,
+        dim_order: Option<IntList<'a>>,
+        out: OutArg,
+    } returns 1
+}
+
+/// Resizes `out` and leaves its contents. The dim order, when given, must be the
+/// contiguous or the channels-last one and be `out`'s; without one `out` must be
+/// contiguous. (Upstream computes this check but ignores its result.)
+fn empty_dim_order(_: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let EmptyDimOrderArgs {
+        size,
+        dim_order,
+        out,
+    } = EmptyDimOrderArgs::unpack(a)?;
+    let out_t = out.tensor();
+    let have = out_t.dim_order();
+    let fits = match dim_order {
+        None => out.tensor().is_contiguous(),
+        Some(list) => {
+            let mut buf = [0i64; MAX_RANK];
+            let want = list.read_into(&mut buf)?;
+            let n = want.len();
+            let contiguous = want.iter().enumerate().all(|(i, &d)| d == i as i64);
+            // [0, 2, 3, ..., 1]: channels last.
+            let channels_last = n >= 3
+                && want[0] == 0
+                && want[n - 1] == 1
+                && want[1..n - 1]
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &d)| d == i as i64 + 2);
+            (contiguous || channels_last)
+                && want.len() == have.len()
+                && want.iter().zip(have).all(|(&w, &h)| w == h as i64)
+        }
+    };
+    if !fits {
+        return Err(KernelError::invalid(format!(
+            "_empty_dim_order: out has dim order {have:?}, which is not the one requested"
+        )));
+    }
     let mut buf = [0usize; MAX_RANK];
     let sizes = sizes_of(size, &mut buf)?;
     out.resize(a, sizes)?;
@@ -390,5 +443,29 @@ mod tests {
             h.call("aten::empty.out", &[too_big, none, outf, outf])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn empty_dim_order_checks_the_out_layout() {
+        let mut h = Harness::new();
+        let op = "dim_order_ops::_empty_dim_order.out";
+        let size = h.int_list(&[1, 2, 3, 2]);
+        let none = h.none();
+        let out = h.out(ScalarType::Float, &[1, 2, 3, 4]);
+        h.call(op, &[size, none, out, out]).unwrap();
+        assert_eq!(h.tensor_meta(out).sizes(), &[1, 2, 3, 2]);
+        let contiguous = h.int_list(&[0, 1, 2, 3]);
+        h.call(op, &[size, contiguous, out, out]).unwrap();
+        // Channels last requested: the out must be channels last too.
+        let cl = h.int_list(&[0, 2, 3, 1]);
+        assert!(h.call(op, &[size, cl, out, out]).is_err());
+        let out_cl = h.out_with_order(ScalarType::Float, &[1, 2, 3, 2], &[0, 2, 3, 1]);
+        h.call(op, &[size, cl, out_cl, out_cl]).unwrap();
+        assert!(h.call(op, &[size, none, out_cl, out_cl]).is_err());
+        // Neither contiguous nor channels last, or of another rank.
+        let odd = h.int_list(&[1, 0, 2, 3]);
+        assert!(h.call(op, &[size, odd, out, out]).is_err());
+        let short = h.int_list(&[0, 1]);
+        assert!(h.call(op, &[size, short, out, out]).is_err());
     }
 }

@@ -1,5 +1,8 @@
 //! Indexing kernels: `index_select`, advanced indexing (`index.Tensor`), its writing
-//! twin (`index_put`, `index_put_`), `gather` and the in-place `copy_`.
+//! twin (`index_put`, `index_put_`), `gather`, the in-place `copy_`, and (in
+//! `index/scatter.rs`) `scatter` and `scatter_add`; `index/data_shaped.rs` holds the
+//! ops whose output size depends on values (`nonzero`, `masked_select`,
+//! `masked_scatter`, `repeat_interleave.Tensor`).
 //!
 //! Advanced indexing follows PyTorch: the index tensors (i64 or i32; bool or u8
 //! masks stand for their nonzero coordinates) broadcast together to a shape `B`. When
@@ -20,6 +23,9 @@ use crate::ops::shape::common::{
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor, TensorList};
 
+mod data_shaped;
+mod scatter;
+
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
     r.register("aten::index_select.out", index_select);
@@ -28,6 +34,8 @@ pub fn register(r: &mut Registry) {
     r.register("aten::index_put_", index_put_inplace);
     r.register("aten::copy_", copy_inplace);
     r.register("aten::gather.out", gather);
+    scatter::register(r);
+    data_shaped::register(r);
 }
 
 /// True when both tensors start at the same bytes.

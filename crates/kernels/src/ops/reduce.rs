@@ -1,5 +1,5 @@
 //! Reductions: `sum`, `mean`, `prod`, `amax`, `amin`, `max`, `min` (over one dim,
-//! with indices, or over all), `any`, `argmax`, `argmin`, `var`.
+//! with indices, or over all), `any`, `argmax`, `argmin`, `var`, `var_mean`.
 //!
 //! Each output element streams its reduced elements, in row-major order, through a
 //! [`Reducer`] in blocks: contiguous runs of the accumulator type are read in place
@@ -42,6 +42,8 @@ pub fn register(r: &mut Registry) {
     r.register("aten::max.unary_out", |c, a| extremum_all(c, a, true));
     r.register("aten::min.unary_out", |c, a| extremum_all(c, a, false));
     r.register("aten::var.correction_out", var_correction);
+    r.register("aten::var.out", var_unbiased);
+    r.register("aten::var_mean.correction_out", var_mean);
 }
 
 /// Streams the reduced elements of one output.
@@ -588,7 +590,9 @@ impl Reducer<Bool8> for Any {
     }
 }
 
-/// Welford's streaming mean and variance, in f64.
+/// Welford's streaming mean and variance, in f64: the sum of squared deviations over
+/// `count - correction`. Callers handle a count of 0 and a denominator <= 0
+/// ([`var_is_nan`]).
 struct Var {
     correction: f64,
 }
@@ -610,8 +614,16 @@ impl Reducer<f64> for Var {
     }
     fn finish(&self, st: Self::State, _: usize) -> f64 {
         let (n, _, m2) = st;
-        m2 / (n - self.correction).max(0.0)
+        m2 / (n - self.correction)
     }
+}
+
+/// Upstream's rule for a variance with no valid denominator: every output is NaN
+/// when nothing is reduced or `count - correction <= 0` (PyTorch gives inf for a
+/// positive sum of squares over a zero denominator; the official runtime gives NaN).
+fn var_is_nan(count: usize, correction: f64) -> bool {
+    let denominator = count as f64 - correction;
+    count == 0 || denominator.is_nan() || denominator <= 0.0
 }
 
 /// The dims of an `int[]?` argument, read into `buf`.
@@ -1087,14 +1099,107 @@ fn var_correction(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kerne
     let correction = correction.map(|s| s.to_f64()).unwrap_or(1.0);
     let mask = mask_of(&x, dim)?;
     let red = Reduction::new(a, x, mask, keepdim, out)?;
-    supported(x.dtype(), "var")?;
-    if !x.dtype().is_floating_point() || !red.out.dtype().is_floating_point() {
-        return Err(KernelError::UnsupportedDtype {
-            dtype: x.dtype(),
-            what: "var (floating point only)",
-        });
+    variance(ctx, &red, correction)
+}
+
+/// Checks a variance's dtypes (floating point input and out) and fills `red.out`
+/// with the variance over `count - correction`, or with NaN ([`var_is_nan`]).
+fn variance(ctx: &KernelContext<'_>, red: &Reduction, correction: f64) -> Result<(), KernelError> {
+    for t in [&red.x, &red.out] {
+        if !t.dtype().is_floating_point() || !super::elementwise::dtype::is_supported(t.dtype()) {
+            return Err(KernelError::UnsupportedDtype {
+                dtype: t.dtype(),
+                what: "var, var_mean (floating point input and out)",
+            });
+        }
+    }
+    let count = reduced_count(&red.x, &red.mask);
+    if var_is_nan(count, correction) {
+        Out::write(ctx, &red.out)?.fill_scalar(Scalar::Double(f64::NAN));
+        return Ok(());
     }
     red.run::<f64, _>(ctx, &Var { correction })
+}
+
+/// How many input elements each output of a reduction over `mask` folds.
+fn reduced_count(x: &Tensor, mask: &[bool; MAX_RANK]) -> usize {
+    x.sizes()
+        .iter()
+        .enumerate()
+        .filter(|&(d, _)| mask[d])
+        .map(|(_, &s)| s)
+        .product()
+}
+
+op_args! {
+    /// `var.out(Tensor self, int[1]? dim, bool unbiased=True, bool keepdim=False, *,
+    /// Tensor(a!) out)`: the variance over `count - 1` when `unbiased`, else over
+    /// `count`.
+    struct VarUnbiasedArgs<'a> = "aten::var.out" {
+        input: Tensor,
+        dim: Option<IntList<'a>>,
+        unbiased: bool,
+        keepdim: bool,
+        out: OutArg,
+    } returns 1
+}
+
+/// As upstream, the input and out must also have the contiguous dim order.
+fn var_unbiased(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let VarUnbiasedArgs {
+        input: x,
+        dim,
+        unbiased,
+        keepdim,
+        out,
+    } = VarUnbiasedArgs::unpack(a)?;
+    if !x.is_contiguous() || !out.tensor().is_contiguous() {
+        return Err(KernelError::invalid(
+            "var.out: the input and out must both have the contiguous dim order",
+        ));
+    }
+    let mask = mask_of(&x, dim)?;
+    let red = Reduction::new(a, x, mask, keepdim, out)?;
+    variance(ctx, &red, if unbiased { 1.0 } else { 0.0 })
+}
+
+op_args! {
+    /// `var_mean.correction_out(Tensor self, int[1]? dim=None, *, Scalar?
+    /// correction=None, bool keepdim=False, Tensor(a!) out0, Tensor(b!) out1)`: the
+    /// variance (`out0`, as `var.correction_out`) and the mean (`out1`).
+    struct VarMeanArgs<'a> = "aten::var_mean.correction_out" {
+        input: Tensor,
+        dim: Option<IntList<'a>>,
+        correction: Option<Scalar>,
+        keepdim: bool,
+        out0: OutArg,
+        out1: OutArg,
+    } returns 0..=2
+}
+
+/// The mean is the sequential sum in the out dtype's compute type over the count,
+/// as `mean`. Both outs have one floating point dtype. As upstream, where the
+/// variance is NaN ([`var_is_nan`]) the mean is NaN too.
+fn var_mean(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    let VarMeanArgs {
+        input: x,
+        dim,
+        correction,
+        keepdim,
+        out0,
+        out1,
+    } = VarMeanArgs::unpack(a)?;
+    let correction = correction.map(|s| s.to_f64()).unwrap_or(1.0);
+    let mask = mask_of(&x, dim)?;
+    let var = Reduction::new(a, x, mask, keepdim, out0)?;
+    let mean = Reduction::new(a, x, mask, keepdim, out1)?;
+    same_dtype(&var.out, &mean.out)?;
+    variance(ctx, &var, correction)?;
+    if var_is_nan(reduced_count(&x, &mask), correction) {
+        Out::write(ctx, &mean.out)?.fill_scalar(Scalar::Double(f64::NAN));
+        return Ok(());
+    }
+    with_compute!(mean.out.dtype(), A => mean.run::<A, _>(ctx, &Sum { mean: true }))
 }
 
 #[cfg(test)]

@@ -7,9 +7,12 @@
 //!   `align_corners`; an axis whose size does not change is copied.
 //! * `upsample_nearest2d`: source `min(floor(o * ratio), in - 1)`.
 //!
-//! A scale factor gives the output size `floor(in * scale)`.
+//! A scale factor gives the output size `floor(in * scale)`. The antialiased
+//! `_upsample_bilinear2d_aa` is in `upsample/aa.rs`.
 
 use etch_base::ScalarType;
+
+mod aa;
 
 use super::layout::{NchwOut, read_nchw};
 use super::window::nchw_dims;
@@ -20,6 +23,7 @@ use crate::{Args, GRAIN_SIZE, IntList, KernelContext, KernelError, Registry, Ten
 pub fn register(r: &mut Registry) {
     r.register("aten::upsample_bilinear2d.vec_out", upsample_bilinear2d);
     r.register("aten::upsample_nearest2d.vec_out", upsample_nearest2d);
+    aa::register(r);
 }
 
 /// The output size and per-axis scale (`out / in`, or the given factor) of an

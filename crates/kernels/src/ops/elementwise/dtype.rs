@@ -95,6 +95,38 @@ macro_rules! with_compute {
 }
 pub(crate) use with_compute;
 
+/// Runs `$body` with `$E` the Rust type of the floating point `$dtype` and `$A` the
+/// type it computes in (f32 for f16, bf16 and f32; f64 for f64); other dtypes give
+/// `UnsupportedDtype` for `$what`.
+macro_rules! with_float {
+    ($dtype:expr, $what:expr, $E:ident, $A:ident => $body:expr) => {{
+        match $dtype {
+            $crate::ScalarType::Float => {
+                type $E = f32;
+                type $A = f32;
+                $body
+            }
+            $crate::ScalarType::Double => {
+                type $E = f64;
+                type $A = f64;
+                $body
+            }
+            $crate::ScalarType::Half => {
+                type $E = half::f16;
+                type $A = f32;
+                $body
+            }
+            $crate::ScalarType::BFloat16 => {
+                type $E = half::bf16;
+                type $A = f32;
+                $body
+            }
+            dtype => Err($crate::KernelError::UnsupportedDtype { dtype, what: $what }),
+        }
+    }};
+}
+pub(crate) use with_float;
+
 /// The error for a dtype outside the thirteen supported ones.
 pub fn unsupported(dtype: ScalarType, what: &'static str) -> KernelError {
     KernelError::UnsupportedDtype { dtype, what }

@@ -308,3 +308,54 @@ mod tests {
         assert!((Num::erf(1.0f32) - 0.842_700_8).abs() < 1e-6);
     }
 }
+
+/// The float types kernels compute in (f32, f64) with their operators, for kernels
+/// that write formulas directly (distances, sampling coordinates).
+pub trait Real:
+    Element
+    + PartialOrd
+    + Copy
+    + std::ops::Add<Output = Self>
+    + std::ops::Sub<Output = Self>
+    + std::ops::Mul<Output = Self>
+    + std::ops::Div<Output = Self>
+    + std::ops::Rem<Output = Self>
+    + std::ops::AddAssign
+{
+    /// 0.
+    const ZERO: Self;
+    /// 1.
+    const ONE: Self;
+    /// `|self|`.
+    fn abs(self) -> Self;
+    /// The square root.
+    fn sqrt(self) -> Self;
+    /// `self` to the power `e`.
+    fn powf(self, e: Self) -> Self;
+    /// The largest integer not above `self`.
+    fn floor(self) -> Self;
+    /// Rounds half-way cases to even, as C's `nearbyint` in the default mode.
+    fn round_ties_even(self) -> Self;
+    /// The value of an `i64` (rounded to nearest).
+    fn of_i64(v: i64) -> Self;
+    /// Truncated toward zero, saturating (NaN gives 0), as Rust's `as i64`.
+    fn trunc_i64(self) -> i64;
+}
+
+macro_rules! real {
+    ($($t:ty),*) => {$(
+        impl Real for $t {
+            const ZERO: Self = 0.0;
+            const ONE: Self = 1.0;
+            fn abs(self) -> Self { <$t>::abs(self) }
+            fn sqrt(self) -> Self { <$t>::sqrt(self) }
+            fn powf(self, e: Self) -> Self { <$t>::powf(self, e) }
+            fn floor(self) -> Self { <$t>::floor(self) }
+            fn round_ties_even(self) -> Self { <$t>::round_ties_even(self) }
+            fn of_i64(v: i64) -> Self { v as $t }
+            fn trunc_i64(self) -> i64 { self as i64 }
+        }
+    )*};
+}
+
+real!(f32, f64);

@@ -563,3 +563,84 @@ fn prod_and_mean_dtypes_and_errors() {
     let od = h.out(ScalarType::Double, &[]);
     assert_refused(&mut h, "aten::mean.dtype_out", &[xf, float, od, od]);
 }
+
+/// The variance of each group over `n - correction`, NaN where nothing is reduced or
+/// the denominator is not positive (the official runtime's rule).
+fn var_ref(groups: &[Vec<f64>], correction: f64) -> Vec<f64> {
+    groups
+        .iter()
+        .map(|g| {
+            let n = g.len() as f64;
+            if g.is_empty() || n - correction <= 0.0 {
+                return f64::NAN;
+            }
+            let m = g.iter().sum::<f64>() / n;
+            let ss: f64 = g.iter().map(|v| (v - m) * (v - m)).sum();
+            (ss / (n - correction)) as f32 as f64
+        })
+        .collect()
+}
+
+proptest! {
+    #[test]
+    fn var_out_and_var_mean((shape, mask, keepdim) in shape_and_dims(), seed in any::<u64>(), unbiased in any::<bool>()) {
+        let n: usize = shape.iter().product();
+        let mut rng = Lcg(seed);
+        let vals: Vec<f64> = rng.vec(n, 3.0).iter().map(|&v| v as f32 as f64).collect();
+        let mut h = Harness::new();
+        let x = tensor(&mut h, ScalarType::Float, &shape, &vals);
+        let all = !mask.iter().any(|&m| m);
+        let rmask: Vec<bool> = if all { vec![true; shape.len()] } else { mask.clone() };
+        let dims = if all { h.none() } else { let d = dims_of(&rmask); h.int_list(&d) };
+        let kd = h.bool(keepdim);
+        let os = out_shape(&shape, &rmask, keepdim);
+        let g = groups(&shape, &rmask, &vals);
+
+        let ub = h.bool(unbiased);
+        let outv = h.out(ScalarType::Float, &os);
+        h.call("aten::var.out", &[x, dims, ub, kd, outv, outv]).unwrap();
+        let correction = if unbiased { 1.0 } else { 0.0 };
+        assert_close(&read(&mut h, outv), &var_ref(&g, correction), 1e-5, 1e-6);
+
+        // var_mean with a correction of 2 (NaN wherever fewer than 3 are reduced,
+        // the mean too).
+        let corr = h.double(2.0);
+        let (o0, o1) = (h.out(ScalarType::Float, &os), h.out(ScalarType::Float, &os));
+        h.call("aten::var_mean.correction_out", &[x, dims, corr, kd, o0, o1, o0, o1]).unwrap();
+        assert_close(&read(&mut h, o0), &var_ref(&g, 2.0), 1e-5, 1e-6);
+        let mean: Vec<f64> = g.iter().map(|g| {
+            if g.len() < 3 { return f64::NAN; }
+            let mut acc = 0f32;
+            for &v in g { acc += v as f32; }
+            (acc / g.len() as f32) as f64
+        }).collect();
+        prop_assert_eq!(format!("{:?}", read(&mut h, o1)), format!("{mean:?}"));
+    }
+}
+
+#[test]
+fn var_refuses_integers_and_a_mismatched_mean() {
+    let mut h = Harness::new();
+    let xi = tensor(&mut h, ScalarType::Int, &[3], &[1.0, 2.0, 4.0]);
+    let xf = tensor(&mut h, ScalarType::Float, &[3], &[1.0, 2.0, 4.0]);
+    let (none, t, f) = (h.none(), h.bool(true), h.bool(false));
+    let of = h.out(ScalarType::Float, &[]);
+    let oi = h.out(ScalarType::Int, &[]);
+    assert_refused(&mut h, "aten::var.out", &[xi, none, t, f, of, of]);
+    assert_refused(&mut h, "aten::var.out", &[xf, none, t, f, oi, oi]);
+    h.call("aten::var.out", &[xf, none, f, f, of, of]).unwrap();
+    assert_eq!(h.read::<f32>(of), vec![14.0 / 9.0]);
+    let od = h.out(ScalarType::Double, &[]);
+    let op = "aten::var_mean.correction_out";
+    assert_refused(&mut h, op, &[xf, none, none, f, of, od, of, od]);
+    // One element, correction 1: both outputs NaN, as the official runtime.
+    let one = tensor(&mut h, ScalarType::Float, &[1], &[5.0]);
+    let o2 = h.out(ScalarType::Float, &[]);
+    h.call(op, &[one, none, none, f, of, o2, of, o2]).unwrap();
+    assert!(h.read::<f32>(of)[0].is_nan() && h.read::<f32>(o2)[0].is_nan());
+    // A larger correction than the count is NaN, not inf.
+    let corr = h.int(5);
+    h.call("aten::var.correction_out", &[xf, none, corr, f, of, of])
+        .unwrap();
+    assert!(h.read::<f32>(of)[0].is_nan());
+}

@@ -3,7 +3,8 @@
 //! splitting (`cat`, `stack`, `split_copy`, `split_with_sizes_copy`), strided
 //! rearrangements (`permute_copy`, `transpose_copy`, `t_copy`, `expand_copy`, `repeat`,
 //! `pixel_shuffle`, `pixel_unshuffle`), index remaps (`flip`, `roll`), scatters of a
-//! slice or a select (`slice_scatter`, `select_scatter`) and the lower triangle (`tril`).
+//! slice or a select (`slice_scatter`, `select_scatter`), the lower triangle (`tril`)
+//! and strided windows (`diagonal_copy`, `unfold_copy`).
 //!
 //! Every kernel here moves bytes without looking at them (`tril` also writes zeros),
 //! so one implementation per element size serves every dtype. Inputs and outputs must
@@ -17,6 +18,7 @@ mod pixel_shuffle;
 mod slice;
 mod triangle;
 mod view;
+mod windows;
 
 use crate::Registry;
 
@@ -29,4 +31,5 @@ pub fn register(r: &mut Registry) {
     pixel_shuffle::register(r);
     flip_roll::register(r);
     triangle::register(r);
+    windows::register(r);
 }
