@@ -26,14 +26,14 @@ fn valid_outputs(
     out: usize,
 ) -> Range<usize> {
     let off = tap * dilation;
-    // o * stride >= pad - off
-    let lo = pad.saturating_sub(off).div_ceil(stride.max(1));
-    // o * stride + off < size + pad
-    let limit = size + pad;
-    let hi = if limit <= off {
-        0
-    } else {
-        (limit - off).div_ceil(stride.max(1))
+    // o * stride >= pad - off, and o * stride + off < size + pad (no division for the
+    // common stride 1).
+    let (lo, hi) = match stride {
+        0 | 1 => (pad.saturating_sub(off), (size + pad).saturating_sub(off)),
+        s => (
+            pad.saturating_sub(off).div_ceil(s),
+            (size + pad).saturating_sub(off).div_ceil(s),
+        ),
     };
     lo.min(out)..hi.min(out).max(lo.min(out))
 }
@@ -73,7 +73,46 @@ pub fn im2col_nchw(g: &ConvGeometry, input: &[f32], rows: Range<usize>, col: &mu
 /// The caller checked that `input` holds the group's planes, `r` is a row and the
 /// columns are pixels.
 fn im2col_segment(g: &ConvGeometry, input: &[f32], r: usize, p0: usize, dst: &mut [f32]) {
-    ImTap::new(g, input, r).segment(g, p0, dst);
+    ImTap::new(g, input, TapIndex::of(g, r)).segment(g, p0, dst);
+}
+
+/// Input channel and kernel tap of one im2col row.
+#[derive(Clone, Copy)]
+struct TapIndex {
+    ci: usize,
+    ky: usize,
+    kx: usize,
+}
+
+impl TapIndex {
+    /// Of row `r`.
+    fn of(g: &ConvGeometry, r: usize) -> TapIndex {
+        let taps = g.kernel_h * g.kernel_w;
+        let tap = r % taps;
+        TapIndex {
+            ci: r / taps,
+            ky: tap / g.kernel_w,
+            kx: tap % g.kernel_w,
+        }
+    }
+
+    /// Of the next row.
+    fn next(self, g: &ConvGeometry) -> TapIndex {
+        let TapIndex { ci, ky, kx } = self;
+        match (kx + 1 < g.kernel_w, ky + 1 < g.kernel_h) {
+            (true, _) => TapIndex { kx: kx + 1, ..self },
+            (false, true) => TapIndex {
+                ky: ky + 1,
+                kx: 0,
+                ci,
+            },
+            (false, false) => TapIndex {
+                ci: ci + 1,
+                ky: 0,
+                kx: 0,
+            },
+        }
+    }
 }
 
 /// What one im2col row reads: its input plane and the output rows and columns whose
@@ -89,11 +128,8 @@ struct ImTap<'a> {
 }
 
 impl<'a> ImTap<'a> {
-    fn new(g: &ConvGeometry, input: &'a [f32], r: usize) -> ImTap<'a> {
+    fn new(g: &ConvGeometry, input: &'a [f32], TapIndex { ci, ky, kx }: TapIndex) -> ImTap<'a> {
         let (ih, iw) = (g.in_h, g.in_w);
-        let taps = g.kernel_h * g.kernel_w;
-        let (ci, tap) = (r / taps, r % taps);
-        let (ky, kx) = (tap / g.kernel_w, tap % g.kernel_w);
         ImTap {
             plane: &input[ci * ih * iw..(ci + 1) * ih * iw],
             ky_off: ky * g.dilation_h,
@@ -124,11 +160,12 @@ impl<'a> ImTap<'a> {
             // The valid outputs of this run: xs clipped to x0..x0 + len.
             let lo = self.xs.start.clamp(x0, x0 + len);
             let hi = self.xs.end.clamp(lo, x0 + len);
-            for v in &mut run[..lo - x0] {
-                *v = 0.0;
+            // Guarded: most runs have no padding, and an empty fill is still a call.
+            if lo > x0 {
+                run[..lo - x0].fill(0.0);
             }
-            for v in &mut run[hi - x0..] {
-                *v = 0.0;
+            if hi < x0 + len {
+                run[hi - x0..].fill(0.0);
             }
             if lo == hi {
                 continue;
@@ -195,8 +232,10 @@ impl Im2col<'_> {
         const SEGMENT: usize = 256;
         let mut segment = [0f32; SEGMENT];
         let panel_len = kc * nr;
+        let mut index = TapIndex::of(&self.geometry, k0);
         for kk in 0..kc {
-            let tap = ImTap::new(&self.geometry, self.planes, k0 + kk);
+            let tap = ImTap::new(&self.geometry, self.planes, index);
+            index = index.next(&self.geometry);
             let mut done = 0;
             while done < nb {
                 // Whole panels per segment (nr divides SEGMENT for every tile).
@@ -207,7 +246,9 @@ impl Im2col<'_> {
                     let q = (done / nr) + i;
                     let step = &mut dst[q * panel_len + kk * nr..][..nr];
                     step[..cols.len()].copy_from_slice(cols);
-                    step[cols.len()..].fill(0.0);
+                    if cols.len() < nr {
+                        step[cols.len()..].fill(0.0);
+                    }
                 }
                 done += len;
             }
