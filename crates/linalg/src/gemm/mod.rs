@@ -494,6 +494,21 @@ fn for_each_round(
     }
 }
 
+/// Runs `run(t, scratch)` for each task of a round, on the pool when there are several;
+/// `work` holds the round's tasks' scratch, `plan.task_len()` each.
+fn run_tasks(
+    pool: &ThreadPool,
+    plan: &Plan,
+    work: &mut [f32],
+    run: impl Fn(usize, &mut [f32]) + Sync + Send,
+) {
+    if work.len() > plan.task_len() {
+        pool.for_each_chunk_mut(work, plan.task_len(), 1, run);
+    } else {
+        run(0, work);
+    }
+}
+
 /// The tiled product of an f32 output: each task multiplies straight into its columns
 /// of the output rows and finishes them there.
 #[allow(clippy::too_many_arguments)]
@@ -527,12 +542,7 @@ fn tiled_into_output(
                 let dest = (&mut block, Dest::Output { m0 });
                 task(isa, plan.tile, g, src, a, n0 + t * plan.nb, dest, bpack);
             };
-            let used = &mut work[..tasks * plan.task_len()];
-            if tasks > 1 {
-                pool.for_each_chunk_mut(used, plan.task_len(), 1, run);
-            } else {
-                run(0, used);
-            }
+            run_tasks(pool, plan, &mut work[..tasks * plan.task_len()], run);
         },
     );
 }
@@ -580,12 +590,7 @@ fn tiled_through_tiles<O: OutElem>(
                     bpack,
                 );
             };
-            let used = &mut work[..tasks * plan.task_len()];
-            if tasks > 1 {
-                pool.for_each_chunk_mut(used, plan.task_len(), 1, run);
-            } else {
-                run(0, used);
-            }
+            run_tasks(pool, plan, &mut work[..tasks * plan.task_len()], run);
             let tiles = TileRows {
                 tiles: &*work,
                 plan,
