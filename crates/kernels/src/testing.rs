@@ -20,6 +20,22 @@ use crate::{
     Args, EValue, Element, Epilogue, KernelContext, KernelError, Registry, Tensor, ThreadPool,
 };
 
+/// Row-major multi-index of flat position `f` in `sizes` (for element-by-element
+/// references in tests).
+pub fn unravel(mut f: usize, sizes: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; sizes.len()];
+    for d in (0..sizes.len()).rev() {
+        idx[d] = f % sizes[d];
+        f /= sizes[d];
+    }
+    idx
+}
+
+/// Flat row-major position of multi-index `idx` in `sizes` (the inverse of [`unravel`]).
+pub fn ravel(idx: &[usize], sizes: &[usize]) -> usize {
+    idx.iter().zip(sizes).fold(0, |acc, (&i, &s)| acc * s + i)
+}
+
 /// Owns storage, a value table, a pool and a registry; builds values and runs kernels.
 pub struct Harness {
     pub storage: Storage,

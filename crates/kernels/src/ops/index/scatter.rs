@@ -301,21 +301,7 @@ mod tests {
     use etch_base::ScalarType;
     use proptest::prelude::*;
 
-    use crate::testing::Harness;
-
-    /// Row-major multi-index of `f` in `sizes`.
-    fn unravel(mut f: usize, sizes: &[usize]) -> Vec<usize> {
-        let mut idx = vec![0; sizes.len()];
-        for d in (0..sizes.len()).rev() {
-            idx[d] = f % sizes[d];
-            f /= sizes[d];
-        }
-        idx
-    }
-
-    fn ravel(idx: &[usize], sizes: &[usize]) -> usize {
-        idx.iter().zip(sizes).fold(0, |acc, (&i, &s)| acc * s + i)
-    }
+    use crate::testing::{Harness, ravel, unravel};
 
     /// The scatter element by element; `add` for scatter_add.
     #[allow(clippy::too_many_arguments)]

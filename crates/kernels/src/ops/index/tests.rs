@@ -1,7 +1,7 @@
 use etch_base::ScalarType;
 use proptest::prelude::*;
 
-use crate::testing::Harness;
+use crate::testing::{Harness, unravel};
 
 /// A small deterministic generator for test cases.
 struct Lcg(u64);
@@ -25,15 +25,6 @@ fn strides(sizes: &[usize]) -> Vec<usize> {
         s[d] = s[d + 1] * sizes[d + 1];
     }
     s
-}
-
-fn unravel(mut f: usize, sizes: &[usize]) -> Vec<usize> {
-    let mut idx = vec![0; sizes.len()];
-    for d in (0..sizes.len()).rev() {
-        idx[d] = f % sizes[d];
-        f /= sizes[d];
-    }
-    idx
 }
 
 fn broadcast(a: &[usize], b: &[usize]) -> Vec<usize> {
