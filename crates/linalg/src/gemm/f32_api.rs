@@ -54,7 +54,7 @@ impl GemmF32<'_> {
             // One row streams the panels directly: it only copies A's row.
             RhsF32::Packed(_) if self.m == 1 && self.n > 0 => self.k,
             RhsF32::Packed(_) if self.m > 0 && self.n > 0 => {
-                scratch_len_tiled(isa, self.m, self.n, self.k, threads)
+                scratch_len_tiled(isa, (self.m, self.n, self.k), threads, false)
             }
             RhsF32::Packed(_) => 0,
             _ => match self.view(&[]) {

@@ -249,7 +249,11 @@ impl Plan {
         let cols_per_round = n.div_ceil(rounds);
         let nb = cols_per_round.div_ceil(threads).div_ceil(tile.nr) * tile.nr;
         let nb = nb.clamp(tile.nr, NB_MAX);
-        let tasks = cols_per_round.div_ceil(nb).clamp(1, threads);
+        // At most one task per thread, and no more than the output's column blocks
+        // allow (`ColumnBlocks::MAX_BLOCKS`).
+        let tasks = cols_per_round
+            .div_ceil(nb)
+            .clamp(1, threads.min(ColumnBlocks::<f32>::MAX_BLOCKS));
         Plan {
             tile,
             mb,
@@ -258,7 +262,11 @@ impl Plan {
         }
     }
 
-    fn a_len(&self, k: usize) -> usize {
+    /// Scratch for one block of packed A (none when A is read in place).
+    fn a_len(&self, k: usize, a_in_place: bool) -> usize {
+        if a_in_place {
+            return 0;
+        }
         self.mb.div_ceil(self.tile.mr) * self.tile.mr * k
     }
 
@@ -277,12 +285,18 @@ pub fn scratch_len(isa: Isa, g: &Gemm<'_>, threads: usize) -> usize {
     if g.is_gemv() {
         return k;
     }
-    scratch_len_tiled(isa, m, n, k, threads)
+    scratch_len_tiled(isa, (m, n, k), threads, reads_a_in_place(g, Tile::of(isa)))
 }
 
-fn scratch_len_tiled(isa: Isa, m: usize, n: usize, k: usize, threads: usize) -> usize {
+/// Scratch of the tiled product: A's packed block unless `a_in_place`, and each task's.
+fn scratch_len_tiled(
+    isa: Isa,
+    (m, n, k): (usize, usize, usize),
+    threads: usize,
+    a_in_place: bool,
+) -> usize {
     let p = Plan::new(Tile::of(isa), m, n, threads);
-    p.a_len(k) + p.tasks * p.task_len()
+    p.a_len(k, a_in_place) + p.tasks * p.task_len()
 }
 
 /// Runs the product into `out` (`m*n` elements, row-major) with the kernels of `isa`,
@@ -304,7 +318,7 @@ pub fn im2col_scratch_len(isa: Isa, g: &Gemm<'_>, threads: usize) -> usize {
     if m == 0 || n == 0 {
         return 0;
     }
-    scratch_len_tiled(isa, m, n, k, threads)
+    scratch_len_tiled(isa, (m, n, k), threads, reads_a_in_place(g, Tile::of(isa)))
 }
 
 /// [`gemm`] with B the im2col matrix of `image` (one convolution group), packed
@@ -371,12 +385,13 @@ fn run<O: OutElem>(
     if m == 0 || n == 0 {
         return Ok(());
     }
+    let a_in_place = reads_a_in_place(g, Tile::of(isa));
     let gemv = matches!(src, RightSource::View) && g.is_gemv();
     let packed_gemv = matches!(src, RightSource::Packed(_)) && m == 1;
     let need = if gemv || packed_gemv {
         k
     } else {
-        scratch_len_tiled(isa, m, n, k, pool.threads())
+        scratch_len_tiled(isa, (m, n, k), pool.threads(), a_in_place)
     };
     if scratch.len() < need {
         return Err(LinalgError::ScratchTooSmall {
@@ -407,7 +422,7 @@ fn run<O: OutElem>(
         return Ok(());
     }
     let plan = Plan::new(Tile::of(isa), m, n, pool.threads());
-    let (apack, rest) = scratch.split_at_mut(plan.a_len(k));
+    let (apack, rest) = scratch.split_at_mut(plan.a_len(k, a_in_place));
     let work = &mut rest[..plan.tasks * plan.task_len()];
     match O::as_f32_mut(out) {
         Some(out) => tiled_into_output(pool, isa, g, src, &plan, apack, work, out),

@@ -533,3 +533,65 @@ fn product_of<'a>(a: MatRef<'a>, b: MatRef<'a>) -> Gemm<'a> {
         clamp: None,
     }
 }
+
+/// However many threads the pool has, a round never has more column blocks than an
+/// output can be split into.
+#[test]
+fn a_round_has_at_most_the_column_blocks_an_output_splits_into() {
+    for &isa in Isa::available() {
+        for threads in [1, 2, 64, 65, 200] {
+            let p = Plan::new(Tile::of(isa), 64, 1_000_000, threads);
+            assert!(p.tasks >= 1 && p.tasks <= threads.min(ColumnBlocks::<f32>::MAX_BLOCKS));
+        }
+    }
+}
+
+/// An im2col operand whose planes are shorter than its geometry, or whose shape is not
+/// the geometry's, is refused with an error, not read out of bounds.
+#[test]
+fn gemm_im2col_refuses_planes_that_do_not_fit() {
+    use crate::conv::ConvGeometry;
+    use crate::conv_nchw::Im2col;
+    let g = ConvGeometry {
+        in_h: 4,
+        in_w: 4,
+        out_h: 4,
+        out_w: 4,
+        kernel_h: 3,
+        kernel_w: 3,
+        stride_h: 1,
+        stride_w: 1,
+        dilation_h: 1,
+        dilation_w: 1,
+        pad_top: 1,
+        pad_left: 1,
+        groups: 1,
+        group_in: 2,
+        group_out: 8,
+    };
+    let (patch, px) = (g.patch_len(), g.out_pixels());
+    let filter = vec![0.5f32; 8 * patch];
+    let mm = product_of(mat(&filter, 8, patch, patch, 1), mat(&[], patch, px, px, 1));
+    let pool = ThreadPool::new(1).unwrap();
+    let isa = Isa::Scalar;
+    let mut scratch = vec![0f32; im2col_scratch_len(isa, &mm, 1)];
+    let mut out = vec![0f32; 8 * px];
+    let short = vec![1f32; 2 * 16 - 1];
+    let image = Im2col {
+        geometry: g,
+        planes: &short,
+    };
+    let err = gemm_im2col(&pool, isa, &mm, &image, &mut out, &mut scratch).unwrap_err();
+    assert!(err.to_string().contains("planes of 31 values"), "{err}");
+    let planes = vec![1f32; 2 * 16];
+    let wrong = product_of(
+        mat(&filter, 8, patch - 1, patch, 1),
+        mat(&[], patch - 1, px, px, 1),
+    );
+    let image = Im2col {
+        geometry: g,
+        planes: &planes,
+    };
+    assert!(gemm_im2col(&pool, isa, &wrong, &image, &mut out, &mut scratch).is_err());
+    gemm_im2col(&pool, isa, &mm, &image, &mut out, &mut scratch).unwrap();
+}
