@@ -8,6 +8,7 @@
 //!
 //! A 1-d convolution is the 2-d one with `in_h = out_h = kernel_h = 1`.
 
+mod phase_panels;
 mod polyphase;
 
 use std::ops::Range;
@@ -191,12 +192,48 @@ impl<'a> ImTap<'a> {
 #[derive(Clone, Copy)]
 pub struct Im2col<'a> {
     /// The convolution (its `group_in`, kernel, stride, dilation and padding).
-    pub geometry: ConvGeometry,
-    /// The group's `[group_in, in_h, in_w]` input planes.
-    pub planes: &'a [f32],
+    geometry: ConvGeometry,
+    /// The group's `[group_in, in_h, in_w]` input planes, or their phase planes.
+    planes: &'a [f32],
+    /// How `planes` holds phase planes, when it does (see [`Im2col::phase_split`]).
+    layout: Option<phase_panels::PhaseLayout>,
 }
 
-impl Im2col<'_> {
+impl<'a> Im2col<'a> {
+    /// The group's `[group_in, in_h, in_w]` input planes read as they are (see
+    /// [`Im2col::phase_split`] for the faster form of a padded or strided
+    /// convolution).
+    pub fn new(geometry: ConvGeometry, planes: &'a [f32]) -> Im2col<'a> {
+        Im2col {
+            geometry,
+            planes,
+            layout: phase_panels::PhaseLayout::in_place(&geometry),
+        }
+    }
+
+    /// The convolution.
+    pub fn geometry(&self) -> &ConvGeometry {
+        &self.geometry
+    }
+
+    /// Length of the planes read.
+    pub fn planes_len(&self) -> usize {
+        self.planes.len()
+    }
+
+    /// True when the planes hold the whole group.
+    pub fn fits(&self) -> bool {
+        let g = &self.geometry;
+        match &self.layout {
+            Some(layout) => layout.fits(g, self.planes.len()),
+            None => g
+                .group_in
+                .checked_mul(g.in_h)
+                .and_then(|v| v.checked_mul(g.in_w))
+                .is_some_and(|need| need <= self.planes.len()),
+        }
+    }
+
     /// Rows of the im2col matrix (the patch length).
     pub fn rows(&self) -> usize {
         self.geometry.group_in * self.geometry.kernel_h * self.geometry.kernel_w
@@ -207,21 +244,13 @@ impl Im2col<'_> {
         self.geometry.out_h * self.geometry.out_w
     }
 
-    /// True when the planes hold the whole group.
-    pub fn fits(&self) -> bool {
-        let g = &self.geometry;
-        g.group_in
-            .checked_mul(g.in_h)
-            .and_then(|v| v.checked_mul(g.in_w))
-            .is_some_and(|need| need <= self.planes.len())
-    }
-
     /// Writes rows `k0..k0 + kc`, columns `c0..c0 + nb` of the matrix as GEMM B panels
     /// of `nr` columns: panel `q`, step `kk`, column `c` at `q*kc*nr + kk*nr + c`;
     /// columns past `nb` are zero. The caller checked [`Im2col::fits`] and that the
     /// rows and columns lie inside the matrix, and `dst` holds the panels.
     pub(crate) fn pack_panels(
         &self,
+        isa: Isa,
         nr: usize,
         (k0, kc): (usize, usize),
         (c0, nb): (usize, usize),
@@ -230,6 +259,10 @@ impl Im2col<'_> {
         /// Columns gathered at once: one contiguous segment of a row, then cut into
         /// panels.
         const SEGMENT: usize = 256;
+        if let Some(layout) = &self.layout {
+            phase_panels::pack_from_phases(isa, (self, layout, nr, (k0, kc), (c0, nb), dst));
+            return;
+        }
         let mut segment = [0f32; SEGMENT];
         let panel_len = kc * nr;
         let mut index = TapIndex::of(&self.geometry, k0);
@@ -726,43 +759,8 @@ mod tests {
         /// several tasks (column blocks not aligned to output rows).
         #[test]
         fn gemm_im2col_matches_the_built_matrix(g in conv_geometry(), seed in 0u32..100, threads in 1usize..4) {
-            use crate::gemm::{self, Elems, Gemm, MatRef};
             let g = ConvGeometry { groups: 1, group_out: g.group_out.max(1), ..g };
-            let (patch, px, co) = (g.patch_len(), g.out_pixels(), g.group_out);
-            let input = grid_values(g.group_in * g.in_h * g.in_w, seed);
-            let filter = grid_values(co * patch, seed + 1);
-            let bias = grid_values(co, seed + 2);
-            let mut col = vec![f32::NAN; patch * px];
-            prop_assert!(im2col_nchw(&g, &input, 0..patch, &mut col));
-            let view = |data, rows, cols, rs, cs| MatRef { data: Elems::F32(data), offset: 0, rows, cols, rs, cs };
-            let built = Gemm {
-                a: view(&filter, co, patch, patch, 1),
-                b: view(&col, patch, px, px, 1),
-                alpha: 1.0,
-                addend: Some((view(&bias, co, px, 1, 0), 1.0)),
-                clamp: Some((-0.25, 0.5)),
-            };
-            let image = Im2col { geometry: g, planes: &input };
-            let from_image = Gemm { b: view(&[], patch, px, px, 1), ..built };
-            let pool = crate::ThreadPool::new(threads).unwrap();
-            for &isa in Isa::available() {
-                let need = gemm::im2col_scratch_len(isa, &built, threads).max(gemm::scratch_len(isa, &built, threads));
-                let mut scratch = vec![f32::NAN; need];
-                let mut want = vec![f32::NAN; co * px];
-                gemm::gemm(&pool, isa, &built, &mut want, &mut scratch).unwrap();
-                let mut got = vec![f32::NAN; co * px];
-                gemm::gemm_im2col(&pool, isa, &from_image, &image, &mut got, &mut scratch).unwrap();
-                let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
-                // A product of one row or one column takes the dot-product path over the
-                // built matrix, which sums in another order.
-                if co > 1 && px > 1 {
-                    prop_assert!(same, "{isa:?}");
-                } else {
-                    for (a, b) in got.iter().zip(&want) {
-                        prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
-                    }
-                }
-            }
+            check_gemm_im2col(&g, seed, threads)?;
         }
 
         #[test]
@@ -912,6 +910,114 @@ mod tests {
         assert!(!pool.run(&input, &mut idx, &mut scratch));
         let input = [f32::NEG_INFINITY; 16];
         assert!(!pool.run(&input, &mut idx, &mut scratch));
+    }
+
+    /// [`gemm_im2col_matches_the_built_matrix`] for one geometry (one group), with the
+    /// planes read as they are and split into phase planes.
+    fn check_gemm_im2col(g: &ConvGeometry, seed: u32, threads: usize) -> Result<(), TestCaseError> {
+        use crate::gemm::{self, Elems, Gemm, MatRef};
+        let (patch, px, co) = (g.patch_len(), g.out_pixels(), g.group_out);
+        let input = grid_values(g.group_in * g.in_h * g.in_w, seed);
+        let filter = grid_values(co * patch, seed + 1);
+        let bias = grid_values(co, seed + 2);
+        let mut col = vec![f32::NAN; patch * px];
+        prop_assert!(im2col_nchw(g, &input, 0..patch, &mut col));
+        let view = |data, rows, cols, rs, cs| MatRef {
+            data: Elems::F32(data),
+            offset: 0,
+            rows,
+            cols,
+            rs,
+            cs,
+        };
+        let built = Gemm {
+            a: view(&filter, co, patch, patch, 1),
+            b: view(&col, patch, px, px, 1),
+            alpha: 1.0,
+            addend: Some((view(&bias, co, px, 1, 0), 1.0)),
+            clamp: Some((-0.25, 0.5)),
+        };
+        let mut phase_planes = vec![f32::NAN; Im2col::phase_split_len(g)];
+        let split = Im2col::phase_split(g, &input, &mut phase_planes);
+        prop_assert!(split.is_some());
+        let images = [Im2col::new(*g, &input), split.unwrap()];
+        let from_image = Gemm {
+            b: view(&[], patch, px, px, 1),
+            ..built
+        };
+        let pool = crate::ThreadPool::new(threads).unwrap();
+        for &isa in Isa::available() {
+            let need = gemm::im2col_scratch_len(isa, &built, threads)
+                .max(gemm::scratch_len(isa, &built, threads));
+            let mut scratch = vec![f32::NAN; need];
+            let mut want = vec![f32::NAN; co * px];
+            gemm::gemm(&pool, isa, &built, &mut want, &mut scratch).unwrap();
+            for image in &images {
+                let mut got = vec![f32::NAN; co * px];
+                gemm::gemm_im2col(&pool, isa, &from_image, image, &mut got, &mut scratch).unwrap();
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                // A product of one row or one column takes the dot-product path over
+                // the built matrix, which sums in another order.
+                if co > 1 && px > 1 {
+                    prop_assert!(same, "{isa:?}");
+                } else {
+                    for (a, b) in got.iter().zip(&want) {
+                        prop_assert!((a - b).abs() <= 1e-4 * (1.0 + b.abs()), "{a} vs {b}");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Images whose output rows are short, so that packing plans a block of columns in
+    /// several rounds, and whose panels start mid-row: stride 1 read in place, and
+    /// padded, strided and dilated ones from phase planes.
+    #[test]
+    fn gemm_im2col_over_narrow_images_matches_the_built_matrix() {
+        let base = ConvGeometry {
+            in_h: 90,
+            in_w: 3,
+            out_h: 88,
+            out_w: 1,
+            kernel_h: 3,
+            kernel_w: 3,
+            stride_h: 1,
+            stride_w: 1,
+            dilation_h: 1,
+            dilation_w: 1,
+            pad_top: 0,
+            pad_left: 0,
+            groups: 1,
+            group_in: 2,
+            group_out: 7,
+        };
+        let strided = ConvGeometry {
+            out_h: 45,
+            out_w: 2,
+            stride_h: 2,
+            stride_w: 2,
+            pad_top: 1,
+            pad_left: 1,
+            ..base
+        };
+        let dilated = ConvGeometry {
+            out_h: 88,
+            out_w: 3,
+            dilation_h: 2,
+            dilation_w: 2,
+            pad_top: 1,
+            pad_left: 2,
+            ..base
+        };
+        for g in [base, strided, dilated] {
+            for threads in [1, 3] {
+                check_gemm_im2col(&g, 7, threads).unwrap();
+            }
+        }
     }
 
     #[test]

@@ -311,6 +311,13 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
         && g.pad_left == 0;
     let isa = etch_linalg::dispatch().gemm;
     let mut scratch: Option<&mut [f32]> = None;
+    // A padded or strided convolution reads each group's planes split into zero-padded
+    // phase planes, so that packing its panels is contiguous copies.
+    let phases = if pointwise {
+        &mut [][..]
+    } else {
+        ctx.scratch_dirty::<f32>(Im2col::phase_split_len(g))?
+    };
     for n in 0..conv.batch {
         let x_img = &xs[n * g.in_channels() * in_plane..][..g.in_channels() * in_plane];
         let o_img = &mut os[n * out_img..(n + 1) * out_img];
@@ -346,10 +353,7 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
                 scratch = Some(ctx.scratch_dirty::<f32>(need)?);
             }
             let s = scratch.as_deref_mut().unwrap_or(&mut []);
-            let image = Im2col {
-                geometry: *g,
-                planes: x_grp,
-            };
+            let image = Im2col::phase_split(g, x_grp, phases).ok_or_else(geometry_error)?;
             gemm::gemm_im2col(ctx.pool(), isa, &mm, &image, dst, s)?;
         }
     }

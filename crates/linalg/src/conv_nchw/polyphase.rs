@@ -20,27 +20,28 @@ use crate::conv::ConvGeometry;
 const BLOCK: usize = 64;
 
 /// Most taps (and phases) the kernel handles; larger filters use the row kernel.
-const MAX_TAPS: usize = 64;
+pub(super) const MAX_TAPS: usize = 64;
 
 /// Scratch the kernel prefers: room for a whole plane up to this many elements.
 const PREFERRED_SCRATCH: usize = 32 * 1024;
 
 /// The phase planes of one geometry: their width, reach and which phases a tap reads.
-struct Phases {
+pub(super) struct Phases {
     /// Columns of a phase plane row (and of a flat output row).
-    pitch: usize,
+    pub(super) pitch: usize,
     /// Extra phase rows below a band: `(kh - 1) * dh / sh`.
-    row_reach: usize,
+    pub(super) row_reach: usize,
     /// Extra columns read past the last flat index: `(kw - 1) * dw / sw`.
     col_reach: usize,
     /// The phases read, `(ry, rx)`, in slot order.
-    read: [(usize, usize); MAX_TAPS],
+    pub(super) read: [(usize, usize); MAX_TAPS],
     /// How many phases are read.
-    used: usize,
+    pub(super) used: usize,
 }
 
 impl Phases {
-    fn new(g: &ConvGeometry) -> Option<Phases> {
+    /// The phases of `g`, or `None` when its kernel has more than [`MAX_TAPS`] taps.
+    pub(super) fn new(g: &ConvGeometry) -> Option<Phases> {
         let (sh, sw) = (g.stride_h.max(1), g.stride_w.max(1));
         if g.kernel_h * g.kernel_w > MAX_TAPS {
             return None;
@@ -65,7 +66,8 @@ impl Phases {
         })
     }
 
-    fn slot(&self, phase: (usize, usize)) -> usize {
+    /// Where phase `(ry, rx)` lies among the phases read.
+    pub(super) fn slot(&self, phase: (usize, usize)) -> usize {
         self.read[..self.used]
             .iter()
             .position(|&p| p == phase)
@@ -119,6 +121,9 @@ pub(super) struct Plan {
     /// Per tap, in `(ky, kx)` order: its offset into the phase planes and its index into
     /// the filter.
     taps: [(usize, usize); MAX_TAPS],
+    /// Per tap, in the same order: `(ky * dh, kx * dw)`, how far it reaches from the
+    /// window's first padded pixel.
+    reach: [(usize, usize); MAX_TAPS],
     n_taps: usize,
 }
 
@@ -135,6 +140,7 @@ impl Plan {
         let phase_len = phases.phase_len(band);
         let (sh, sw) = (g.stride_h.max(1), g.stride_w.max(1));
         let mut taps = [(0, 0); MAX_TAPS];
+        let mut reach = [(0, 0); MAX_TAPS];
         let mut n_taps = 0;
         for ky in 0..g.kernel_h {
             for kx in 0..g.kernel_w {
@@ -142,6 +148,7 @@ impl Plan {
                 let slot = phases.slot((dy % sh, dx % sw));
                 let offset = slot * phase_len + (dy / sh) * phases.pitch + dx / sw;
                 taps[n_taps] = (offset, ky * g.kernel_w + kx);
+                reach[n_taps] = (dy, dx);
                 n_taps += 1;
             }
         }
@@ -150,6 +157,7 @@ impl Plan {
             band,
             phase_len,
             taps,
+            reach,
             n_taps,
         })
     }
@@ -226,7 +234,7 @@ impl Plan {
 /// `dst.copy_from_slice(src)` for the short rows of small planes, in 8- and 4-element
 /// moves rather than a `memcpy` call per row.
 #[inline(always)]
-fn copy_short(dst: &mut [f32], src: &[f32]) {
+pub(super) fn copy_short(dst: &mut [f32], src: &[f32]) {
     let n = dst.len().min(src.len());
     let (dst, src) = (&mut dst[..n], &src[..n]);
     if n >= 8 {
@@ -250,7 +258,7 @@ fn copy_short(dst: &mut [f32], src: &[f32]) {
 /// input and to the end.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn fill_phase(
+pub(super) fn fill_phase(
     g: &ConvGeometry,
     ph: &Phases,
     input: &[f32],
@@ -319,7 +327,11 @@ impl Plan {
         indices: &mut [i64],
         scratch: &mut [f32],
     ) -> bool {
-        if input[..g.in_h * g.in_w].iter().any(|v| v.is_nan()) {
+        // In blocks with no early exit inside, so that the test vectorises.
+        let has_nan = input[..g.in_h * g.in_w]
+            .chunks(256)
+            .any(|block| block.iter().fold(false, |nan, v| nan | v.is_nan()));
+        if has_nan {
             return false;
         }
         let mut oy0 = 0;
@@ -382,13 +394,13 @@ impl Plan {
                 .zip(row_taps)
                 .enumerate()
             {
-                let Some(&(_, k)) = (t >= 0.0).then(|| self.taps.get(t as usize)).flatten() else {
+                let Some(&(dy, dx)) = (t >= 0.0).then(|| self.reach.get(t as usize)).flatten()
+                else {
                     return false;
                 };
-                let (ky, kx) = (k / g.kernel_w, k % g.kernel_w);
                 // Inside the input: only a real value beats -inf.
-                let iy = oy * g.stride_h + ky * g.dilation_h - g.pad_top;
-                let ix = ox * g.stride_w + kx * g.dilation_w - g.pad_left;
+                let iy = oy * g.stride_h + dy - g.pad_top;
+                let ix = ox * g.stride_w + dx - g.pad_left;
                 *i = (iy * g.in_w + ix) as i64;
             }
         }

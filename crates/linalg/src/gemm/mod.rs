@@ -337,12 +337,12 @@ pub fn gemm_im2col(
             "an im2col operand of {}x{} for planes of {} values: the geometry needs {}x{} over {} x {} x {}",
             g.b.rows,
             g.b.cols,
-            image.planes.len(),
+            image.planes_len(),
             image.rows(),
             image.cols(),
-            image.geometry.group_in,
-            image.geometry.in_h,
-            image.geometry.in_w,
+            image.geometry().group_in,
+            image.geometry().in_h,
+            image.geometry().in_w,
         )));
     }
     run(pool, isa, g, RightSource::Im2col(image), out, scratch)
@@ -1146,7 +1146,7 @@ fn task(
         let kc = KC.min(k - k0);
         match src {
             RightSource::View => pack_b_for(isa, t.nr, &g.b, (k0, kc), (c0, nb), bpack),
-            RightSource::Im2col(image) => image.pack_panels(t.nr, (k0, kc), (c0, nb), bpack),
+            RightSource::Im2col(image) => image.pack_panels(isa, t.nr, (k0, kc), (c0, nb), bpack),
             RightSource::Packed(_) => {}
         }
         let last = k0 + kc == k;

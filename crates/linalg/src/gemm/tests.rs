@@ -577,10 +577,7 @@ fn gemm_im2col_refuses_planes_that_do_not_fit() {
     let mut scratch = vec![0f32; im2col_scratch_len(isa, &mm, 1)];
     let mut out = vec![0f32; 8 * px];
     let short = vec![1f32; 2 * 16 - 1];
-    let image = Im2col {
-        geometry: g,
-        planes: &short,
-    };
+    let image = Im2col::new(g, &short);
     let err = gemm_im2col(&pool, isa, &mm, &image, &mut out, &mut scratch).unwrap_err();
     assert!(err.to_string().contains("planes of 31 values"), "{err}");
     let planes = vec![1f32; 2 * 16];
@@ -588,10 +585,7 @@ fn gemm_im2col_refuses_planes_that_do_not_fit() {
         mat(&filter, 8, patch - 1, patch, 1),
         mat(&[], patch - 1, px, px, 1),
     );
-    let image = Im2col {
-        geometry: g,
-        planes: &planes,
-    };
+    let image = Im2col::new(g, &planes);
     assert!(gemm_im2col(&pool, isa, &wrong, &image, &mut out, &mut scratch).is_err());
     gemm_im2col(&pool, isa, &mm, &image, &mut out, &mut scratch).unwrap();
 }

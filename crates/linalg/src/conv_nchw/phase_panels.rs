@@ -1,0 +1,264 @@
+//! The im2col panels of a convolution packed from *phase planes* (see
+//! [`super::polyphase`]): with the zero-padded image split by stride phase, every tap
+//! `(ky, kx)` of output `(oy, ox)` reads one phase plane at `oy * pitch + ox` plus a
+//! fixed offset. So a block of im2col columns is a list of short contiguous copies
+//! (split where output rows and panels end), planned once and replayed for every row
+//! of K from that row's tap; no padding or stride is tested per value.
+//!
+//! A convolution with stride 1 and no padding reads its own planes this way (the
+//! plane is its only phase, `pitch = in_w`); any other takes a copy split into phase
+//! planes ([`Im2col::phase_split`]), one pass over its image.
+
+use super::polyphase::{MAX_TAPS, Phases, fill_phase};
+use super::{Im2col, TapIndex};
+use crate::conv::ConvGeometry;
+
+/// Where the taps of one input channel lie in an image of phase planes.
+#[derive(Clone, Copy)]
+pub(super) struct PhaseLayout {
+    /// Elements from one input channel's planes to the next.
+    channel_len: usize,
+    /// Elements from one output row to the next in a phase plane.
+    pitch: usize,
+    /// Offset of each tap, in `(ky, kx)` order, from its channel's first value.
+    taps: [usize; MAX_TAPS],
+}
+
+impl PhaseLayout {
+    /// The layout of planes read as they are: stride 1, no padding, every tap inside
+    /// the image. `None` for any other geometry.
+    pub(super) fn in_place(g: &ConvGeometry) -> Option<PhaseLayout> {
+        let reads_inside = g.pad_top == 0
+            && g.pad_left == 0
+            && g.stride_h == 1
+            && g.stride_w == 1
+            && g.out_h + g.kernel_h.saturating_sub(1) * g.dilation_h <= g.in_h
+            && g.out_w + g.kernel_w.saturating_sub(1) * g.dilation_w <= g.in_w;
+        if !reads_inside || g.kernel_h * g.kernel_w > MAX_TAPS {
+            return None;
+        }
+        let mut taps = [0; MAX_TAPS];
+        for ky in 0..g.kernel_h {
+            for kx in 0..g.kernel_w {
+                taps[ky * g.kernel_w + kx] = ky * g.dilation_h * g.in_w + kx * g.dilation_w;
+            }
+        }
+        Some(PhaseLayout {
+            channel_len: g.in_h * g.in_w,
+            pitch: g.in_w,
+            taps,
+        })
+    }
+
+    /// True when `len` elements hold every phase plane of the group.
+    pub(super) fn fits(&self, g: &ConvGeometry, len: usize) -> bool {
+        g.group_in
+            .checked_mul(self.channel_len)
+            .is_some_and(|need| need <= len)
+    }
+
+    /// The layout [`Im2col::phase_split`] writes for `g`, with the length of one phase
+    /// plane. `None` when the kernel has more than [`MAX_TAPS`] taps.
+    fn split(g: &ConvGeometry) -> Option<(PhaseLayout, Phases, usize)> {
+        let phases = Phases::new(g)?;
+        let phase_len = (g.out_h + phases.row_reach) * phases.pitch;
+        let (sh, sw) = (g.stride_h.max(1), g.stride_w.max(1));
+        let mut taps = [0; MAX_TAPS];
+        for ky in 0..g.kernel_h {
+            for kx in 0..g.kernel_w {
+                let (dy, dx) = (ky * g.dilation_h, kx * g.dilation_w);
+                let slot = phases.slot((dy % sh, dx % sw));
+                taps[ky * g.kernel_w + kx] = slot * phase_len + (dy / sh) * phases.pitch + dx / sw;
+            }
+        }
+        let layout = PhaseLayout {
+            channel_len: phases.used * phase_len,
+            pitch: phases.pitch,
+            taps,
+        };
+        Some((layout, phases, phase_len))
+    }
+}
+
+impl<'a> Im2col<'a> {
+    /// Elements of the phase planes [`Im2col::phase_split`] writes for one group of
+    /// `g`: 0 when the convolution reads its own planes (stride 1, no padding) or has
+    /// more than 64 taps.
+    pub fn phase_split_len(g: &ConvGeometry) -> usize {
+        if PhaseLayout::in_place(g).is_some() {
+            return 0;
+        }
+        PhaseLayout::split(g).map_or(0, |(layout, _, _)| g.group_in * layout.channel_len)
+    }
+
+    /// One group's `[group_in, in_h, in_w]` planes as the im2col operand of `g`, split
+    /// into zero-padded phase planes in `scratch` (at least
+    /// [`Im2col::phase_split_len`] elements) unless the convolution reads the planes as
+    /// they are. `None` when `planes` or `scratch` is shorter than that.
+    pub fn phase_split(
+        g: &ConvGeometry,
+        planes: &'a [f32],
+        scratch: &'a mut [f32],
+    ) -> Option<Im2col<'a>> {
+        let image = Im2col::new(*g, planes);
+        let plane = g.in_h * g.in_w;
+        if !image.fits() {
+            return None;
+        }
+        if image.layout.is_some() || plane == 0 {
+            return Some(image);
+        }
+        let Some((layout, phases, phase_len)) = PhaseLayout::split(g) else {
+            return Some(image);
+        };
+        let dst = scratch.get_mut(..g.group_in * layout.channel_len)?;
+        for (channel, src) in dst
+            .chunks_exact_mut(layout.channel_len)
+            .zip(planes.chunks_exact(plane))
+        {
+            for (phase, &(ry, rx)) in channel
+                .chunks_exact_mut(phase_len)
+                .zip(&phases.read[..phases.used])
+            {
+                fill_phase(g, &phases, src, 0, g.out_h, (ry, rx), 0.0, phase);
+            }
+        }
+        Some(Im2col {
+            geometry: *g,
+            planes: dst,
+            layout: Some(layout),
+        })
+    }
+}
+
+/// One copy of a packing plan: `len` columns from offset `src` (relative to the tap's
+/// first value) to offset `dst` (relative to the step's first value in the panels).
+#[derive(Clone, Copy, Default)]
+struct Piece {
+    dst: usize,
+    src: usize,
+    len: usize,
+}
+
+/// Copies planned at once (a block of columns is planned in several rounds when its
+/// output rows are short).
+const PIECES: usize = 64;
+
+/// The operands of one packing: the image and its layout, the panel width, the rows
+/// `(k0, kc)` and columns `(c0, nb)` of the block, and the panels.
+type Packing<'i, 'd> = (
+    &'i Im2col<'i>,
+    &'i PhaseLayout,
+    usize,
+    (usize, usize),
+    (usize, usize),
+    &'d mut [f32],
+);
+
+/// [`Im2col::pack_panels`] over phase planes laid out as `layout`, compiled for
+/// `isa`'s vectors (a piece of a panel is one or two vector moves with AVX-512).
+pub(super) fn pack_from_phases(isa: crate::Isa, packing: Packing<'_, '_>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx512f,avx2")]
+        unsafe fn wide(packing: Packing<'_, '_>) {
+            pack(packing)
+        }
+        #[target_feature(enable = "avx2")]
+        unsafe fn avx2(packing: Packing<'_, '_>) {
+            pack(packing)
+        }
+        if isa.avx512().is_some() {
+            // SAFETY: the `CpuSupport` token behind `avx512()` proves AVX-512 F (and
+            // AVX2) were detected on this CPU.
+            unsafe { wide(packing) };
+            return;
+        }
+        if isa.avx2().is_some() {
+            // SAFETY: the `CpuSupport` token behind `avx2()` proves AVX2 was detected.
+            unsafe { avx2(packing) };
+            return;
+        }
+    }
+    let _ = isa;
+    pack(packing)
+}
+
+/// [`pack_from_phases`] for whichever vectors it is compiled with.
+#[inline(always)]
+fn pack((image, layout, nr, (k0, kc), (c0, nb), dst): Packing<'_, '_>) {
+    let g = &image.geometry;
+    let ow = g.out_w;
+    let panel_len = kc * nr;
+    let mut pieces = [Piece::default(); PIECES];
+    let mut col = 0;
+    while col < nb {
+        // Plan: the columns split where output rows and panels end.
+        let mut count = 0;
+        let (mut oy, mut ox) = ((c0 + col) / ow, (c0 + col) % ow);
+        while col < nb && count < PIECES {
+            let c = col % nr;
+            let len = (nr - c).min(ow - ox).min(nb - col);
+            pieces[count] = Piece {
+                dst: (col / nr) * panel_len + c,
+                src: oy * layout.pitch + ox,
+                len,
+            };
+            count += 1;
+            col += len;
+            ox += len;
+            if ox == ow {
+                (oy, ox) = (oy + 1, 0);
+            }
+        }
+        // Replay it for every row of K, each from its own tap.
+        let mut index = TapIndex::of(g, k0);
+        for kk in 0..kc {
+            let TapIndex { ci, ky, kx } = index;
+            index = index.next(g);
+            let tap = &image.planes[ci * layout.channel_len + layout.taps[ky * g.kernel_w + kx]..];
+            let step = &mut dst[kk * nr..];
+            for p in &pieces[..count] {
+                copy_piece(&mut step[p.dst..p.dst + p.len], &tap[p.src..p.src + p.len]);
+            }
+        }
+    }
+    // The last panel's columns past `nb` are zero.
+    let tail = nb % nr;
+    if tail != 0 {
+        let last = &mut dst[(nb / nr) * panel_len..][..panel_len];
+        for step in last.chunks_exact_mut(nr) {
+            step[tail..].fill(0.0);
+        }
+    }
+}
+
+/// `dst.copy_from_slice(src)` for one piece (at most a panel's width, 32 columns) in
+/// straight-line moves of 16, 8, 4 and 1 elements, the last of each size overlapping
+/// the first: a loop here would be compiled into a `memcpy` call per piece, which costs
+/// more than the copy.
+#[inline(always)]
+fn copy_piece(dst: &mut [f32], src: &[f32]) {
+    let n = dst.len().min(src.len());
+    let (dst, src) = (&mut dst[..n], &src[..n]);
+    match n {
+        33.. => dst.copy_from_slice(src),
+        16.. => {
+            dst[..16].copy_from_slice(&src[..16]);
+            dst[n - 16..].copy_from_slice(&src[n - 16..]);
+        }
+        8.. => {
+            dst[..8].copy_from_slice(&src[..8]);
+            dst[n - 8..].copy_from_slice(&src[n - 8..]);
+        }
+        4.. => {
+            dst[..4].copy_from_slice(&src[..4]);
+            dst[n - 4..].copy_from_slice(&src[n - 4..]);
+        }
+        _ => {
+            for (d, &s) in dst.iter_mut().zip(src).take(3) {
+                *d = s;
+            }
+        }
+    }
+}
