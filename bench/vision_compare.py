@@ -16,6 +16,11 @@ progress on stderr.
 
 Usage: tools/fixtures/.venv/bin/python bench/vision_compare.py [--runs 3]
        [--threads 1 2] [--calls 20] [--portable-calls 3] [--settle 3] [--models mobilenet_v2 resnet18]
+       [--skip-official-portable]
+
+After the table, a second one sets etch on the portable file against the official
+runtime on the XNNPACK file (issue #16's 0.8x bar). --skip-official-portable leaves
+out the official runtime's portable rows (seconds per call for ResNet-18).
 """
 import argparse
 import json
@@ -86,6 +91,8 @@ def main() -> int:
     ap.add_argument("--portable-calls", type=int, default=3, help="timed calls per run of the official portable runtime")
     ap.add_argument("--settle", type=float, default=3.0, help="seconds of pause before each run")
     ap.add_argument("--models", nargs="+", default=["mobilenet_v2", "resnet18"])
+    ap.add_argument("--skip-official-portable", action="store_true",
+                    help="do not time the official runtime on the portable files")
     args = ap.parse_args()
     import numpy as np
 
@@ -106,6 +113,8 @@ def main() -> int:
                         print(f"{pte} is missing: tools/models/vision.sh", file=sys.stderr)
                         return 1
                     for runtime in ("etch", "official"):
+                        if runtime == "official" and kind == "portable" and args.skip_official_portable:
+                            continue
                         time.sleep(args.settle)
                         say(f"run {r}/{args.runs}, {t} thread(s): {runtime} {pte.name}")
                         if runtime == "etch":
@@ -126,13 +135,26 @@ def main() -> int:
         for model in args.models:
             for kind in ("xnnpack", "portable"):
                 e = rows[(model, kind, t, "etch")]
-                o = rows[(model, kind, t, "official")]
                 em = statistics.median(v["median_ms"] for v in e)
-                om = statistics.median(v["median_ms"] for v in o)
                 el = statistics.median(v["load_ms"] for v in e)
+                o = rows.get((model, kind, t, "official"))
+                if o is None:
+                    print(f"| {model} | {kind} | {t} | {em:.1f} | - | - | {el:.0f} | - | {errs[(model, kind)]:.1e} |")
+                    continue
+                om = statistics.median(v["median_ms"] for v in o)
                 ol = statistics.median(v["load_ms"] for v in o)
                 print(f"| {model} | {kind} | {t} | {em:.1f} | {om:.1f} | {om / em:.2f}x | {el:.0f} | {ol:.0f} | "
                       f"{errs[(model, kind)]:.1e} |")
+    print("\n| model | threads | etch portable ms | official XNNPACK ms | official XNNPACK / etch portable | "
+          "each run's ratio |")
+    print("|---|---|---:|---:|---:|---|")
+    for t in args.threads:
+        for model in args.models:
+            e = [v["median_ms"] for v in rows[(model, "portable", t, "etch")]]
+            o = [v["median_ms"] for v in rows[(model, "xnnpack", t, "official")]]
+            each = ", ".join(f"{b / a:.2f}x" for a, b in zip(e, o))
+            em, om = statistics.median(e), statistics.median(o)
+            print(f"| {model} | {t} | {em:.1f} | {om:.1f} | {om / em:.2f}x | {each} |")
     return 0
 
 

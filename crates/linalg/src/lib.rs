@@ -61,6 +61,7 @@ pub mod approx;
 pub mod attention;
 pub mod conv;
 pub mod conv_nchw;
+mod copy;
 pub mod dense;
 pub mod elementwise;
 mod error;

@@ -12,6 +12,7 @@
 use super::polyphase::{MAX_TAPS, Phases, fill_phase};
 use super::{Im2col, TapIndex};
 use crate::conv::ConvGeometry;
+use crate::copy::copy_floats;
 
 /// Where the taps of one input channel lie in an image of phase planes.
 #[derive(Clone, Copy)]
@@ -219,7 +220,7 @@ fn pack((image, layout, nr, (k0, kc), (c0, nb), dst): Packing<'_, '_>) {
             let tap = &image.planes[ci * layout.channel_len + layout.taps[ky * g.kernel_w + kx]..];
             let step = &mut dst[kk * nr..];
             for p in &pieces[..count] {
-                copy_piece(&mut step[p.dst..p.dst + p.len], &tap[p.src..p.src + p.len]);
+                copy_floats(&mut step[p.dst..p.dst + p.len], &tap[p.src..p.src + p.len]);
             }
         }
     }
@@ -229,36 +230,6 @@ fn pack((image, layout, nr, (k0, kc), (c0, nb), dst): Packing<'_, '_>) {
         let last = &mut dst[(nb / nr) * panel_len..][..panel_len];
         for step in last.chunks_exact_mut(nr) {
             step[tail..].fill(0.0);
-        }
-    }
-}
-
-/// `dst.copy_from_slice(src)` for one piece (at most a panel's width, 32 columns) in
-/// straight-line moves of 16, 8, 4 and 1 elements, the last of each size overlapping
-/// the first: a loop here would be compiled into a `memcpy` call per piece, which costs
-/// more than the copy.
-#[inline(always)]
-fn copy_piece(dst: &mut [f32], src: &[f32]) {
-    let n = dst.len().min(src.len());
-    let (dst, src) = (&mut dst[..n], &src[..n]);
-    match n {
-        33.. => dst.copy_from_slice(src),
-        16.. => {
-            dst[..16].copy_from_slice(&src[..16]);
-            dst[n - 16..].copy_from_slice(&src[n - 16..]);
-        }
-        8.. => {
-            dst[..8].copy_from_slice(&src[..8]);
-            dst[n - 8..].copy_from_slice(&src[n - 8..]);
-        }
-        4.. => {
-            dst[..4].copy_from_slice(&src[..4]);
-            dst[n - 4..].copy_from_slice(&src[n - 4..]);
-        }
-        _ => {
-            for (d, &s) in dst.iter_mut().zip(src).take(3) {
-                *d = s;
-            }
         }
     }
 }

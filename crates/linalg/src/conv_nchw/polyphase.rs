@@ -14,6 +14,7 @@
 //! padding taps add `0 * w`, which leaves the sum unchanged.
 
 use crate::conv::ConvGeometry;
+use crate::copy::copy_floats;
 
 /// Outputs per register block: eight AVX2 vectors, enough independent sums to hide the
 /// fused multiply-add latency.
@@ -223,32 +224,10 @@ impl Plan {
         let ow = g.out_w;
         for r in 0..rows {
             let oy = oy0 + r;
-            copy_short(
+            copy_floats(
                 &mut output[oy * ow..(oy + 1) * ow],
                 &flat_out[r * ph.pitch..][..ow],
             );
-        }
-    }
-}
-
-/// `dst.copy_from_slice(src)` for the short rows of small planes, in 8- and 4-element
-/// moves rather than a `memcpy` call per row.
-#[inline(always)]
-pub(super) fn copy_short(dst: &mut [f32], src: &[f32]) {
-    let n = dst.len().min(src.len());
-    let (dst, src) = (&mut dst[..n], &src[..n]);
-    if n >= 8 {
-        for (d, s) in dst.chunks_exact_mut(8).zip(src.chunks_exact(8)) {
-            d.copy_from_slice(s);
-        }
-        // The last (overlapping) eight.
-        dst[n - 8..].copy_from_slice(&src[n - 8..]);
-    } else if n >= 4 {
-        dst[..4].copy_from_slice(&src[..4]);
-        dst[n - 4..].copy_from_slice(&src[n - 4..]);
-    } else {
-        for (d, &s) in dst.iter_mut().zip(src) {
-            *d = s;
         }
     }
 }
@@ -291,7 +270,7 @@ pub(super) fn fill_phase(
         };
         let (dst, src) = (&mut row[first..end], &input[iy * iw + x0..(iy + 1) * iw]);
         match sw {
-            1 => copy_short(dst, src),
+            1 => copy_floats(dst, src),
             // Pairs, so the loop vectorises into shuffles; an odd tail element last.
             2 => {
                 let pairs = src.chunks_exact(2);

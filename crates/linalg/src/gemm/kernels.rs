@@ -283,11 +283,24 @@ pub(crate) fn panel_dot_scalar(x: &[f32], panel: &[f32], out: &mut [f32]) {
 pub trait WeightElem: Copy + Send + Sync + 'static {
     /// The value as f32.
     fn to_f32(self) -> f32;
+
+    /// Writes a run of values as f32 (over the shorter of the two lengths).
+    #[inline(always)]
+    fn run_to_f32(dst: &mut [f32], src: &[Self]) {
+        for (d, v) in dst.iter_mut().zip(src) {
+            *d = v.to_f32();
+        }
+    }
 }
 impl WeightElem for f32 {
     #[inline]
     fn to_f32(self) -> f32 {
         self
+    }
+
+    #[inline(always)]
+    fn run_to_f32(dst: &mut [f32], src: &[f32]) {
+        crate::copy::copy_floats(dst, src);
     }
 }
 impl WeightElem for f16 {

@@ -1087,9 +1087,7 @@ fn pack_b<T: WeightElem>(
                 if b.cs == 1 {
                     // n-contiguous rows (activations, an im2col matrix): one run per row.
                     let (head, tail) = dst.split_at_mut(cols);
-                    for (d, v) in head.iter_mut().zip(&s[base..base + cols]) {
-                        *d = v.to_f32();
-                    }
+                    T::run_to_f32(head, &s[base..base + cols]);
                     tail.fill(0.0);
                     continue;
                 }
