@@ -49,7 +49,7 @@ fn bench(c: &mut Criterion) {
         let mut output = vec![0f32; channels * out * out];
         let mut group = c.benchmark_group(format!("depthwise_{size}x{size}x{channels}_s{stride}"));
         group.throughput(Throughput::Elements((channels * out * out * 9) as u64));
-        for (name, scratch_len) in [("polyphase", plane_scratch_len(&g)), ("rows", 0)] {
+        for (name, scratch_len) in [("default", plane_scratch_len(&g))] {
             let mut scratch = vec![0f32; scratch_len];
             let conv = PlaneConv::new(&g, scratch_len);
             group.bench_function(name, |b| {

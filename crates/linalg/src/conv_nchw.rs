@@ -8,6 +8,8 @@
 //!
 //! A 1-d convolution is the 2-d one with `in_h = out_h = kernel_h = 1`.
 
+#[cfg(target_arch = "x86_64")]
+mod depthwise_avx512;
 mod phase_panels;
 mod polyphase;
 
@@ -351,6 +353,13 @@ impl PlaneConv {
         let plan = self.plan.as_ref();
         let output = &mut output[..g.out_h * g.out_w];
         let bias = (bias, clamp);
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = self.isa.avx512()
+            && depthwise_avx512::handles(g)
+        {
+            depthwise_avx512::plane(t, g, (input, filter), bias, output);
+            return true;
+        }
         #[cfg(target_arch = "x86_64")]
         if let Some(t) = self.isa.avx2() {
             let avx512 = self.isa.avx512().is_some();
@@ -1016,6 +1025,44 @@ mod tests {
         for g in [base, strided, dilated] {
             for threads in [1, 3] {
                 check_gemm_im2col(&g, 7, threads).unwrap();
+            }
+        }
+    }
+
+    proptest! {
+        /// The direct AVX-512 depthwise kernel (column stride 2) gives the polyphase
+        /// kernel's bits (both sum the bias then every tap in order with fused
+        /// multiply-adds), clamp included, over geometries with strides 1 to 3 and
+        /// padding, and rows longer than one vector.
+        #[test]
+        fn depthwise_direct_matches_polyphase_bits(g in conv_geometry(), wide in 1usize..40, seed in 0u32..100) {
+            let g = ConvGeometry { groups: 1, group_in: 1, group_out: 1, ..g };
+            // Widen the image (and the output with it) past one 16-lane vector.
+            let in_w = g.in_w + wide;
+            let eff_w = g.dilation_w * (g.kernel_w - 1) + 1;
+            let g = ConvGeometry { in_w, out_w: (in_w + 2 * g.pad_left - eff_w) / g.stride_w + 1, ..g };
+            let isas = Isa::available();
+            let (Some(&fma), Some(&wide_isa)) = (
+                isas.iter().find(|i| i.avx2().is_some() && i.avx512().is_none()),
+                isas.iter().find(|i| i.avx512().is_some()),
+            ) else {
+                return Ok(());
+            };
+            let input = grid_values(g.in_h * g.in_w, seed);
+            let filter = grid_values(g.kernel_h * g.kernel_w, seed + 3);
+            for clamp in [None, Some((-0.5, 0.75))] {
+                let mut results = Vec::new();
+                for isa in [fma, wide_isa] {
+                    let scratch_len = plane_scratch_len(&g);
+                    let mut scratch = vec![f32::NAN; scratch_len];
+                    let mut out = vec![f32::NAN; g.out_pixels()];
+                    let conv = PlaneConv::with_isa(isa, &g, scratch_len);
+                    prop_assert!(conv.run(&input, &filter, (0.25, clamp), &mut out, &mut scratch));
+                    results.push(out);
+                }
+                for (a, b) in results[0].iter().zip(&results[1]) {
+                    prop_assert_eq!(a.to_bits(), b.to_bits(), "{:?}", clamp);
+                }
             }
         }
     }

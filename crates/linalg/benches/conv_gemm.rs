@@ -1,0 +1,102 @@
+//! The im2col GEMM of ResNet-18's convolutions (224x224 input), one thread: each
+//! distinct layer as `gemm_im2col` over its phase planes (the portable `convolution`
+//! operator's path), in multiply-adds per second as criterion "elements", so that a
+//! layer's figure compares with the machine's FMA peak (`hwlimits`). Run with
+//! `cargo bench -p etch-linalg --bench conv_gemm -- --warm-up-time 1 --measurement-time 3`.
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use etch_linalg::conv::ConvGeometry;
+use etch_linalg::conv_nchw::Im2col;
+use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
+use etch_linalg::{ThreadPool, dispatch};
+
+mod common;
+use common::data;
+
+/// (input size, input channels, output channels, kernel, stride, padding) of each
+/// distinct layer.
+const LAYERS: [(usize, usize, usize, usize, usize, usize); 8] = [
+    (224, 3, 64, 7, 2, 3),
+    (56, 64, 64, 3, 1, 1),
+    (56, 64, 128, 3, 2, 1),
+    (28, 128, 128, 3, 1, 1),
+    (28, 128, 256, 3, 2, 1),
+    (14, 256, 256, 3, 1, 1),
+    (14, 256, 512, 3, 2, 1),
+    (7, 512, 512, 3, 1, 1),
+];
+
+fn view(data: &[f32], rows: usize, cols: usize) -> MatRef<'_> {
+    MatRef {
+        data: Elems::F32(data),
+        offset: 0,
+        rows,
+        cols,
+        rs: cols,
+        cs: 1,
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let pool = ThreadPool::new(1).expect("a thread pool");
+    let isa = dispatch().gemm;
+    for (size, c_in, c_out, k, stride, pad) in LAYERS {
+        let out = (size + 2 * pad - k) / stride + 1;
+        let g = ConvGeometry {
+            in_h: size,
+            in_w: size,
+            out_h: out,
+            out_w: out,
+            kernel_h: k,
+            kernel_w: k,
+            stride_h: stride,
+            stride_w: stride,
+            dilation_h: 1,
+            dilation_w: 1,
+            pad_top: pad,
+            pad_left: pad,
+            groups: 1,
+            group_in: c_in,
+            group_out: c_out,
+        };
+        let (patch, px) = (g.patch_len(), g.out_pixels());
+        let input = data(c_in * size * size, 1);
+        let filter = data(c_out * patch, 2);
+        let bias = data(c_out, 3);
+        let product = Gemm {
+            a: view(&filter, c_out, patch),
+            b: view(&[], patch, px),
+            alpha: 1.0,
+            addend: Some((
+                MatRef {
+                    data: Elems::F32(&bias),
+                    offset: 0,
+                    rows: c_out,
+                    cols: px,
+                    rs: 1,
+                    cs: 0,
+                },
+                1.0,
+            )),
+            clamp: Some((0.0, f32::INFINITY)),
+        };
+        let mut scratch = vec![0f32; gemm::im2col_scratch_len(isa, &product, 1)];
+        let mut phases = vec![0f32; Im2col::phase_split_len(&g)];
+        let mut output = vec![0f32; c_out * px];
+        let mut group = c.benchmark_group(format!(
+            "conv_{size}x{size}x{c_in}_to_{c_out}_k{k}_s{stride}"
+        ));
+        group.throughput(Throughput::Elements((c_out * px * patch) as u64));
+        group.bench_function("gemm_im2col", |b| {
+            b.iter(|| {
+                let image = Im2col::phase_split(&g, &input, &mut phases).expect("planes fit");
+                gemm::gemm_im2col(&pool, isa, &product, &image, &mut output, &mut scratch)
+                    .expect("a valid product");
+            })
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
