@@ -1,6 +1,8 @@
 //! The depthwise plane kernel at MobileNetV2's 3x3 depthwise layers (224x224 input), one
-//! thread: the polyphase kernel (with its preferred scratch) against the row kernel
-//! (no scratch), in multiply-adds per second as criterion "elements". Run with
+//! thread: `default` is what `PlaneConv` runs with its preferred scratch (the polyphase
+//! kernel, or with AVX-512 and column stride 2 the direct kernel), `no_scratch` what it
+//! runs with none (the row kernel, or again the direct one), in multiply-adds per
+//! second as criterion "elements". Run with
 //! `cargo bench -p etch-linalg --bench depthwise -- --warm-up-time 1 --measurement-time 3`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -49,7 +51,7 @@ fn bench(c: &mut Criterion) {
         let mut output = vec![0f32; channels * out * out];
         let mut group = c.benchmark_group(format!("depthwise_{size}x{size}x{channels}_s{stride}"));
         group.throughput(Throughput::Elements((channels * out * out * 9) as u64));
-        for (name, scratch_len) in [("default", plane_scratch_len(&g))] {
+        for (name, scratch_len) in [("default", plane_scratch_len(&g)), ("no_scratch", 0)] {
             let mut scratch = vec![0f32; scratch_len];
             let conv = PlaneConv::new(&g, scratch_len);
             group.bench_function(name, |b| {
