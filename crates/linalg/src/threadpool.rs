@@ -1,7 +1,6 @@
 //! The runtime's thread pool and `parallel_for`.
 
 use std::ops::Range;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use rayon::prelude::*;
@@ -79,12 +78,18 @@ impl ThreadPool {
 
     /// Runs `f` on one worker of the pool while the other workers poll for the work it
     /// forks (stealing it within microseconds) instead of going to sleep between its
-    /// parallel loops, as XNNPACK's pthreadpool spins. A decode step forks a few hundred
-    /// small loops, tens of microseconds apart; a sleeping worker takes longer than
-    /// that to wake, and the step would run on one thread. The pollers yield the CPU to
-    /// the OS now and then while idle. Called from a thread of this pool, `f` just
-    /// runs (an enclosing call keeps the workers polling already). Entering allocates
-    /// (rayon's broadcast): use it around a loop of calls, not per call.
+    /// parallel loops, as XNNPACK's pthreadpool spins. A forward pass forks a parallel
+    /// loop per operator, tens of microseconds apart; a sleeping worker takes longer
+    /// than that to wake, and the pass would run on one thread. The pollers yield the
+    /// CPU to the OS now and then while idle, and stop when `f` returns. Called from a
+    /// thread of this pool, `f` just runs (an enclosing call keeps the workers polling
+    /// already).
+    ///
+    /// The pollers are the second halves of nested `rayon::join`s around `f`, so that
+    /// entering allocates nothing (the jobs live on this stack). They are the oldest
+    /// jobs of this worker's queue, and idle workers steal oldest first, so every
+    /// poller is taken before any work `f` forks can be: this worker never finds a
+    /// poller under its own waiting work.
     pub fn install_hot<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         let Some(pool) = &self.pool else {
             return f();
@@ -93,23 +98,7 @@ impl ThreadPool {
             return f();
         }
         let done = AtomicBool::new(false);
-        let job = Mutex::new(Some(f));
-        let results = pool.broadcast(|ctx| {
-            if ctx.index() == 0 {
-                // Set even if `f` panics, so that the pollers stop and the panic surfaces.
-                let _stop = SetOnDrop(&done);
-                let f = job.lock().unwrap_or_else(|e| e.into_inner()).take();
-                f.map(|f| f())
-            } else {
-                poll_until(&done);
-                None
-            }
-        });
-        match results.into_iter().next().flatten() {
-            Some(r) => r,
-            // Thread 0 of a pool always exists and runs the closure exactly once.
-            None => unreachable!("thread 0 of the pool ran the closure"),
-        }
+        pool.install(|| with_pollers(self.threads - 1, &done, f))
     }
 
     /// Splits `range` into at most `threads` chunks of at least `grain` items and runs
@@ -231,6 +220,17 @@ impl Drop for SetOnDrop<'_> {
     fn drop(&mut self) {
         self.0.store(true, Ordering::Release);
     }
+}
+
+/// Runs `f` with `pollers` jobs beside it that poll for work until `f` has returned
+/// (see [`ThreadPool::install_hot`]).
+fn with_pollers<R: Send>(pollers: usize, done: &AtomicBool, f: impl FnOnce() -> R + Send) -> R {
+    if pollers == 0 {
+        // Set even if `f` panics, so that the pollers stop and the panic surfaces.
+        let _stop = SetOnDrop(done);
+        return f();
+    }
+    rayon::join(|| with_pollers(pollers - 1, done, f), || poll_until(done)).0
 }
 
 /// Runs the pool's pending work until `done` is set; yields the CPU to the OS every

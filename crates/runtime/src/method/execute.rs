@@ -12,18 +12,18 @@ use super::{MAX_INSTRUCTIONS, Method, MethodPlan, MethodStats, Step};
 use crate::RuntimeError;
 
 impl Method {
-    /// Runs every instruction once, in order, on the session's thread pool (entered
-    /// once per call; a no-op when the caller already runs on it, as the text runner
-    /// does, whose `ThreadPool::install_hot` keeps the workers polling for a whole
-    /// generation: entering it allocates, so it is not done per call). Every input must
-    /// have been set.
+    /// Runs every instruction once, in order, on the session's thread pool, entered
+    /// once per call with `ThreadPool::install_hot`: the other workers poll for the
+    /// instructions' parallel loops rather than sleep between them, until the call
+    /// returns (a no-op when the caller already runs on the pool, as the text runner
+    /// does for a whole generation). Every input must have been set.
     ///
     /// Kernel scratch comes from the session's temp allocator (heap fallback, counted,
     /// when it has none), which is reset at the start and after every instruction, as
     /// upstream: scratch never outlives one kernel call.
     pub fn execute(&mut self) -> Result<(), RuntimeError> {
         let pool = Arc::clone(&self.pool);
-        pool.install(|| self.execute_here())
+        pool.install_hot(|| self.execute_here())
     }
 
     fn execute_here(&mut self) -> Result<(), RuntimeError> {
