@@ -924,21 +924,14 @@ mod tests {
     /// [`gemm_im2col_matches_the_built_matrix`] for one geometry (one group), with the
     /// planes read as they are and split into phase planes.
     fn check_gemm_im2col(g: &ConvGeometry, seed: u32, threads: usize) -> Result<(), TestCaseError> {
-        use crate::gemm::{self, Elems, Gemm, MatRef};
+        use crate::gemm::{self, Gemm};
+        use crate::test_util::mat as view;
         let (patch, px, co) = (g.patch_len(), g.out_pixels(), g.group_out);
         let input = grid_values(g.group_in * g.in_h * g.in_w, seed);
         let filter = grid_values(co * patch, seed + 1);
         let bias = grid_values(co, seed + 2);
         let mut col = vec![f32::NAN; patch * px];
         prop_assert!(im2col_nchw(g, &input, 0..patch, &mut col));
-        let view = |data, rows, cols, rs, cs| MatRef {
-            data: Elems::F32(data),
-            offset: 0,
-            rows,
-            cols,
-            rs,
-            cs,
-        };
         let built = Gemm {
             a: view(&filter, co, patch, patch, 1),
             b: view(&col, patch, px, px, 1),

@@ -3,6 +3,7 @@
 use proptest::prelude::*;
 
 use crate::conv::ConvGeometry;
+use crate::gemm::{Elems, MatRef};
 
 /// `n` pseudo-random values in `[-1, 1)` from a 64-bit LCG started at `seed`.
 pub(crate) fn rand_vec(n: usize, seed: u64) -> Vec<f32> {
@@ -62,4 +63,16 @@ pub(crate) fn conv_geometry() -> impl Strategy<Value = ConvGeometry> {
                 })
             },
         )
+}
+
+/// An f32 matrix view at offset 0 with strides `rs` and `cs`.
+pub(crate) fn mat(data: &[f32], rows: usize, cols: usize, rs: usize, cs: usize) -> MatRef<'_> {
+    MatRef {
+        data: Elems::F32(data),
+        offset: 0,
+        rows,
+        cols,
+        rs,
+        cs,
+    }
 }

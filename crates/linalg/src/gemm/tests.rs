@@ -2,7 +2,7 @@ use half::{bf16, f16};
 use proptest::prelude::*;
 
 use super::*;
-use crate::test_util::rand_vec;
+use crate::test_util::{mat, rand_vec};
 
 /// The product `g` with the kernels of `isa`, into outputs of type `O` (filled with `nan`
 /// first).
@@ -508,18 +508,6 @@ fn the_finish_in_the_micro_kernel_is_the_finish_afterwards() {
                 }
             }
         }
-    }
-}
-
-/// An f32 view at offset 0.
-fn mat(data: &[f32], rows: usize, cols: usize, rs: usize, cs: usize) -> MatRef<'_> {
-    MatRef {
-        data: Elems::F32(data),
-        offset: 0,
-        rows,
-        cols,
-        rs,
-        cs,
     }
 }
 
