@@ -1022,6 +1022,7 @@ mod tests {
         }
     }
 
+    #[cfg(target_arch = "x86_64")]
     proptest! {
         /// The direct AVX-512 depthwise kernel (column stride 2) gives the polyphase
         /// kernel's bits (both sum the bias then every tap in order with fused
