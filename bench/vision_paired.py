@@ -11,8 +11,9 @@ ratio. `bench/vision_compare.py` times each runtime in its own process instead.
 
 Needs the fixtures venv (executorch, torch) with the etch wheel on the path:
 
-    (cd bindings/python && maturin build --release --out /tmp/etch-wheels \
-        --interpreter ../../tools/fixtures/.venv/bin/python)
+    tools/fixtures/.venv/bin/python -m pip install 'maturin>=1.5,<2'
+    (cd bindings/python && ../../tools/fixtures/.venv/bin/maturin build --release \
+        --out /tmp/etch-wheels --interpreter ../../tools/fixtures/.venv/bin/python)
     tools/fixtures/.venv/bin/python -m pip install --target /tmp/etch-py /tmp/etch-wheels/etch-*.whl
     PYTHONPATH=/tmp/etch-py tools/fixtures/.venv/bin/python bench/vision_paired.py [--pairs 40]
         [--threads 1 2] [--models mobilenet_v2 resnet18]
