@@ -304,8 +304,13 @@ pub fn plane_scratch_len(g: &ConvGeometry) -> usize {
 pub struct PlaneConv {
     isa: Isa,
     g: ConvGeometry,
-    /// `None`: the row kernel (too many taps, or not one row fits the scratch).
+    /// `None`: the row kernel (too many taps, or not one row fits the scratch), or the
+    /// direct kernel.
     plan: Option<polyphase::Plan>,
+    /// The direct AVX-512 kernel, when the instruction set has it and it handles the
+    /// geometry (column stride 2).
+    #[cfg(target_arch = "x86_64")]
+    direct: Option<depthwise_avx512::Direct>,
     scratch_len: usize,
 }
 
@@ -319,10 +324,23 @@ impl PlaneConv {
     /// [`PlaneConv::new`] on `isa`: with AVX2 and FMA (or NEON) the loops are compiled
     /// with fused multiply-adds and vectorised; elsewhere `x * w + o` rounds twice.
     pub fn with_isa(isa: Isa, g: &ConvGeometry, scratch_len: usize) -> PlaneConv {
+        #[cfg(target_arch = "x86_64")]
+        let direct = isa
+            .avx512()
+            .and_then(|cpu| depthwise_avx512::Direct::new(cpu, g));
+        #[cfg(target_arch = "x86_64")]
+        let plan = match direct {
+            Some(_) => None,
+            None => polyphase::Plan::new(g, scratch_len),
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let plan = polyphase::Plan::new(g, scratch_len);
         PlaneConv {
             isa,
             g: *g,
-            plan: polyphase::Plan::new(g, scratch_len),
+            plan,
+            #[cfg(target_arch = "x86_64")]
+            direct,
             scratch_len,
         }
     }
@@ -354,10 +372,8 @@ impl PlaneConv {
         let output = &mut output[..g.out_h * g.out_w];
         let bias = (bias, clamp);
         #[cfg(target_arch = "x86_64")]
-        if let Some(t) = self.isa.avx512()
-            && depthwise_avx512::handles(g)
-        {
-            depthwise_avx512::plane(t, g, (input, filter), bias, output);
+        if let Some(direct) = &self.direct {
+            direct.plane(g, (input, filter), bias, output);
             return true;
         }
         #[cfg(target_arch = "x86_64")]

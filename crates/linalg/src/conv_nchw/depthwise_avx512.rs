@@ -32,7 +32,7 @@ type RowMasks = [[(__mmask16, __mmask16); MAX_KW]; MAX_VECTORS];
 /// With stride 1 the polyphase kernel is as fast (its phase plane is one padded copy,
 /// read without masks); with stride 2 it spends more splitting the phases than this
 /// kernel spends de-interleaving in registers.
-pub(super) fn handles(g: &ConvGeometry) -> bool {
+fn handles(g: &ConvGeometry) -> bool {
     g.stride_w == 2
         && g.dilation_w == 1
         && g.stride_h >= 1
@@ -43,25 +43,64 @@ pub(super) fn handles(g: &ConvGeometry) -> bool {
         && g.pad_left < (1 << 30)
 }
 
-/// Convolves one plane (`in_h x in_w`, `filter` of `kernel_h x kernel_w`) into
-/// `output` (`out_h x out_w`), then clamps into `clamp` when given. The caller checked
-/// [`handles`] and the slice lengths; `_cpu` proves AVX-512 F.
-pub(super) fn plane(
-    _cpu: CpuSupport,
-    g: &ConvGeometry,
-    (input, filter): (&[f32], &[f32]),
-    (bias, clamp): (f32, Option<(f32, f32)>),
-    output: &mut [f32],
-) {
-    if g.out_w == 0 || g.out_h == 0 {
-        return;
+/// The direct kernel prepared for one geometry: which lanes of each load lie inside
+/// the input row (they depend on the vector's column and the tap's only, so they are
+/// worked out once, not per plane).
+pub(super) struct Direct {
+    cpu: CpuSupport,
+    masks: RowMasks,
+}
+
+impl Direct {
+    /// The kernel for `g`, or `None` when it does not [handle](handles) it; `cpu` proves
+    /// AVX-512 F.
+    pub(super) fn new(cpu: CpuSupport, g: &ConvGeometry) -> Option<Direct> {
+        if !handles(g) {
+            return None;
+        }
+        let mut masks: RowMasks = [[(0, 0); MAX_KW]; MAX_VECTORS];
+        let width = g.in_w as isize;
+        for (v, row) in masks.iter_mut().enumerate().take(g.out_w.div_ceil(16)) {
+            let first = (g.stride_w * 16 * v) as isize - g.pad_left as isize;
+            for (kx, m) in row.iter_mut().enumerate().take(g.kernel_w) {
+                let base = first + kx as isize;
+                *m = (lanes_inside(base, width), lanes_inside(base + 16, width));
+            }
+        }
+        Some(Direct { cpu, masks })
     }
-    let input = &input[..g.in_h * g.in_w];
-    let filter = &filter[..g.kernel_h * g.kernel_w];
-    let output = &mut output[..g.out_h * g.out_w];
-    // SAFETY: the token proves AVX-512 F was detected on this CPU; the slices were cut
-    // to the geometry's lengths above, which is all `run` reads and writes.
-    unsafe { run(g, input, filter, (bias, clamp), output) }
+
+    /// Convolves one plane (`in_h x in_w`, `filter` of `kernel_h x kernel_w`) into
+    /// `output` (`out_h x out_w`), then clamps into `clamp` when given. `g` is the
+    /// geometry the kernel was prepared for; the caller checked the slice lengths.
+    pub(super) fn plane(
+        &self,
+        g: &ConvGeometry,
+        (input, filter): (&[f32], &[f32]),
+        (bias, clamp): (f32, Option<(f32, f32)>),
+        output: &mut [f32],
+    ) {
+        if g.out_w == 0 || g.out_h == 0 {
+            return;
+        }
+        let input = &input[..g.in_h * g.in_w];
+        let filter = &filter[..g.kernel_h * g.kernel_w];
+        let output = &mut output[..g.out_h * g.out_w];
+        // SAFETY: `self.cpu` proves AVX-512 F was detected on this CPU; the slices were
+        // cut to the geometry's lengths above, which is all `run` reads and writes, and
+        // the masks were made for this geometry.
+        unsafe {
+            run(
+                self.cpu,
+                g,
+                input,
+                filter,
+                (bias, clamp),
+                &self.masks,
+                output,
+            )
+        }
+    }
 }
 
 /// Lanes `l` of a 16-lane load at column `base` whose column `base + l` lies in
@@ -94,10 +133,12 @@ struct Unit {
 /// AVX-512 F; `input`, `filter` and `output` hold the geometry's planes.
 #[target_feature(enable = "avx512f")]
 unsafe fn run(
+    _cpu: CpuSupport,
     g: &ConvGeometry,
     input: &[f32],
     filter: &[f32],
     (bias, clamp): (f32, Option<(f32, f32)>),
+    masks: &RowMasks,
     output: &mut [f32],
 ) {
     let mut weights = [_mm512_setzero_ps(); MAX_TAPS];
@@ -105,17 +146,6 @@ unsafe fn run(
         *w = _mm512_set1_ps(f);
     }
     let per_row = g.out_w.div_ceil(16);
-    // The lanes inside the input row depend on the vector's column and the tap's only,
-    // so they are worked out once per plane.
-    let mut masks: RowMasks = [[(0, 0); MAX_KW]; MAX_VECTORS];
-    for (v, row) in masks.iter_mut().enumerate().take(per_row) {
-        let first = (g.stride_w * 16 * v) as isize - g.pad_left as isize;
-        for (kx, m) in row.iter_mut().enumerate().take(g.kernel_w) {
-            let base = first + kx as isize;
-            let width = g.in_w as isize;
-            *m = (lanes_inside(base, width), lanes_inside(base + 16, width));
-        }
-    }
     let (mut oy, mut v) = (0, 0);
     while oy < g.out_h {
         let mut units = [Unit::default(); GROUP];
@@ -136,7 +166,7 @@ unsafe fn run(
             }
         }
         // SAFETY: as for `run`; the units are output vectors of the plane.
-        unsafe { group(g, (input, &weights, &masks), (bias, clamp), &units, output) };
+        unsafe { group(g, (input, &weights, masks), (bias, clamp), &units, output) };
     }
 }
 
