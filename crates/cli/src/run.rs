@@ -66,7 +66,8 @@ pub struct RunArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
-    /// Also report time and heap allocations per operator (all calls together).
+    /// Also report time and heap allocations per operator (all calls together); with
+    /// `--json`, also per instruction ("profile_steps", in program order).
     #[arg(long)]
     profile: bool,
     /// Image inputs (.png, .jpg) are resized to N x N, or H x W, first (bilinear).
@@ -311,6 +312,18 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
     let method = module.method_mut(&args.method)?;
     let method_stats = method.stats();
     let profile = method.profile().map(aggregate_profile).unwrap_or_default();
+    let profile_steps: Vec<_> = method
+        .profile()
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            json!({
+                "step": i, "operator": s.name, "calls": s.calls,
+                "ms": s.nanos as f64 / 1e6, "heap_allocations": s.heap_allocations,
+            })
+        })
+        .collect();
     let folded_bytes = method.plan().folded_bytes();
     let folded_steps = method.plan().folded_steps();
     let planned = module.planned_bytes();
@@ -364,6 +377,7 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
                     "operator": name, "calls": calls, "ms": *nanos as f64 / 1e6, "heap_allocations": allocs,
                 }))
                 .collect::<Vec<_>>());
+            obj["profile_steps"] = json!(profile_steps);
         }
         if args.stats {
             obj["stats"] = json!({

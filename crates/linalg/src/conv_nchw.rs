@@ -10,6 +10,8 @@
 
 #[cfg(target_arch = "x86_64")]
 mod depthwise_avx512;
+#[cfg(target_arch = "x86_64")]
+mod depthwise_same_avx512;
 mod phase_panels;
 mod polyphase;
 
@@ -304,13 +306,13 @@ pub fn plane_scratch_len(g: &ConvGeometry) -> usize {
 pub struct PlaneConv {
     isa: Isa,
     g: ConvGeometry,
-    /// `None`: the row kernel (too many taps, or not one row fits the scratch), or the
+    /// `None`: the row kernel (too many taps, or not one row fits the scratch), or a
     /// direct kernel.
     plan: Option<polyphase::Plan>,
-    /// The direct AVX-512 kernel, when the instruction set has it and it handles the
-    /// geometry (column stride 2).
+    /// A direct AVX-512 kernel, when the instruction set has it and one handles the
+    /// geometry.
     #[cfg(target_arch = "x86_64")]
-    direct: Option<depthwise_avx512::Direct>,
+    direct: Option<DirectKernel>,
     scratch_len: usize,
 }
 
@@ -325,9 +327,7 @@ impl PlaneConv {
     /// with fused multiply-adds and vectorised; elsewhere `x * w + o` rounds twice.
     pub fn with_isa(isa: Isa, g: &ConvGeometry, scratch_len: usize) -> PlaneConv {
         #[cfg(target_arch = "x86_64")]
-        let direct = isa
-            .avx512()
-            .and_then(|cpu| depthwise_avx512::Direct::new(cpu, g));
+        let direct = isa.avx512().and_then(|cpu| DirectKernel::new(cpu, g));
         #[cfg(target_arch = "x86_64")]
         let plan = match direct {
             Some(_) => None,
@@ -372,9 +372,16 @@ impl PlaneConv {
         let output = &mut output[..g.out_h * g.out_w];
         let bias = (bias, clamp);
         #[cfg(target_arch = "x86_64")]
-        if let Some(direct) = &self.direct {
-            direct.plane(g, (input, filter), bias, output);
-            return true;
+        match &self.direct {
+            Some(DirectKernel::Stride2(k)) => {
+                k.plane(g, (input, filter), bias, output);
+                return true;
+            }
+            Some(DirectKernel::SameSize(k)) => {
+                k.plane(g, (input, filter), bias, output);
+                return true;
+            }
+            None => {}
         }
         #[cfg(target_arch = "x86_64")]
         if let Some(t) = self.isa.avx2() {
@@ -389,6 +396,29 @@ impl PlaneConv {
         }
         plane::<false>(plan, g, (input, filter, bias), output, scratch);
         true
+    }
+}
+
+/// The direct AVX-512 depthwise kernels, which read the input plane in place.
+// Built on the stack once per convolution call: boxing the larger variant would
+// allocate on every call.
+#[allow(clippy::large_enum_variant)]
+#[cfg(target_arch = "x86_64")]
+enum DirectKernel {
+    /// Column stride 2.
+    Stride2(depthwise_avx512::Direct),
+    /// Stride 1, a 3x3 or 5x5 filter, an output of the input's size.
+    SameSize(depthwise_same_avx512::Same),
+}
+
+#[cfg(target_arch = "x86_64")]
+impl DirectKernel {
+    /// The kernel that handles `g`, if any; `cpu` proves AVX-512 F.
+    fn new(cpu: crate::CpuSupport, g: &ConvGeometry) -> Option<DirectKernel> {
+        if let Some(k) = depthwise_same_avx512::Same::new(cpu, g) {
+            return Some(DirectKernel::SameSize(k));
+        }
+        depthwise_avx512::Direct::new(cpu, g).map(DirectKernel::Stride2)
     }
 }
 
@@ -1040,9 +1070,10 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     proptest! {
-        /// The direct AVX-512 depthwise kernel (column stride 2) gives the polyphase
-        /// kernel's bits (both sum the bias then every tap in order with fused
-        /// multiply-adds), clamp included, over geometries with strides 1 to 3 and
+        /// The direct AVX-512 depthwise kernels give the polyphase kernel's values
+        /// (all sum the bias then every tap in order with fused multiply-adds; the
+        /// same-size kernel skips kernel rows outside the plane, which can change only
+        /// the sign of a zero), clamp included, over geometries with strides 1 to 3 and
         /// padding, and rows longer than one vector.
         #[test]
         fn depthwise_direct_matches_polyphase_bits(g in conv_geometry(), wide in 1usize..40, seed in 0u32..100) {
@@ -1071,10 +1102,70 @@ mod tests {
                     results.push(out);
                 }
                 for (a, b) in results[0].iter().zip(&results[1]) {
-                    prop_assert_eq!(a.to_bits(), b.to_bits(), "{:?}", clamp);
+                    prop_assert!(same_value(*a, *b), "{a} vs {b}, {clamp:?}");
                 }
             }
         }
+
+        /// The same-size stride-1 kernel (3x3 and 5x5 filters, any padding that keeps
+        /// the size) gives the polyphase kernel's values, over planes from one vector
+        /// wide to several, clamp included.
+        #[test]
+        fn depthwise_same_size_matches_polyphase(
+            k in prop::sample::select(vec![3usize, 5]),
+            (pad_top, pad_left) in (0usize..5, 0usize..5),
+            extra in (0usize..12, 0usize..60),
+            seed in 0u32..100,
+        ) {
+            let (pad_top, pad_left) = (pad_top % k, pad_left % k);
+            let (h, w) = (k + extra.0, k + extra.1);
+            let g = ConvGeometry {
+                in_h: h,
+                in_w: w,
+                out_h: h,
+                out_w: w,
+                kernel_h: k,
+                kernel_w: k,
+                stride_h: 1,
+                stride_w: 1,
+                dilation_h: 1,
+                dilation_w: 1,
+                pad_top,
+                pad_left,
+                groups: 1,
+                group_in: 1,
+                group_out: 1,
+            };
+            let isas = Isa::available();
+            let (Some(&fma), Some(&wide_isa)) = (
+                isas.iter().find(|i| i.avx2().is_some() && i.avx512().is_none()),
+                isas.iter().find(|i| i.avx512().is_some()),
+            ) else {
+                return Ok(());
+            };
+            let input = grid_values(h * w, seed);
+            let filter = grid_values(k * k, seed + 3);
+            for clamp in [None, Some((-0.5, 0.75))] {
+                let mut results = Vec::new();
+                for isa in [fma, wide_isa] {
+                    let scratch_len = plane_scratch_len(&g);
+                    let mut scratch = vec![f32::NAN; scratch_len];
+                    let mut out = vec![f32::NAN; h * w];
+                    let conv = PlaneConv::with_isa(isa, &g, scratch_len);
+                    prop_assert!(conv.run(&input, &filter, (0.25, clamp), &mut out, &mut scratch));
+                    results.push(out);
+                }
+                for (i, (a, b)) in results[0].iter().zip(&results[1]).enumerate() {
+                    prop_assert!(same_value(*a, *b), "output {i}: {a} vs {b}, {clamp:?}");
+                }
+            }
+        }
+    }
+
+    /// Equal bits, or both zero (of either sign).
+    #[cfg(target_arch = "x86_64")]
+    fn same_value(a: f32, b: f32) -> bool {
+        a.to_bits() == b.to_bits() || (a == 0.0 && b == 0.0)
     }
 
     #[test]

@@ -138,6 +138,24 @@ impl<T> ColumnBlock<'_, T> {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(i * self.ld), self.cols) }
     }
 
+    /// Columns `cols` of this block as a block of their own, borrowed from it. `None`
+    /// when the range is not inside the block's columns.
+    pub fn columns_mut(&mut self, cols: Range<usize>) -> Option<ColumnBlock<'_, T>> {
+        if cols.start > cols.end || cols.end > self.cols {
+            return None;
+        }
+        Some(ColumnBlock {
+            // SAFETY: cols.start <= self.cols, so the offset stays inside row 0 of this
+            // block (or one past its last column); the new block reaches only columns
+            // of this one, and `&mut self` keeps it the only way to reach them.
+            ptr: unsafe { self.ptr.add(cols.start) },
+            rows: self.rows,
+            cols: cols.len(),
+            ld: self.ld,
+            _block: PhantomData,
+        })
+    }
+
     /// A pointer to element `(row, col)` of the block, for writes to the
     /// `rows x cols` window there: element `(i, j)` of the window is at
     /// `ptr + i * ld + j`, inside this block for `i < rows`, `j < cols`. `None` when
@@ -185,6 +203,23 @@ mod tests {
         for row in data.chunks(10) {
             assert_eq!(row, [1, 1, 1, 1, 2, 2, 2, 2, 3, 0]);
         }
+    }
+
+    #[test]
+    fn a_block_lends_its_own_columns_only() {
+        let mut data = vec![0u32; 2 * 8];
+        let blocks = ColumnBlocks::new(&mut data, 2, 8, 8, 4).unwrap();
+        let mut block = blocks.take(1).unwrap();
+        assert!(block.columns_mut(2..5).is_none());
+        #[allow(clippy::reversed_empty_ranges)]
+        let backwards = 3..2;
+        assert!(block.columns_mut(backwards).is_none());
+        let mut sub = block.columns_mut(1..3).unwrap();
+        assert_eq!((sub.rows(), sub.cols(), sub.ld()), (2, 2, 8));
+        for i in 0..sub.rows() {
+            sub.row_mut(i).fill(7);
+        }
+        assert_eq!(data, [0, 0, 0, 0, 0, 7, 7, 0, 0, 0, 0, 0, 0, 7, 7, 0]);
     }
 
     #[test]

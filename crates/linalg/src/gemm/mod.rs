@@ -270,6 +270,12 @@ impl Plan {
         self.mb.div_ceil(self.tile.mr) * self.tile.mr * k
     }
 
+    /// Columns of each task's span when an `n`-column output is split into at most
+    /// `tasks` contiguous spans, whole panels each (the last may be narrower).
+    fn span(&self, n: usize) -> usize {
+        n.div_ceil(self.tasks).next_multiple_of(self.tile.nr).max(1)
+    }
+
     fn task_len(&self) -> usize {
         self.mb * self.nb + KC * self.nb
     }
@@ -469,18 +475,17 @@ fn reads_a_in_place(g: &Gemm<'_>, t: Tile) -> bool {
         && g.a.rows.is_multiple_of(t.mr)
 }
 
-/// The rounds of a tiled product: blocks of `plan.mb` rows of A (packed into `apack`
-/// first unless read in place), each split into rounds of at most `plan.tasks` column
-/// blocks; `round(a, (m0, mb), (n0, width, tasks))` runs one.
-fn for_each_round(
+/// The blocks of `plan.mb` rows of a tiled product, A's rows packed into `apack` first
+/// unless read in place; `block(a, (m0, mb))` runs one.
+fn for_each_row_block(
     pool: &ThreadPool,
     isa: Isa,
     g: &Gemm<'_>,
     plan: &Plan,
     apack: &mut [f32],
-    mut round: impl FnMut(ASource<'_>, (usize, usize), (usize, usize, usize)),
+    mut block: impl FnMut(ASource<'_>, (usize, usize)),
 ) {
-    let (m, n, _) = g.dims();
+    let (m, _, _) = g.dims();
     let in_place = match g.a.data {
         Elems::F32(data) if reads_a_in_place(g, plan.tile) => Some(data),
         _ => None,
@@ -499,14 +504,31 @@ fn for_each_round(
                 ASource::Packed(apack)
             }
         };
+        block(a, (m0, mb));
+        m0 += mb;
+    }
+}
+
+/// The rounds of a tiled product: each block of rows (see [`for_each_row_block`]) split
+/// into rounds of at most `plan.tasks` column blocks; `round(a, (m0, mb), (n0, width,
+/// tasks))` runs one.
+fn for_each_round(
+    pool: &ThreadPool,
+    isa: Isa,
+    g: &Gemm<'_>,
+    plan: &Plan,
+    apack: &mut [f32],
+    mut round: impl FnMut(ASource<'_>, (usize, usize), (usize, usize, usize)),
+) {
+    let n = g.b.cols;
+    for_each_row_block(pool, isa, g, plan, apack, |a, rows| {
         let mut n0 = 0;
         while n0 < n {
             let width = (plan.tasks * plan.nb).min(n - n0);
-            round(a, (m0, mb), (n0, width, width.div_ceil(plan.nb)));
+            round(a, rows, (n0, width, width.div_ceil(plan.nb)));
             n0 += width;
         }
-        m0 += mb;
-    }
+    });
 }
 
 /// Runs `run(t, scratch)` for each task of a round, on the pool when there are several;
@@ -524,8 +546,9 @@ fn run_tasks(
     }
 }
 
-/// The tiled product of an f32 output: each task multiplies straight into its columns
-/// of the output rows and finishes them there.
+/// The tiled product of an f32 output: each block of rows is one parallel step, in
+/// which each task owns a contiguous span of the output's columns (`plan.span`) and
+/// multiplies straight into it, `plan.nb` columns at a time, finishing them there.
 #[allow(clippy::too_many_arguments)]
 fn tiled_into_output(
     pool: &ThreadPool,
@@ -538,28 +561,35 @@ fn tiled_into_output(
     out: &mut [f32],
 ) {
     let n = g.b.cols;
-    for_each_round(
-        pool,
-        isa,
-        g,
-        plan,
-        apack,
-        |a, (m0, mb), (n0, width, tasks)| {
-            let rows = &mut out[m0 * n + n0..(m0 + mb) * n];
-            let Some(blocks) = ColumnBlocks::new(rows, mb, width, n, plan.nb) else {
-                unreachable!("a round's columns fit in its rows")
+    let span = plan.span(n);
+    for_each_row_block(pool, isa, g, plan, apack, |a, (m0, mb)| {
+        let rows = &mut out[m0 * n..(m0 + mb) * n];
+        let Some(spans) = ColumnBlocks::new(rows, mb, n, n, span) else {
+            unreachable!("the output's rows hold a block of rows, in at most plan.tasks spans")
+        };
+        let run = |t: usize, chunk: &mut [f32]| {
+            let Some(mut owned) = spans.take(t) else {
+                unreachable!("each task takes its own span once")
             };
-            let run = |t: usize, chunk: &mut [f32]| {
-                let Some(mut block) = blocks.take(t) else {
-                    unreachable!("each task takes its own block once")
+            let bpack = &mut chunk[plan.mb * plan.nb..];
+            let mut j = 0;
+            while j < owned.cols() {
+                let width = plan.nb.min(owned.cols() - j);
+                let Some(mut block) = owned.columns_mut(j..j + width) else {
+                    unreachable!("the columns lie inside the span")
                 };
-                let bpack = &mut chunk[plan.mb * plan.nb..];
                 let dest = (&mut block, Dest::Output { m0 });
-                task(isa, plan.tile, g, src, a, n0 + t * plan.nb, dest, bpack);
-            };
-            run_tasks(pool, plan, &mut work[..tasks * plan.task_len()], run);
-        },
-    );
+                task(isa, plan.tile, g, src, a, t * span + j, dest, bpack);
+                j += width;
+            }
+        };
+        run_tasks(
+            pool,
+            plan,
+            &mut work[..spans.blocks() * plan.task_len()],
+            run,
+        );
+    });
 }
 
 /// The tiled product of an f16 or bf16 output: each task multiplies into a private
