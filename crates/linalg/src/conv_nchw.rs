@@ -11,7 +11,7 @@
 #[cfg(target_arch = "x86_64")]
 mod depthwise_avx512;
 #[cfg(target_arch = "x86_64")]
-mod depthwise_same_avx512;
+mod depthwise_square_avx512;
 mod phase_panels;
 mod polyphase;
 
@@ -377,7 +377,7 @@ impl PlaneConv {
                 k.plane(g, (input, filter), bias, output);
                 return true;
             }
-            Some(DirectKernel::SameSize(k)) => {
+            Some(DirectKernel::Square(k)) => {
                 k.plane(g, (input, filter), bias, output);
                 return true;
             }
@@ -405,18 +405,18 @@ impl PlaneConv {
 #[allow(clippy::large_enum_variant)]
 #[cfg(target_arch = "x86_64")]
 enum DirectKernel {
-    /// Column stride 2.
+    /// A 3x3 or 5x5 filter, stride 1 or 2 both ways.
+    Square(depthwise_square_avx512::Square),
+    /// Other column-stride-2 geometries.
     Stride2(depthwise_avx512::Direct),
-    /// Stride 1, a 3x3 or 5x5 filter, an output of the input's size.
-    SameSize(depthwise_same_avx512::Same),
 }
 
 #[cfg(target_arch = "x86_64")]
 impl DirectKernel {
     /// The kernel that handles `g`, if any; `cpu` proves AVX-512 F.
     fn new(cpu: crate::CpuSupport, g: &ConvGeometry) -> Option<DirectKernel> {
-        if let Some(k) = depthwise_same_avx512::Same::new(cpu, g) {
-            return Some(DirectKernel::SameSize(k));
+        if let Some(k) = depthwise_square_avx512::Square::new(cpu, g) {
+            return Some(DirectKernel::Square(k));
         }
         depthwise_avx512::Direct::new(cpu, g).map(DirectKernel::Stride2)
     }
@@ -1072,7 +1072,7 @@ mod tests {
     proptest! {
         /// The direct AVX-512 depthwise kernels give the polyphase kernel's values
         /// (all sum the bias then every tap in order with fused multiply-adds; the
-        /// same-size kernel skips kernel rows outside the plane, which can change only
+        /// square-filter kernel skips kernel rows outside the plane, which can change only
         /// the sign of a zero), clamp included, over geometries with strides 1 to 3 and
         /// padding, and rows longer than one vector.
         #[test]
@@ -1107,27 +1107,28 @@ mod tests {
             }
         }
 
-        /// The same-size stride-1 kernel (3x3 and 5x5 filters, any padding that keeps
-        /// the size) gives the polyphase kernel's values, over planes from one vector
-        /// wide to several, clamp included.
+        /// The square-filter kernel (3x3 and 5x5, stride 1 or 2, any padding narrower
+        /// than the filter on each side) gives the polyphase kernel's values, over
+        /// planes from one vector wide to several, clamp included.
         #[test]
-        fn depthwise_same_size_matches_polyphase(
-            k in prop::sample::select(vec![3usize, 5]),
-            (pad_top, pad_left) in (0usize..5, 0usize..5),
-            extra in (0usize..12, 0usize..60),
+        fn depthwise_square_matches_polyphase(
+            (k, stride) in (prop::sample::select(vec![3usize, 5]), 1usize..3),
+            pads in (0usize..5, 0usize..5, 0usize..5, 0usize..5),
+            extra in (0usize..12, 0usize..70),
             seed in 0u32..100,
         ) {
-            let (pad_top, pad_left) = (pad_top % k, pad_left % k);
+            let (pad_top, pad_left, pad_bottom, pad_right) =
+                (pads.0 % k, pads.1 % k, pads.2 % k, pads.3 % k);
             let (h, w) = (k + extra.0, k + extra.1);
             let g = ConvGeometry {
                 in_h: h,
                 in_w: w,
-                out_h: h,
-                out_w: w,
+                out_h: (h + pad_top + pad_bottom - k) / stride + 1,
+                out_w: (w + pad_left + pad_right - k) / stride + 1,
                 kernel_h: k,
                 kernel_w: k,
-                stride_h: 1,
-                stride_w: 1,
+                stride_h: stride,
+                stride_w: stride,
                 dilation_h: 1,
                 dilation_w: 1,
                 pad_top,
@@ -1150,7 +1151,7 @@ mod tests {
                 for isa in [fma, wide_isa] {
                     let scratch_len = plane_scratch_len(&g);
                     let mut scratch = vec![f32::NAN; scratch_len];
-                    let mut out = vec![f32::NAN; h * w];
+                    let mut out = vec![f32::NAN; g.out_pixels()];
                     let conv = PlaneConv::with_isa(isa, &g, scratch_len);
                     prop_assert!(conv.run(&input, &filter, (0.25, clamp), &mut out, &mut scratch));
                     results.push(out);

@@ -30,9 +30,9 @@ type RowMasks = [[(__mmask16, __mmask16); MAX_KW]; MAX_VECTORS];
 /// True when the direct kernel handles `g`: column stride 2 and dilation 1, at most
 /// [`MAX_TAPS`] taps ([`MAX_KW`] columns), rows of at most [`MAX_VECTORS`] vectors.
 /// With stride 2 the polyphase kernel spends more splitting the phases than this kernel
-/// spends de-interleaving in registers. (A stride-1 output of the input's size has its
-/// own kernel, `depthwise_same_avx512`; stride 1 through this one was no faster than
-/// the polyphase kernel.)
+/// spends de-interleaving in registers. (3x3 and 5x5 filters with stride 1 or 2 both
+/// ways have their own kernel, `depthwise_square_avx512`; stride 1 through this one was
+/// no faster than the polyphase kernel.)
 fn handles(g: &ConvGeometry) -> bool {
     g.stride_w == 2
         && g.dilation_w == 1
