@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VISION = ROOT / "models" / "vision"
 
 
-def paired(model: str, threads: int, pairs: int, warmup: int) -> str:
+def paired(model: str, threads: int, pairs: int, warmup: int, gap_ms: float) -> str:
     """One model at one thread count; returns a table row."""
     import etch
     import numpy as np
@@ -52,11 +52,13 @@ def paired(model: str, threads: int, pairs: int, warmup: int) -> str:
     err = float(np.abs(got - want).max() / np.abs(want).max())
 
     def etch_call() -> float:
+        time.sleep(gap_ms / 1e3)
         t0 = time.perf_counter()
         ours.execute([x])
         return (time.perf_counter() - t0) * 1e3
 
     def official_call() -> float:
+        time.sleep(gap_ms / 1e3)
         t0 = time.perf_counter()
         theirs.execute([xt])
         return (time.perf_counter() - t0) * 1e3
@@ -80,14 +82,17 @@ def paired(model: str, threads: int, pairs: int, warmup: int) -> str:
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
-        _, _, model, threads, pairs, warmup = sys.argv
-        print(paired(model, int(threads), int(pairs), int(warmup)))
+        _, _, model, threads, pairs, warmup, gap_ms = sys.argv
+        print(paired(model, int(threads), int(pairs), int(warmup), float(gap_ms)))
         return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--models", nargs="+", default=["mobilenet_v2", "resnet18"])
+    ap.add_argument("--gap-ms", type=float, default=20.0,
+                    help="idle time before each call, so that neither runtime's workers, still "
+                         "spinning after its own call, take a core from the other's next call")
     args = ap.parse_args()
     try:
         import etch  # noqa: F401
@@ -100,13 +105,14 @@ def main() -> int:
             print(f"[vision_paired {time.strftime('%H:%M:%S')}] {model}, {t} thread(s)", file=sys.stderr, flush=True)
             # A process per thread count: the official runtime's pool is process-wide.
             out = subprocess.run(
-                [sys.executable, __file__, "--one", model, str(t), str(args.pairs), str(args.warmup)],
+                [sys.executable, __file__, "--one", model, str(t), str(args.pairs), str(args.warmup),
+                 str(args.gap_ms)],
                 check=True, capture_output=True, text=True,
             )
             rows.append(out.stdout.strip().splitlines()[-1])
     print(f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; CPU: {cpu_model()}; "
           f"{os.cpu_count()} logical cores; {args.pairs} pairs of calls per row after {args.warmup} warm-up pairs, "
-          "order alternating.\n")
+          f"order alternating, {args.gap_ms:g} ms idle before each call.\n")
     print("| model | threads | etch portable ms | official XNNPACK ms | official / etch (median of pairs) | "
           "interquartile | etch max rel. error |")
     print("|---|---|---:|---:|---:|---|---:|")
