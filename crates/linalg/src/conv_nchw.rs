@@ -1082,29 +1082,7 @@ mod tests {
             let in_w = g.in_w + wide;
             let eff_w = g.dilation_w * (g.kernel_w - 1) + 1;
             let g = ConvGeometry { in_w, out_w: (in_w + 2 * g.pad_left - eff_w) / g.stride_w + 1, ..g };
-            let isas = Isa::available();
-            let (Some(&fma), Some(&wide_isa)) = (
-                isas.iter().find(|i| i.avx2().is_some() && i.avx512().is_none()),
-                isas.iter().find(|i| i.avx512().is_some()),
-            ) else {
-                return Ok(());
-            };
-            let input = grid_values(g.in_h * g.in_w, seed);
-            let filter = grid_values(g.kernel_h * g.kernel_w, seed + 3);
-            for clamp in [None, Some((-0.5, 0.75))] {
-                let mut results = Vec::new();
-                for isa in [fma, wide_isa] {
-                    let scratch_len = plane_scratch_len(&g);
-                    let mut scratch = vec![f32::NAN; scratch_len];
-                    let mut out = vec![f32::NAN; g.out_pixels()];
-                    let conv = PlaneConv::with_isa(isa, &g, scratch_len);
-                    prop_assert!(conv.run(&input, &filter, (0.25, clamp), &mut out, &mut scratch));
-                    results.push(out);
-                }
-                for (a, b) in results[0].iter().zip(&results[1]) {
-                    prop_assert!(same_value(*a, *b), "{a} vs {b}, {clamp:?}");
-                }
-            }
+            direct_matches_polyphase(&g, seed)?;
         }
 
         /// The square-filter kernel (3x3 and 5x5, stride 1 or 2, any padding narrower
@@ -1137,36 +1115,42 @@ mod tests {
                 group_in: 1,
                 group_out: 1,
             };
-            let isas = Isa::available();
-            let (Some(&fma), Some(&wide_isa)) = (
-                isas.iter().find(|i| i.avx2().is_some() && i.avx512().is_none()),
-                isas.iter().find(|i| i.avx512().is_some()),
-            ) else {
-                return Ok(());
-            };
-            let input = grid_values(h * w, seed);
-            let filter = grid_values(k * k, seed + 3);
-            for clamp in [None, Some((-0.5, 0.75))] {
-                let mut results = Vec::new();
-                for isa in [fma, wide_isa] {
-                    let scratch_len = plane_scratch_len(&g);
-                    let mut scratch = vec![f32::NAN; scratch_len];
-                    let mut out = vec![f32::NAN; g.out_pixels()];
-                    let conv = PlaneConv::with_isa(isa, &g, scratch_len);
-                    prop_assert!(conv.run(&input, &filter, (0.25, clamp), &mut out, &mut scratch));
-                    results.push(out);
-                }
-                for (i, (a, b)) in results[0].iter().zip(&results[1]).enumerate() {
-                    prop_assert!(same_value(*a, *b), "output {i}: {a} vs {b}, {clamp:?}");
-                }
-            }
+            direct_matches_polyphase(&g, seed)?;
         }
     }
 
-    /// Equal bits, or both zero (of either sign).
+    /// One plane of `g` (a 1-in, 1-out channel geometry) convolved with the polyphase
+    /// kernel (the AVX2 instruction set) and with the AVX-512 one (a direct kernel where
+    /// one handles `g`), with and without a clamp: the same values (equal bits, or both
+    /// zero of either sign). Passes trivially on a CPU without AVX-512.
     #[cfg(target_arch = "x86_64")]
-    fn same_value(a: f32, b: f32) -> bool {
-        a.to_bits() == b.to_bits() || (a == 0.0 && b == 0.0)
+    fn direct_matches_polyphase(g: &ConvGeometry, seed: u32) -> Result<(), TestCaseError> {
+        let isas = Isa::available();
+        let (Some(&fma), Some(&wide_isa)) = (
+            isas.iter()
+                .find(|i| i.avx2().is_some() && i.avx512().is_none()),
+            isas.iter().find(|i| i.avx512().is_some()),
+        ) else {
+            return Ok(());
+        };
+        let input = grid_values(g.in_h * g.in_w, seed);
+        let filter = grid_values(g.kernel_h * g.kernel_w, seed + 3);
+        for clamp in [None, Some((-0.5, 0.75))] {
+            let mut results = Vec::new();
+            for isa in [fma, wide_isa] {
+                let scratch_len = plane_scratch_len(g);
+                let mut scratch = vec![f32::NAN; scratch_len];
+                let mut out = vec![f32::NAN; g.out_pixels()];
+                let conv = PlaneConv::with_isa(isa, g, scratch_len);
+                prop_assert!(conv.run(&input, &filter, (0.25, clamp), &mut out, &mut scratch));
+                results.push(out);
+            }
+            for (i, (a, b)) in results[0].iter().zip(&results[1]).enumerate() {
+                let same = a.to_bits() == b.to_bits() || (*a == 0.0 && *b == 0.0);
+                prop_assert!(same, "output {i}: {a} vs {b}, {clamp:?}");
+            }
+        }
+        Ok(())
     }
 
     #[test]

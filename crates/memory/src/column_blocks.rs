@@ -88,15 +88,9 @@ impl<'a, T> ColumnBlocks<'a, T> {
             return None;
         }
         let cols = self.columns(index);
-        Some(ColumnBlock {
-            // SAFETY: cols.start <= self.cols <= ld, so the offset is inside row 0 (or
-            // one past the end of an empty matrix's allocation).
-            ptr: unsafe { self.ptr.add(cols.start) },
-            rows: self.rows,
-            cols: cols.len(),
-            ld: self.ld,
-            _block: PhantomData,
-        })
+        // SAFETY: cols.start <= self.cols <= ld, so the offset is inside row 0 (or one
+        // past the end of an empty matrix's allocation); the block was taken once.
+        Some(unsafe { ColumnBlock::window(self.ptr, self.rows, cols, self.ld) })
     }
 }
 
@@ -144,16 +138,27 @@ impl<T> ColumnBlock<'_, T> {
         if cols.start > cols.end || cols.end > self.cols {
             return None;
         }
-        Some(ColumnBlock {
-            // SAFETY: cols.start <= self.cols, so the offset stays inside row 0 of this
-            // block (or one past its last column); the new block reaches only columns
-            // of this one, and `&mut self` keeps it the only way to reach them.
-            ptr: unsafe { self.ptr.add(cols.start) },
-            rows: self.rows,
+        // SAFETY: cols.start <= self.cols, so the offset stays inside row 0 of this
+        // block (or one past its last column); the new block reaches only columns of
+        // this one, and `&mut self` keeps it the only way to reach them.
+        Some(unsafe { ColumnBlock::window(self.ptr, self.rows, cols, self.ld) })
+    }
+
+    /// Columns `cols` of the `rows x ld` window at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr + cols.start` is inside (or one past) row 0 of a matrix of `rows` rows at
+    /// stride `ld` holding columns `cols`, which nothing else reaches while the block
+    /// lives.
+    unsafe fn window(ptr: *mut T, rows: usize, cols: Range<usize>, ld: usize) -> Self {
+        ColumnBlock {
+            // SAFETY: the caller's promise.
+            ptr: unsafe { ptr.add(cols.start) },
+            rows,
             cols: cols.len(),
-            ld: self.ld,
+            ld,
             _block: PhantomData,
-        })
+        }
     }
 
     /// A pointer to element `(row, col)` of the block, for writes to the

@@ -107,7 +107,7 @@ impl Direct {
 /// Lanes `l` of a 16-lane load at column `base` whose column `base + l` lies in
 /// `0..width`.
 #[inline(always)]
-fn lanes_inside(base: isize, width: isize) -> __mmask16 {
+pub(super) fn lanes_inside(base: isize, width: isize) -> __mmask16 {
     let lo = (-base).clamp(0, 16) as u32;
     let hi = (width - base).clamp(lo as isize, 16) as u32;
     let below_hi = if hi == 16 { u32::MAX } else { (1u32 << hi) - 1 };

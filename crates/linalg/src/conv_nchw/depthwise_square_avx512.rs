@@ -20,6 +20,7 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
+use super::depthwise_avx512::lanes_inside;
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 
@@ -122,15 +123,6 @@ impl Square {
             }
         }
     }
-}
-
-/// Lanes `l` of a 16-lane load at column `base` whose column `base + l` lies in
-/// `0..width`.
-fn lanes_inside(base: isize, width: isize) -> __mmask16 {
-    let lo = (-base).clamp(0, 16) as u32;
-    let hi = (width - base).clamp(lo as isize, 16) as u32;
-    let below_hi = if hi == 16 { u32::MAX } else { (1u32 << hi) - 1 };
-    (below_hi & !((1u32 << lo) - 1)) as __mmask16
 }
 
 /// Input plane, filter, (bias, clamp bounds) and load masks of one plane.
