@@ -1,7 +1,9 @@
 //! The im2col GEMM of ResNet-18's convolutions (224x224 input), one thread: each
 //! distinct layer as `gemm_im2col` over its phase planes (the portable `convolution`
 //! operator's path), in multiply-adds per second as criterion "elements", so that a
-//! layer's figure compares with the machine's FMA peak (`hwlimits`). Run with
+//! layer's figure compares with the machine's FMA peak (`hwlimits`). Then MobileNetV2's
+//! largest pointwise (1x1) convolutions, a plain GEMM over the input planes with a bias
+//! and ReLU6 as the operator runs them, on one thread and on two (`t1`, `t2`). Run with
 //! `cargo bench -p etch-linalg --bench conv_gemm -- --warm-up-time 1 --measurement-time 3`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -98,5 +100,65 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+/// (spatial size, input channels, output channels) of MobileNetV2's pointwise layers on
+/// the largest planes.
+const POINTWISE: [(usize, usize, usize); 4] =
+    [(112, 32, 16), (112, 16, 96), (56, 24, 144), (56, 144, 24)];
+
+fn bench_pointwise(c: &mut Criterion) {
+    let isa = dispatch().gemm;
+    for (size, c_in, c_out) in POINTWISE {
+        let px = size * size;
+        let input = data(c_in * px, 1);
+        let filter = data(c_out * c_in, 2);
+        let bias = data(c_out, 3);
+        let product = Gemm {
+            a: view(&filter, c_out, c_in),
+            b: view(&input, c_in, px),
+            alpha: 1.0,
+            addend: Some((
+                MatRef {
+                    data: Elems::F32(&bias),
+                    offset: 0,
+                    rows: c_out,
+                    cols: px,
+                    rs: 1,
+                    cs: 0,
+                },
+                1.0,
+            )),
+            clamp: Some((0.0, 6.0)),
+        };
+        let mut output = vec![0f32; c_out * px];
+        let mut group = c.benchmark_group(format!("pointwise_{size}x{size}x{c_in}_to_{c_out}"));
+        group.throughput(Throughput::Elements((c_out * px * c_in) as u64));
+        let mut cold: Vec<Vec<f32>> = (0..8).map(|_| vec![0f32; c_out * px]).collect();
+        for threads in [1, 2] {
+            let pool = ThreadPool::new(threads).expect("a thread pool");
+            let mut scratch = vec![0f32; gemm::scratch_len(isa, &product, threads)];
+            group.bench_function(format!("t{threads}"), |b| {
+                b.iter(|| {
+                    pool.install_hot(|| {
+                        gemm::gemm(&pool, isa, &product, &mut output, &mut scratch)
+                            .expect("a valid product")
+                    })
+                })
+            });
+            let mut i = 0;
+            group.bench_function(format!("cold_t{threads}"), |b| {
+                b.iter(|| {
+                    i = (i + 1) % cold.len();
+                    let out = &mut cold[i];
+                    pool.install_hot(|| {
+                        gemm::gemm(&pool, isa, &product, out, &mut scratch)
+                            .expect("a valid product")
+                    })
+                })
+            });
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, bench, bench_pointwise);
 criterion_main!(benches);

@@ -41,6 +41,9 @@ const KC: usize = 256;
 const MB: usize = 256;
 /// Most columns one task owns.
 const NB_MAX: usize = 256;
+/// Most packed B values (`kc x nb`) of a task's block that the tile loop counts on
+/// finding in L1: 32 KiB.
+const B_BLOCK_IN_L1: usize = 8 * 1024;
 
 /// The element slice of an operand.
 #[derive(Clone, Copy)]
@@ -1178,32 +1181,41 @@ fn task(
             RightSource::Packed(_) => {}
         }
         let last = k0 + kc == k;
-        for q in 0..panels_b {
+        // Tiles row of panels by row of panels when this block's B panels fit in L1
+        // (a short K, a pointwise convolution's): each A panel is then read once and
+        // the output written a few rows at a time, which the hardware prefetches for
+        // even when those rows are far apart and not in cache. Otherwise column by
+        // column, so that each B panel stays in L1 while every A panel streams by.
+        let by_rows = kc * nb <= B_BLOCK_IN_L1;
+        for tile in 0..panels_a * panels_b {
+            let (p, q) = if by_rows {
+                (tile / panels_b, tile % panels_b)
+            } else {
+                (tile % panels_a, tile / panels_a)
+            };
+            let ap = a.panel(t, k, p, (k0, kc));
+            let rows = t.mr.min(mb - p * t.mr);
             let bp = match src {
                 RightSource::Packed(p) => p.panel(c0 / t.nr + q, k0, kc),
                 _ => &bpack[q * kc * t.nr..(q + 1) * kc * t.nr],
             };
             let cols = t.nr.min(nb - q * t.nr);
-            for p in 0..panels_a {
-                let ap = a.panel(t, k, p, (k0, kc));
-                let rows = t.mr.min(mb - p * t.mr);
-                let at = (p * t.mr, q * t.nr);
-                let accumulate = k0 > 0;
-                match finish_from {
-                    Some(m0) if last && in_kernel => {
-                        fill_tile_post(g, &mut post, (m0 + at.0, rows), (c0 + at.1, cols));
-                        let how = (accumulate, Some(&post));
-                        micro_kernel(isa, kc, ap, bp, out, at, (rows, cols), how);
-                    }
-                    Some(m0) if last => {
-                        micro_kernel(isa, kc, ap, bp, out, at, (rows, cols), (accumulate, None));
-                        for r in at.0..at.0 + rows {
-                            let row = &mut out.row_mut(r)[at.1..at.1 + cols];
-                            finish_in_place(g, row, m0 + r, c0 + at.1);
-                        }
-                    }
-                    _ => micro_kernel(isa, kc, ap, bp, out, at, (rows, cols), (accumulate, None)),
+            let at = (p * t.mr, q * t.nr);
+            let accumulate = k0 > 0;
+            match finish_from {
+                Some(m0) if last && in_kernel => {
+                    fill_tile_post(g, &mut post, (m0 + at.0, rows), (c0 + at.1, cols));
+                    let how = (accumulate, Some(&post));
+                    micro_kernel(isa, kc, ap, bp, out, at, (rows, cols), how);
                 }
+                Some(m0) if last => {
+                    micro_kernel(isa, kc, ap, bp, out, at, (rows, cols), (accumulate, None));
+                    for r in at.0..at.0 + rows {
+                        let row = &mut out.row_mut(r)[at.1..at.1 + cols];
+                        finish_in_place(g, row, m0 + r, c0 + at.1);
+                    }
+                }
+                _ => micro_kernel(isa, kc, ap, bp, out, at, (rows, cols), (accumulate, None)),
             }
         }
         k0 += kc;
