@@ -11,7 +11,7 @@
 #[cfg(target_arch = "x86_64")]
 mod depthwise_avx512;
 #[cfg(target_arch = "x86_64")]
-mod depthwise_square_avx512;
+mod depthwise_square;
 mod phase_panels;
 mod polyphase;
 
@@ -327,7 +327,7 @@ impl PlaneConv {
     /// with fused multiply-adds and vectorised; elsewhere `x * w + o` rounds twice.
     pub fn with_isa(isa: Isa, g: &ConvGeometry, scratch_len: usize) -> PlaneConv {
         #[cfg(target_arch = "x86_64")]
-        let direct = isa.avx512().and_then(|cpu| DirectKernel::new(cpu, g));
+        let direct = DirectKernel::new(isa, g);
         #[cfg(target_arch = "x86_64")]
         let plan = match direct {
             Some(_) => None,
@@ -341,6 +341,20 @@ impl PlaneConv {
             plan,
             #[cfg(target_arch = "x86_64")]
             direct,
+            scratch_len,
+        }
+    }
+
+    /// [`PlaneConv::with_isa`] without the direct kernels: the polyphase (or row)
+    /// kernel, which the direct ones are tested against.
+    #[cfg(test)]
+    fn polyphase_only(isa: Isa, g: &ConvGeometry, scratch_len: usize) -> PlaneConv {
+        PlaneConv {
+            isa,
+            g: *g,
+            plan: polyphase::Plan::new(g, scratch_len),
+            #[cfg(target_arch = "x86_64")]
+            direct: None,
             scratch_len,
         }
     }
@@ -399,26 +413,32 @@ impl PlaneConv {
     }
 }
 
-/// The direct AVX-512 depthwise kernels, which read the input plane in place.
+/// The direct depthwise kernels (AVX2 or AVX-512), which read the input plane in place.
 // Built on the stack once per convolution call: boxing the larger variant would
 // allocate on every call.
 #[allow(clippy::large_enum_variant)]
 #[cfg(target_arch = "x86_64")]
 enum DirectKernel {
-    /// A 3x3 or 5x5 filter, stride 1 or 2 both ways.
-    Square(depthwise_square_avx512::Square),
-    /// Other column-stride-2 geometries.
+    /// A 3x3 or 5x5 filter, stride 1 or 2 both ways (AVX2 or AVX-512).
+    Square(depthwise_square::Square),
+    /// Other column-stride-2 geometries (AVX-512).
     Stride2(depthwise_avx512::Direct),
 }
 
 #[cfg(target_arch = "x86_64")]
 impl DirectKernel {
-    /// The kernel that handles `g`, if any; `cpu` proves AVX-512 F.
-    fn new(cpu: crate::CpuSupport, g: &ConvGeometry) -> Option<DirectKernel> {
-        if let Some(k) = depthwise_square_avx512::Square::new(cpu, g) {
+    /// The kernel of `isa` that handles `g`, if any.
+    fn new(isa: Isa, g: &ConvGeometry) -> Option<DirectKernel> {
+        let wide = isa.avx512().is_some();
+        if let Some(k) = isa
+            .avx2()
+            .and_then(|cpu| depthwise_square::Square::new(cpu, wide, g))
+        {
             return Some(DirectKernel::Square(k));
         }
-        depthwise_avx512::Direct::new(cpu, g).map(DirectKernel::Stride2)
+        isa.avx512()
+            .and_then(|cpu| depthwise_avx512::Direct::new(cpu, g))
+            .map(DirectKernel::Stride2)
     }
 }
 
@@ -1120,34 +1140,38 @@ mod tests {
     }
 
     /// One plane of `g` (a 1-in, 1-out channel geometry) convolved with the polyphase
-    /// kernel (the AVX2 instruction set) and with the AVX-512 one (a direct kernel where
-    /// one handles `g`), with and without a clamp: the same values (equal bits, or both
-    /// zero of either sign). Passes trivially on a CPU without AVX-512.
+    /// kernel and, on every SIMD instruction set of this CPU, as `PlaneConv` runs it (a
+    /// direct kernel where one handles `g`), with and without a clamp: the same values
+    /// (equal bits, or both zero of either sign). All with fused multiply-adds.
     #[cfg(target_arch = "x86_64")]
     fn direct_matches_polyphase(g: &ConvGeometry, seed: u32) -> Result<(), TestCaseError> {
         let isas = Isa::available();
-        let (Some(&fma), Some(&wide_isa)) = (
-            isas.iter()
-                .find(|i| i.avx2().is_some() && i.avx512().is_none()),
-            isas.iter().find(|i| i.avx512().is_some()),
-        ) else {
+        let Some(&fma) = isas.iter().find(|i| i.avx2().is_some()) else {
             return Ok(());
         };
         let input = grid_values(g.in_h * g.in_w, seed);
         let filter = grid_values(g.kernel_h * g.kernel_w, seed + 3);
         for clamp in [None, Some((-0.5, 0.75))] {
-            let mut results = Vec::new();
-            for isa in [fma, wide_isa] {
-                let scratch_len = plane_scratch_len(g);
-                let mut scratch = vec![f32::NAN; scratch_len];
+            let scratch_len = plane_scratch_len(g);
+            let mut scratch = vec![f32::NAN; scratch_len];
+            let run = |conv: PlaneConv, scratch: &mut [f32]| {
                 let mut out = vec![f32::NAN; g.out_pixels()];
-                let conv = PlaneConv::with_isa(isa, g, scratch_len);
-                prop_assert!(conv.run(&input, &filter, (0.25, clamp), &mut out, &mut scratch));
-                results.push(out);
-            }
-            for (i, (a, b)) in results[0].iter().zip(&results[1]).enumerate() {
-                let same = a.to_bits() == b.to_bits() || (*a == 0.0 && *b == 0.0);
-                prop_assert!(same, "output {i}: {a} vs {b}, {clamp:?}");
+                conv.run(&input, &filter, (0.25, clamp), &mut out, scratch)
+                    .then_some(out)
+            };
+            let want = run(PlaneConv::polyphase_only(fma, g, scratch_len), &mut scratch);
+            let Some(want) = want else {
+                return Err(TestCaseError::fail(
+                    "the polyphase kernel refused the plane",
+                ));
+            };
+            for &isa in isas.iter().filter(|i| i.avx2().is_some()) {
+                let got = run(PlaneConv::with_isa(isa, g, scratch_len), &mut scratch);
+                prop_assert!(got.is_some(), "{} refused the plane", isa.name());
+                for (i, (a, b)) in got.iter().flatten().zip(&want).enumerate() {
+                    let same = a.to_bits() == b.to_bits() || (*a == 0.0 && *b == 0.0);
+                    prop_assert!(same, "{}, output {i}: {a} vs {b}, {clamp:?}", isa.name());
+                }
             }
         }
         Ok(())

@@ -31,7 +31,7 @@ type RowMasks = [[(__mmask16, __mmask16); MAX_KW]; MAX_VECTORS];
 /// [`MAX_TAPS`] taps ([`MAX_KW`] columns), rows of at most [`MAX_VECTORS`] vectors.
 /// With stride 2 the polyphase kernel spends more splitting the phases than this kernel
 /// spends de-interleaving in registers. (3x3 and 5x5 filters with stride 1 or 2 both
-/// ways have their own kernel, `depthwise_square_avx512`; stride 1 through this one was
+/// ways have their own kernel, `depthwise_square`; stride 1 through this one was
 /// no faster than the polyphase kernel.)
 fn handles(g: &ConvGeometry) -> bool {
     g.stride_w == 2
