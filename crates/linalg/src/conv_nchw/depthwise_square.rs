@@ -72,6 +72,31 @@ trait Vector: Copy {
     unsafe fn evens(a: Self, b: Self) -> Self;
     /// Lanes 1, 3, 5, .. of `a` then of `b`.
     unsafe fn odds(a: Self, b: Self) -> Self;
+    /// [`Plane::rows`], compiled for this width in a function of its own (a body the
+    /// size of the whole plane loop spills more).
+    unsafe fn rows<const K: usize, const S: usize, const R: usize, const MASKED: bool>(
+        plane: &Plane<'_, Self, K, S>,
+        oy: usize,
+        v: usize,
+        lanes: &LoadLanes,
+    );
+}
+
+/// Implements [`Vector::rows`] for a width compiled with `$features`.
+macro_rules! rows_entry {
+    ($features:literal) => {
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn rows<const K: usize, const S: usize, const R: usize, const MASKED: bool>(
+            plane: &Plane<'_, Self, K, S>,
+            oy: usize,
+            v: usize,
+            lanes: &LoadLanes,
+        ) {
+            // SAFETY: the caller's promise (`Plane::rows`'s contract).
+            unsafe { plane.rows::<R, MASKED>(oy, v, lanes) }
+        }
+    };
 }
 
 /// 16 lanes of AVX-512 F.
@@ -131,6 +156,7 @@ impl Vector for Wide {
             Wide(_mm512_permutex2var_ps(a.0, idx, b.0))
         }
     }
+    rows_entry!("avx512f,avx2,fma");
 }
 
 impl Vector for Narrow {
@@ -187,6 +213,7 @@ impl Vector for Narrow {
             )))
         }
     }
+    rows_entry!("avx2,fma");
 }
 
 /// The kernel prepared for one geometry and width.
@@ -379,11 +406,11 @@ unsafe fn run<V: Vector, const K: usize, const S: usize>(
                 // `inside`, the rows `kernel_rows` gives otherwise), and the vector's
                 // lanes were worked out for this geometry.
                 match (block, lane) {
-                    (ROWS, None) => plane.rows::<ROWS, false>(oy, v, &full),
-                    (ROWS, Some(m)) => plane.rows::<ROWS, true>(oy, v, m),
+                    (ROWS, None) => V::rows::<K, S, ROWS, false>(&plane, oy, v, &full),
+                    (ROWS, Some(m)) => V::rows::<K, S, ROWS, true>(&plane, oy, v, m),
                     (_, _) if inside.contains(&oy) => match lane {
-                        None => plane.rows::<1, false>(oy, v, &full),
-                        Some(m) => plane.rows::<1, true>(oy, v, m),
+                        None => V::rows::<K, S, 1, false>(&plane, oy, v, &full),
+                        Some(m) => V::rows::<K, S, 1, true>(&plane, oy, v, m),
                     },
                     (_, _) => plane.edge_row(oy, v, plane.kernel_rows(oy), lane.as_ref()),
                 }

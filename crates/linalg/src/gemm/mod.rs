@@ -30,6 +30,7 @@ use half::{bf16, f16};
 use etch_memory::{ColumnBlock, ColumnBlocks};
 
 use crate::conv_nchw::Im2col;
+use crate::copy::copy_floats;
 use crate::{GRAIN_SIZE, Isa, LinalgError, ThreadPool};
 pub use f32_api::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_with};
 use kernels::{APanel, MAX_NR, Tile, TilePost, micro_kernel, panel_dot};
@@ -837,7 +838,7 @@ fn fill_tile_post(
         let at = |r: usize| c.offset + (i0 + r) * c.rs;
         match c.data {
             Elems::F32(s) if c.rs == 1 => {
-                post.row_add[..rows].copy_from_slice(&s[at(0)..at(0) + rows]);
+                copy_floats(&mut post.row_add[..rows], &s[at(0)..at(0) + rows]);
             }
             _ => {
                 for (r, v) in post.row_add.iter_mut().take(rows).enumerate() {
@@ -849,7 +850,7 @@ fn fill_tile_post(
         let at = |j: usize| c.offset + (j0 + j) * c.cs;
         match c.data {
             Elems::F32(s) if c.cs == 1 => {
-                post.col_add[..cols].copy_from_slice(&s[at(0)..at(0) + cols]);
+                copy_floats(&mut post.col_add[..cols], &s[at(0)..at(0) + cols]);
             }
             _ => {
                 for (j, v) in post.col_add.iter_mut().take(cols).enumerate() {
