@@ -39,6 +39,31 @@ fn view(data: &[f32], rows: usize, cols: usize) -> MatRef<'_> {
     }
 }
 
+/// A convolution's product `filter · image`, plus a bias per output channel (row),
+/// clamped into `clamp`.
+fn convolution<'a>(
+    filter: MatRef<'a>,
+    image: MatRef<'a>,
+    bias: &'a [f32],
+    clamp: (f32, f32),
+) -> Gemm<'a> {
+    let bias = MatRef {
+        data: Elems::F32(bias),
+        offset: 0,
+        rows: filter.rows,
+        cols: image.cols,
+        rs: 1,
+        cs: 0,
+    };
+    Gemm {
+        a: filter,
+        b: image,
+        alpha: 1.0,
+        addend: Some((bias, 1.0)),
+        clamp: Some(clamp),
+    }
+}
+
 fn bench(c: &mut Criterion) {
     let pool = ThreadPool::new(1).expect("a thread pool");
     let isa = dispatch().gemm;
@@ -65,23 +90,12 @@ fn bench(c: &mut Criterion) {
         let input = data(c_in * size * size, 1);
         let filter = data(c_out * patch, 2);
         let bias = data(c_out, 3);
-        let product = Gemm {
-            a: view(&filter, c_out, patch),
-            b: view(&[], patch, px),
-            alpha: 1.0,
-            addend: Some((
-                MatRef {
-                    data: Elems::F32(&bias),
-                    offset: 0,
-                    rows: c_out,
-                    cols: px,
-                    rs: 1,
-                    cs: 0,
-                },
-                1.0,
-            )),
-            clamp: Some((0.0, f32::INFINITY)),
-        };
+        let product = convolution(
+            view(&filter, c_out, patch),
+            view(&[], patch, px),
+            &bias,
+            (0.0, f32::INFINITY),
+        );
         let mut scratch = vec![0f32; gemm::im2col_scratch_len(isa, &product, 1)];
         let mut phases = vec![0f32; Im2col::phase_split_len(&g)];
         let mut output = vec![0f32; c_out * px];
@@ -112,23 +126,12 @@ fn bench_pointwise(c: &mut Criterion) {
         let input = data(c_in * px, 1);
         let filter = data(c_out * c_in, 2);
         let bias = data(c_out, 3);
-        let product = Gemm {
-            a: view(&filter, c_out, c_in),
-            b: view(&input, c_in, px),
-            alpha: 1.0,
-            addend: Some((
-                MatRef {
-                    data: Elems::F32(&bias),
-                    offset: 0,
-                    rows: c_out,
-                    cols: px,
-                    rs: 1,
-                    cs: 0,
-                },
-                1.0,
-            )),
-            clamp: Some((0.0, 6.0)),
-        };
+        let product = convolution(
+            view(&filter, c_out, c_in),
+            view(&input, c_in, px),
+            &bias,
+            (0.0, 6.0),
+        );
         let mut output = vec![0f32; c_out * px];
         let mut group = c.benchmark_group(format!("pointwise_{size}x{size}x{c_in}_to_{c_out}"));
         group.throughput(Throughput::Elements((c_out * px * c_in) as u64));
