@@ -347,7 +347,7 @@ impl PlaneConv {
 
     /// [`PlaneConv::with_isa`] without the direct kernels: the polyphase (or row)
     /// kernel, which the direct ones are tested against.
-    #[cfg(test)]
+    #[cfg(all(test, target_arch = "x86_64"))]
     fn polyphase_only(isa: Isa, g: &ConvGeometry, scratch_len: usize) -> PlaneConv {
         PlaneConv {
             isa,
