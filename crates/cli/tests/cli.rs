@@ -174,6 +174,61 @@ fn run_writes_outputs() {
 }
 
 #[test]
+fn run_profile_json_lists_operators_and_every_instruction() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = etch(&[
+        "run",
+        &tiny_llama(),
+        "--input",
+        &fixture("tiny_llama_fp32/call0.in0.npy")
+            .display()
+            .to_string(),
+        "--input",
+        &fixture("tiny_llama_fp32/call0.in1.npy")
+            .display()
+            .to_string(),
+        "--output-dir",
+        &dir.path().display().to_string(),
+        "--repeat",
+        "3",
+        "--profile",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("run --json is JSON");
+    let operators = v["profile"].as_array().expect("a per-operator profile");
+    let steps = v["profile_steps"]
+        .as_array()
+        .expect("a per-instruction profile");
+    assert!(!steps.is_empty());
+    // Steps in program order, each with its operator's name and times; together they
+    // are the per-operator rows, call for call.
+    for (i, s) in steps.iter().enumerate() {
+        assert_eq!(s["step"].as_u64(), Some(i as u64), "{s}");
+        assert!(
+            s["operator"].is_string() && s["ms"].as_f64() >= Some(0.0),
+            "{s}"
+        );
+    }
+    let calls = |rows: &[serde_json::Value]| {
+        rows.iter()
+            .map(|r| r["calls"].as_u64().unwrap_or(0))
+            .sum::<u64>()
+    };
+    assert_eq!(calls(steps), calls(operators));
+    for op in operators {
+        let name = op["operator"].as_str().expect("an operator name");
+        let of_op: Vec<_> = steps
+            .iter()
+            .filter(|s| s["operator"] == name)
+            .cloned()
+            .collect();
+        assert!(!of_op.is_empty(), "{name} has no instruction");
+        assert_eq!(Some(calls(&of_op)), op["calls"].as_u64(), "{name}");
+    }
+}
+
+#[test]
 fn run_folds_at_load_unless_told_not_to() {
     let dir = tempfile::tempdir().unwrap();
     let stats = |extra: &[&str]| {
