@@ -23,15 +23,18 @@ const NR: usize = 32;
 /// A is a packed panel (`lda == 0`: step `k`, row `r` at `a[k*MR + r]`) or `MR` rows
 /// of a row-major matrix read in place (row `r`, step `k` at `a[r*lda + k]`).
 ///
+/// B's step `k` is the `NR` values at `b + k*ldb` (`ldb == NR`: a packed panel;
+/// more: `NR` columns of a row-major matrix read in place).
+///
 /// # Safety
 /// Needs AVX-512 F. `a` must hold `kc*MR` floats (packed) or `(MR-1)*lda + kc` (rows),
-/// `b` `kc*NR`, and `c` a full `MR x NR` tile with row stride `ldc`.
+/// `b` `(kc-1)*ldb + NR`, and `c` a full `MR x NR` tile with row stride `ldc`.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f")]
 pub(super) unsafe fn kernel_mrx32(
     kc: usize,
     (a, lda): (*const f32, usize),
-    b: *const f32,
+    (b, ldb): (*const f32, usize),
     c: *mut f32,
     ldc: usize,
     accumulate: bool,
@@ -42,9 +45,9 @@ pub(super) unsafe fn kernel_mrx32(
     macro_rules! steps {
         ($at:expr) => {
             for k in 0..kc {
-                // SAFETY: k < kc, so the 32 B values of step k are inside the panel.
+                // SAFETY: k < kc, so the 32 B values of step k (at k*ldb) are inside b.
                 let (b0, b1) = unsafe {
-                    let bk = b.add(k * NR);
+                    let bk = b.add(k * ldb);
                     (_mm512_loadu_ps(bk), _mm512_loadu_ps(bk.add(16)))
                 };
                 for (r, row) in acc.iter_mut().enumerate() {

@@ -84,9 +84,17 @@ impl TilePost {
     }
 }
 
-/// A SIMD micro-kernel: `(kc, a, b, c, ldc, accumulate, post)`, see [`micro_kernel`].
-pub(crate) type SimdKernel =
-    unsafe fn(usize, (*const f32, usize), *const f32, *mut f32, usize, bool, Option<&TilePost>);
+/// A SIMD micro-kernel: `(kc, (a, lda), (b, ldb), c, ldc, accumulate, post)`, see
+/// [`micro_kernel`].
+pub(crate) type SimdKernel = unsafe fn(
+    usize,
+    (*const f32, usize),
+    (*const f32, usize),
+    *mut f32,
+    usize,
+    bool,
+    Option<&TilePost>,
+);
 
 /// The A operand of one micro-kernel call: a packed panel (step `k`, row `r` at
 /// `k*mr + r`) or `mr` rows of a row-major f32 matrix read in place (row `r`, step `k`
@@ -110,6 +118,40 @@ impl APanel<'_> {
     }
 }
 
+/// The B operand of one micro-kernel call: a packed panel (step `k`, column `j` at
+/// `k*nr + j`) or `nr` columns of a row-major f32 matrix read in place (step `k`,
+/// column `j` at `k*ldb + j`).
+#[derive(Clone, Copy)]
+pub(crate) enum BPanel<'a> {
+    /// A panel packed by the GEMM.
+    Packed(&'a [f32]),
+    /// Rows read in place, `ldb` (>= `nr`) apart.
+    Rows(&'a [f32], usize),
+}
+
+impl<'a> BPanel<'a> {
+    /// The values the kernel reads over `kc` steps and the distance between two steps.
+    ///
+    /// # Panics
+    /// When the panel holds fewer values than `kc` steps need.
+    #[inline]
+    fn steps(self, nr: usize, kc: usize) -> (&'a [f32], usize) {
+        match self {
+            BPanel::Packed(b) => (&b[..kc * nr], nr),
+            BPanel::Rows(b, ldb) => {
+                assert!(
+                    ldb >= nr,
+                    "rows of B read in place are at least a panel wide"
+                );
+                (
+                    &b[..kc.checked_sub(1).map_or(0, |last| last * ldb + nr)],
+                    ldb,
+                )
+            }
+        }
+    }
+}
+
 /// The SIMD micro-kernel of `isa`, if it has one.
 fn simd_kernel(isa: Isa) -> Option<SimdKernel> {
     match isa {
@@ -123,8 +165,8 @@ fn simd_kernel(isa: Isa) -> Option<SimdKernel> {
     }
 }
 
-/// `tile[mr x nr] (+)= A_panel · B_panel` over `kc` steps, with the tile of `isa`;
-/// `a` holds `kc` steps of `mr` rows, `b` `kc` groups of `nr`. Writes the
+/// `tile[mr x nr] (+)= A_panel · B_panel` over `kc` (> 0) steps, with the tile of
+/// `isa`; `a` holds `kc` steps of `mr` rows, `b` `kc` steps of `nr` columns. Writes the
 /// `rows x cols` corner of the tile to `out` at `(row, col)` of the block, adding to
 /// what is there when `accumulate`, then applying `post` when given.
 #[allow(clippy::too_many_arguments)]
@@ -133,7 +175,7 @@ pub(crate) fn micro_kernel(
     isa: Isa,
     kc: usize,
     a: APanel<'_>,
-    b: &[f32],
+    b: BPanel<'_>,
     out: &mut ColumnBlock<'_, f32>,
     (row, col): (usize, usize),
     (rows, cols): (usize, usize),
@@ -151,7 +193,7 @@ pub(crate) fn micro_kernel(
     let a_ptr = match a {
         APanel::Packed(p) | APanel::Rows(p, _) => p.as_ptr(),
     };
-    let b = &b[..kc * t.nr];
+    let (b, ldb) = b.steps(t.nr, kc);
     if rows == 0 || cols == 0 {
         return;
     }
@@ -165,10 +207,10 @@ pub(crate) fn micro_kernel(
         let c = out.window_ptr((row, col), (rows, cols));
         let c = c.unwrap_or_else(|| panic!("tile at ({row}, {col}) outside its block"));
         // SAFETY: the Isa variant carries the proof that its instructions exist on this
-        // CPU; a holds kc*mr values (packed) or (mr-1)*lda + kc (rows), b kc*nr (both
-        // sliced so above), and the block has a full mr x nr window at c with row
+        // CPU; a holds kc*mr values (packed) or (mr-1)*lda + kc (rows), b (kc-1)*ldb + nr
+        // (both sliced so above), and the block has a full mr x nr window at c with row
         // stride ld (window_ptr checked it).
-        unsafe { kernel(kc, (a_ptr, lda), b.as_ptr(), c, ld, accumulate, post) };
+        unsafe { kernel(kc, (a_ptr, lda), (b.as_ptr(), ldb), c, ld, accumulate, post) };
         return;
     }
     let mut tile = [0f32; MAX_TILE];
@@ -178,14 +220,14 @@ pub(crate) fn micro_kernel(
             kernel(
                 kc,
                 (a_ptr, lda),
-                b.as_ptr(),
+                (b.as_ptr(), ldb),
                 tile.as_mut_ptr(),
                 t.nr,
                 false,
                 None,
             )
         },
-        None => kernel_scalar(kc, t, a, b, &mut tile),
+        None => kernel_scalar(kc, t, a, (b, ldb), &mut tile),
     }
     for (r, src) in tile.chunks_exact(t.nr).take(rows).enumerate() {
         let dst = &mut out.row_mut(row + r)[col..col + cols];
@@ -216,7 +258,7 @@ pub(crate) fn micro_kernel_into_slice(
         isa,
         kc,
         APanel::Packed(a),
-        b,
+        BPanel::Packed(b),
         &mut block,
         (0, 0),
         (rows, cols),
@@ -224,9 +266,16 @@ pub(crate) fn micro_kernel_into_slice(
     );
 }
 
-/// The scalar micro-kernel: `tile[r * nr + j] += Σ_k A(r, k) * b[k*nr + j]`.
-pub(crate) fn kernel_scalar(kc: usize, t: Tile, a: APanel<'_>, b: &[f32], tile: &mut [f32]) {
-    for (k, bk) in b.chunks_exact(t.nr).take(kc).enumerate() {
+/// The scalar micro-kernel: `tile[r * nr + j] += Σ_k A(r, k) * b[k*ldb + j]`.
+pub(crate) fn kernel_scalar(
+    kc: usize,
+    t: Tile,
+    a: APanel<'_>,
+    (b, ldb): (&[f32], usize),
+    tile: &mut [f32],
+) {
+    for k in 0..kc {
+        let bk = &b[k * ldb..k * ldb + t.nr];
         for r in 0..t.mr {
             let av = a.at(t.mr, r, k);
             let row = &mut tile[r * t.nr..(r + 1) * t.nr];

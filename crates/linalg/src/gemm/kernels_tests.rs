@@ -10,7 +10,7 @@ fn micro_kernels_agree() {
             let a = rand_vec(kc * t.mr, 1);
             let b = rand_vec(kc * t.nr, 2);
             let mut want = vec![0f32; t.mr * t.nr];
-            kernel_scalar(kc, t, APanel::Packed(&a), &b, &mut want);
+            kernel_scalar(kc, t, APanel::Packed(&a), (&b, t.nr), &mut want);
             for (rows, cols) in [(t.mr, t.nr), (1, 1), (t.mr - 1, t.nr), (t.mr, 3), (2, 9)] {
                 let ldc = t.nr + 4;
                 let mut c = vec![1f32; (rows - 1) * ldc + cols];
@@ -127,7 +127,7 @@ proptest::proptest! {
             let rows = t.mr - rows_cut % t.mr;
             let cols = t.nr - cols_cut % t.nr;
             let mut want = vec![0f32; t.mr * t.nr];
-            kernel_scalar(kc, t, APanel::Packed(&a), &b, &mut want);
+            kernel_scalar(kc, t, APanel::Packed(&a), (&b, t.nr), &mut want);
             let mut c = vec![0f32; (rows - 1) * t.nr + cols];
             micro_kernel_into_slice(isa, kc, &a, &b, &mut c, t.nr, rows, cols, false);
             for r in 0..rows {
@@ -161,7 +161,16 @@ fn rows_of_a_in_place_give_the_bits_of_the_packed_panel() {
                     let mut c = vec![0.5f32; mr * nr];
                     let blocks = etch_memory::ColumnBlocks::new(&mut c, mr, nr, nr, nr).unwrap();
                     let mut block = blocks.take(0).unwrap();
-                    micro_kernel(isa, kc, a, &b, &mut block, (0, 0), (mr, nr), (true, None));
+                    micro_kernel(
+                        isa,
+                        kc,
+                        a,
+                        BPanel::Packed(&b),
+                        &mut block,
+                        (0, 0),
+                        (mr, nr),
+                        (true, None),
+                    );
                     c
                 };
                 let (in_place, from_panel) =
@@ -171,6 +180,46 @@ fn rows_of_a_in_place_give_the_bits_of_the_packed_panel() {
                     .zip(&from_panel)
                     .all(|(x, y)| x.to_bits() == y.to_bits());
                 assert!(same, "{isa:?} kc={kc} lda={lda} {mr}x{nr}");
+            }
+        }
+    }
+}
+
+/// Every micro-kernel reads columns of B in place (rows `ldb` apart) to the same bits as
+/// the packed panel of those columns.
+#[test]
+fn rows_of_b_in_place_give_the_bits_of_the_packed_panel() {
+    for &isa in Isa::available() {
+        let t = Tile::of(isa);
+        for (kc, ldb) in [
+            (1usize, t.nr),
+            (7, t.nr + 3),
+            (64, 3 * t.nr + 1),
+            (257, 300),
+        ] {
+            let rows = rand_vec((kc - 1) * ldb + t.nr, 11);
+            let mut packed = vec![0f32; kc * t.nr];
+            for k in 0..kc {
+                packed[k * t.nr..(k + 1) * t.nr].copy_from_slice(&rows[k * ldb..k * ldb + t.nr]);
+            }
+            let a = rand_vec(kc * t.mr, 12);
+            for (r_cut, c_cut) in [(0, 0), (1, 5)] {
+                let (mr, nr) = (t.mr - r_cut, t.nr - c_cut);
+                let run = |b: BPanel<'_>| {
+                    let mut c = vec![0.5f32; mr * nr];
+                    let blocks = etch_memory::ColumnBlocks::new(&mut c, mr, nr, nr, nr).unwrap();
+                    let mut block = blocks.take(0).unwrap();
+                    let a = APanel::Packed(&a);
+                    micro_kernel(isa, kc, a, b, &mut block, (0, 0), (mr, nr), (true, None));
+                    c
+                };
+                let (in_place, from_panel) =
+                    (run(BPanel::Rows(&rows, ldb)), run(BPanel::Packed(&packed)));
+                let same = in_place
+                    .iter()
+                    .zip(&from_panel)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{isa:?} kc={kc} ldb={ldb} {mr}x{nr}");
             }
         }
     }

@@ -33,7 +33,7 @@ use crate::conv_nchw::Im2col;
 use crate::copy::copy_floats;
 use crate::{GRAIN_SIZE, Isa, LinalgError, ThreadPool};
 pub use f32_api::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_with};
-use kernels::{APanel, MAX_NR, Tile, TilePost, micro_kernel, panel_dot};
+use kernels::{APanel, BPanel, MAX_NR, Tile, TilePost, micro_kernel, panel_dot};
 pub use kernels::{WeightElem, dot_rows};
 
 /// Depth of one packed block (k).
@@ -1176,18 +1176,32 @@ fn task(
     let mut k0 = 0;
     while k0 < k {
         let kc = KC.min(k - k0);
-        match src {
-            RightSource::View => pack_b_for(isa, t.nr, &g.b, (k0, kc), (c0, nb), bpack),
-            RightSource::Im2col(image) => image.pack_panels(isa, t.nr, (k0, kc), (c0, nb), bpack),
-            RightSource::Packed(_) => {}
-        }
-        let last = k0 + kc == k;
         // Tiles row of panels by row of panels when this block's B panels fit in L1
         // (a short K, a pointwise convolution's): each A panel is then read once and
         // the output written a few rows at a time, which the hardware prefetches for
         // even when those rows are far apart and not in cache. Otherwise column by
         // column, so that each B panel stays in L1 while every A panel streams by.
         let by_rows = kc * nb <= B_BLOCK_IN_L1;
+        // A block that small is read in place when B's rows allow it (packing it costs
+        // as much as the few products each value takes part in): panels 0..whole_b from
+        // the rows, a narrower last one packed (it would read past the rows' end).
+        let b_rows = match src {
+            RightSource::View if by_rows => b_rows_in_place(g, t),
+            _ => None,
+        };
+        let whole_b = if b_rows.is_some() { nb / t.nr } else { 0 };
+        match src {
+            RightSource::View if b_rows.is_some() => {
+                if whole_b < panels_b {
+                    let c = whole_b * t.nr;
+                    pack_b_for(isa, t.nr, &g.b, (k0, kc), (c0 + c, nb - c), bpack);
+                }
+            }
+            RightSource::View => pack_b_for(isa, t.nr, &g.b, (k0, kc), (c0, nb), bpack),
+            RightSource::Im2col(image) => image.pack_panels(isa, t.nr, (k0, kc), (c0, nb), bpack),
+            RightSource::Packed(_) => {}
+        }
+        let last = k0 + kc == k;
         for tile in 0..panels_a * panels_b {
             let (p, q) = if by_rows {
                 (tile / panels_b, tile % panels_b)
@@ -1196,9 +1210,13 @@ fn task(
             };
             let ap = a.panel(t, k, p, (k0, kc));
             let rows = t.mr.min(mb - p * t.mr);
-            let bp = match src {
-                RightSource::Packed(p) => p.panel(c0 / t.nr + q, k0, kc),
-                _ => &bpack[q * kc * t.nr..(q + 1) * kc * t.nr],
+            let bp = match (src, b_rows) {
+                (RightSource::Packed(p), _) => BPanel::Packed(p.panel(c0 / t.nr + q, k0, kc)),
+                (_, Some((rows, ldb))) if q < whole_b => {
+                    BPanel::Rows(&rows[k0 * ldb + c0 + q * t.nr..], ldb)
+                }
+                (_, Some(_)) => BPanel::Packed(&bpack[..kc * t.nr]),
+                _ => BPanel::Packed(&bpack[q * kc * t.nr..(q + 1) * kc * t.nr]),
             };
             let cols = t.nr.min(nb - q * t.nr);
             let at = (p * t.mr, q * t.nr);
@@ -1220,6 +1238,19 @@ fn task(
             }
         }
         k0 += kc;
+    }
+}
+
+/// B's rows when the micro-kernels read them in place rather than packed: an f32 B
+/// with contiguous rows (activations, a pointwise convolution's input planes), at
+/// least a panel wide. The rows start at B's first element; the second value is their
+/// stride.
+fn b_rows_in_place<'g>(g: &Gemm<'g>, t: Tile) -> Option<(&'g [f32], usize)> {
+    match g.b.data {
+        Elems::F32(data) if g.b.cs == 1 && g.b.rs >= t.nr => {
+            data.get(g.b.offset..).map(|rows| (rows, g.b.rs))
+        }
+        _ => None,
     }
 }
 

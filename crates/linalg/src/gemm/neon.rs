@@ -19,15 +19,18 @@ const NR: usize = 16;
 /// A is a packed panel (`lda == 0`: step `k`, row `r` at `a[k*MR + r]`) or `MR` rows
 /// of a row-major matrix read in place (row `r`, step `k` at `a[r*lda + k]`).
 ///
+/// B's step `k` is the `NR` values at `b + k*ldb` (`ldb == NR`: a packed panel;
+/// more: `NR` columns of a row-major matrix read in place).
+///
 /// # Safety
 /// Needs NEON. `a` must hold `kc*MR` floats (packed) or `(MR-1)*lda + kc` (rows), `b`
-/// `kc*NR`, and `c` a full `MR x NR` tile with row stride `ldc`.
+/// `(kc-1)*ldb + NR`, and `c` a full `MR x NR` tile with row stride `ldc`.
 #[target_feature(enable = "neon")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn kernel_6x16(
     kc: usize,
     (a, lda): (*const f32, usize),
-    b: *const f32,
+    (b, ldb): (*const f32, usize),
     c: *mut f32,
     ldc: usize,
     accumulate: bool,
@@ -38,9 +41,9 @@ pub(super) unsafe fn kernel_6x16(
     macro_rules! steps {
         ($at:expr) => {
             for k in 0..kc {
-                // SAFETY: k < kc, so the 16 B values of step k are inside the panel.
+                // SAFETY: k < kc, so the 16 B values of step k (at k*ldb) are inside b.
                 let bv = unsafe {
-                    let bk = b.add(k * NR);
+                    let bk = b.add(k * ldb);
                     [
                         vld1q_f32(bk),
                         vld1q_f32(bk.add(4)),
