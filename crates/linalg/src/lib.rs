@@ -71,6 +71,8 @@ pub mod layout;
 pub mod pool;
 pub mod quant;
 pub mod resize;
+#[cfg(target_arch = "x86_64")]
+mod simd_x86;
 #[cfg(test)]
 mod test_util;
 mod threadpool;

@@ -18,11 +18,11 @@
 //! outside the plane is skipped rather than added as zeros, which leaves every sum's
 //! value unchanged (only the sign of a zero sum can differ).
 
-use std::arch::x86_64::*;
 use std::ops::Range;
 
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
+use crate::simd_x86::{Narrow, Vector, Wide};
 
 /// Widest output row the kernel handles.
 const MAX_OUT_W: usize = 1024;
@@ -43,37 +43,13 @@ const ROWS: usize = 4;
 /// input row, bit `l` for lane `l`.
 type LoadLanes = [[u16; 2]; MAX_K];
 
-/// The vector operations of the kernel at one width.
+/// [`Plane::rows`] compiled for one width in a function of its own (a body the size of
+/// the whole plane loop spills more).
 ///
 /// # Safety
-/// Every method may run only on a CPU with the width's instructions (AVX-512 F, or AVX2
-/// with FMA): the kernel's entry points check that with a [`CpuSupport`].
-trait Vector: Copy {
-    /// Lanes of a vector.
-    const LANES: usize;
-    /// A lane mask.
-    type Mask: Copy;
-    /// Every lane `x`.
-    unsafe fn splat(x: f32) -> Self;
-    /// `LANES` values from `p`.
-    unsafe fn load(p: *const f32) -> Self;
-    /// The mask of the lanes whose bits are set in `lanes`.
-    unsafe fn mask(lanes: u16) -> Self::Mask;
-    /// The lanes of `m` from `p` (those lanes must be readable), 0 elsewhere.
-    unsafe fn load_masked(p: *const f32, m: Self::Mask) -> Self;
-    /// `self * w + acc`, rounded once.
-    unsafe fn fmadd(self, w: Self, acc: Self) -> Self;
-    /// `min(hi, max(lo, self))`: NaN and a signed zero equal to a bound kept, as
-    /// `output_clamp`.
-    unsafe fn clamp(self, lo: Self, hi: Self) -> Self;
-    /// The first `lanes` lanes to `p` (those must be writable).
-    unsafe fn store_first(self, p: *mut f32, lanes: usize);
-    /// Lanes 0, 2, 4, .. of `a` then of `b`.
-    unsafe fn evens(a: Self, b: Self) -> Self;
-    /// Lanes 1, 3, 5, .. of `a` then of `b`.
-    unsafe fn odds(a: Self, b: Self) -> Self;
-    /// [`Plane::rows`], compiled for this width in a function of its own (a body the
-    /// size of the whole plane loop spills more).
+/// As [`Vector`]: only on a CPU with the width's instructions.
+trait PlaneRows: Vector {
+    /// [`Plane::rows`] of this width.
     unsafe fn rows<const K: usize, const S: usize, const R: usize, const MASKED: bool>(
         plane: &Plane<'_, Self, K, S>,
         oy: usize,
@@ -82,139 +58,27 @@ trait Vector: Copy {
     );
 }
 
-/// Implements [`Vector::rows`] for a width compiled with `$features`.
+/// Implements [`PlaneRows`] for `$width` compiled with `$features`.
 macro_rules! rows_entry {
-    ($features:literal) => {
-        #[inline]
-        #[target_feature(enable = $features)]
-        unsafe fn rows<const K: usize, const S: usize, const R: usize, const MASKED: bool>(
-            plane: &Plane<'_, Self, K, S>,
-            oy: usize,
-            v: usize,
-            lanes: &LoadLanes,
-        ) {
-            // SAFETY: the caller's promise (`Plane::rows`'s contract).
-            unsafe { plane.rows::<R, MASKED>(oy, v, lanes) }
+    ($width:ty, $features:literal) => {
+        impl PlaneRows for $width {
+            #[inline]
+            #[target_feature(enable = $features)]
+            unsafe fn rows<const K: usize, const S: usize, const R: usize, const MASKED: bool>(
+                plane: &Plane<'_, Self, K, S>,
+                oy: usize,
+                v: usize,
+                lanes: &LoadLanes,
+            ) {
+                // SAFETY: the caller's promise (`Plane::rows`'s contract).
+                unsafe { plane.rows::<R, MASKED>(oy, v, lanes) }
+            }
         }
     };
 }
 
-/// 16 lanes of AVX-512 F.
-#[derive(Clone, Copy)]
-struct Wide(__m512);
-
-/// 8 lanes of AVX2 with FMA.
-#[derive(Clone, Copy)]
-struct Narrow(__m256);
-
-// SAFETY (every method of both impls): the trait's contract, that the CPU has the
-// width's instructions; pointer reads and writes are the callers' to keep in bounds,
-// and masked-off lanes are neither read nor written.
-impl Vector for Wide {
-    const LANES: usize = 16;
-    type Mask = __mmask16;
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self {
-        Wide(unsafe { _mm512_set1_ps(x) })
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        Wide(unsafe { _mm512_loadu_ps(p) })
-    }
-    #[inline(always)]
-    unsafe fn mask(lanes: u16) -> __mmask16 {
-        lanes
-    }
-    #[inline(always)]
-    unsafe fn load_masked(p: *const f32, m: __mmask16) -> Self {
-        Wide(unsafe { _mm512_maskz_loadu_ps(m, p) })
-    }
-    #[inline(always)]
-    unsafe fn fmadd(self, w: Self, acc: Self) -> Self {
-        Wide(unsafe { _mm512_fmadd_ps(self.0, w.0, acc.0) })
-    }
-    #[inline(always)]
-    unsafe fn clamp(self, lo: Self, hi: Self) -> Self {
-        Wide(unsafe { _mm512_min_ps(hi.0, _mm512_max_ps(lo.0, self.0)) })
-    }
-    #[inline(always)]
-    unsafe fn store_first(self, p: *mut f32, lanes: usize) {
-        let m = ((1u32 << lanes) - 1) as __mmask16;
-        unsafe { _mm512_mask_storeu_ps(p, m, self.0) }
-    }
-    #[inline(always)]
-    unsafe fn evens(a: Self, b: Self) -> Self {
-        unsafe {
-            let idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-            Wide(_mm512_permutex2var_ps(a.0, idx, b.0))
-        }
-    }
-    #[inline(always)]
-    unsafe fn odds(a: Self, b: Self) -> Self {
-        unsafe {
-            let idx = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-            Wide(_mm512_permutex2var_ps(a.0, idx, b.0))
-        }
-    }
-    rows_entry!("avx512f,avx2,fma");
-}
-
-impl Vector for Narrow {
-    const LANES: usize = 8;
-    type Mask = __m256i;
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self {
-        Narrow(unsafe { _mm256_set1_ps(x) })
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        Narrow(unsafe { _mm256_loadu_ps(p) })
-    }
-    #[inline(always)]
-    unsafe fn mask(lanes: u16) -> __m256i {
-        unsafe {
-            let bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-            let set = _mm256_and_si256(_mm256_set1_epi32(lanes as i32), bit);
-            _mm256_cmpeq_epi32(set, bit)
-        }
-    }
-    #[inline(always)]
-    unsafe fn load_masked(p: *const f32, m: __m256i) -> Self {
-        Narrow(unsafe { _mm256_maskload_ps(p, m) })
-    }
-    #[inline(always)]
-    unsafe fn fmadd(self, w: Self, acc: Self) -> Self {
-        Narrow(unsafe { _mm256_fmadd_ps(self.0, w.0, acc.0) })
-    }
-    #[inline(always)]
-    unsafe fn clamp(self, lo: Self, hi: Self) -> Self {
-        Narrow(unsafe { _mm256_min_ps(hi.0, _mm256_max_ps(lo.0, self.0)) })
-    }
-    #[inline(always)]
-    unsafe fn store_first(self, p: *mut f32, lanes: usize) {
-        unsafe { _mm256_maskstore_ps(p, Self::mask((1u16 << lanes) - 1), self.0) }
-    }
-    #[inline(always)]
-    unsafe fn evens(a: Self, b: Self) -> Self {
-        unsafe {
-            // a0 a2 b0 b2 | a4 a6 b4 b6, then the 64-bit pairs in order 0, 2, 1, 3.
-            let mixed = _mm256_shuffle_ps::<0b10_00_10_00>(a.0, b.0);
-            Narrow(_mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(
-                _mm256_castps_pd(mixed),
-            )))
-        }
-    }
-    #[inline(always)]
-    unsafe fn odds(a: Self, b: Self) -> Self {
-        unsafe {
-            let mixed = _mm256_shuffle_ps::<0b11_01_11_01>(a.0, b.0);
-            Narrow(_mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(
-                _mm256_castps_pd(mixed),
-            )))
-        }
-    }
-    rows_entry!("avx2,fma");
-}
+rows_entry!(Wide, "avx512f,avx2,fma");
+rows_entry!(Narrow, "avx2,fma");
 
 /// The kernel prepared for one geometry and width.
 pub(super) struct Square {
@@ -345,7 +209,7 @@ unsafe fn narrow(_: CpuSupport, call: Call<'_, '_>) {
 /// # Safety
 /// As [`run`], for the geometry's `K` and `S`.
 #[inline(always)]
-unsafe fn by_filter<V: Vector>((g, operands, output): Call<'_, '_>) {
+unsafe fn by_filter<V: PlaneRows>((g, operands, output): Call<'_, '_>) {
     // SAFETY: the caller's promise, with K and S the geometry's own.
     unsafe {
         match (g.kernel_h, g.stride_h) {
@@ -366,7 +230,7 @@ unsafe fn by_filter<V: Vector>((g, operands, output): Call<'_, '_>) {
 /// width; `input` holds `in_h * in_w` values, `output` `out_h * out_w` and `filter`
 /// `K * K`.
 #[inline(always)]
-unsafe fn run<V: Vector, const K: usize, const S: usize>(
+unsafe fn run<V: PlaneRows, const K: usize, const S: usize>(
     g: &ConvGeometry,
     (input, filter, (bias, (lo, hi)), lanes): Operands<'_>,
     output: &mut [f32],

@@ -24,6 +24,8 @@ mod f32_api;
 mod kernels;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 use half::{bf16, f16};
 

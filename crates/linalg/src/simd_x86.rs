@@ -1,0 +1,241 @@
+//! The f32 vector operations the x86-64 kernels are written with, at two widths:
+//! [`Wide`] (16 lanes of AVX-512 F) and [`Narrow`] (8 lanes of AVX2 with FMA). A kernel
+//! body generic over [`Vector`] is written once and compiled for each width inside a
+//! `#[target_feature]` entry point, which its callers reach through a [`crate::CpuSupport`]
+//! proof: the methods are `#[inline(always)]` so that they take on the entry point's
+//! instruction set.
+
+use std::any::TypeId;
+use std::arch::x86_64::*;
+
+use half::{bf16, f16};
+
+use crate::gemm::WeightElem;
+
+/// The f32 vector operations of one width.
+///
+/// # Safety
+/// Every method may run only on a CPU with the width's instructions (AVX-512 F, or AVX2
+/// with FMA, and F16C for [`Vector::load_weights`] of f16): the kernels' entry points
+/// check that with a [`crate::CpuSupport`]. Pointer reads and writes are the callers'
+/// to keep in bounds.
+pub(crate) trait Vector: Copy {
+    /// Lanes of a vector.
+    const LANES: usize;
+    /// A lane mask.
+    type Mask: Copy;
+    /// Every lane `x`.
+    unsafe fn splat(x: f32) -> Self;
+    /// `LANES` values from `p`.
+    unsafe fn load(p: *const f32) -> Self;
+    /// `LANES` weights from `p`, widened to f32 (f32, f16 and bf16 with vector
+    /// instructions, any other type lane by lane).
+    unsafe fn load_weights<W: WeightElem>(p: *const W) -> Self;
+    /// The lanes to `p`.
+    unsafe fn store(self, p: *mut f32);
+    /// `self + other`.
+    unsafe fn add(self, other: Self) -> Self;
+    /// `self * w + acc`, rounded once.
+    unsafe fn fmadd(self, w: Self, acc: Self) -> Self;
+    /// `min(hi, max(lo, self))`: NaN and a signed zero equal to a bound kept, as
+    /// `output_clamp`.
+    unsafe fn clamp(self, lo: Self, hi: Self) -> Self;
+    /// The sum of the lanes.
+    unsafe fn reduce_add(self) -> f32;
+    /// The mask of the lanes whose bits are set in `lanes`.
+    unsafe fn mask(lanes: u16) -> Self::Mask;
+    /// The lanes of `m` from `p` (those lanes must be readable), 0 elsewhere.
+    unsafe fn load_masked(p: *const f32, m: Self::Mask) -> Self;
+    /// The first `lanes` lanes to `p` (those must be writable).
+    unsafe fn store_first(self, p: *mut f32, lanes: usize);
+    /// Lanes 0, 2, 4, .. of `a` then of `b`.
+    unsafe fn evens(a: Self, b: Self) -> Self;
+    /// Lanes 1, 3, 5, .. of `a` then of `b`.
+    unsafe fn odds(a: Self, b: Self) -> Self;
+}
+
+/// 16 lanes of AVX-512 F.
+#[derive(Clone, Copy)]
+pub(crate) struct Wide(__m512);
+
+/// 8 lanes of AVX2 with FMA.
+#[derive(Clone, Copy)]
+pub(crate) struct Narrow(__m256);
+
+/// `LANES` weights of a type without a vector conversion, widened one by one.
+///
+/// # Safety
+/// `p` must point at `N` readable elements.
+#[inline(always)]
+unsafe fn widened<W: WeightElem, const N: usize>(p: *const W) -> [f32; N] {
+    // SAFETY: l < N elements from p (the caller's promise).
+    std::array::from_fn(|l| unsafe { *p.add(l) }.to_f32())
+}
+
+// SAFETY (every method of both impls): the trait's contract, that the CPU has the
+// width's instructions; pointer reads and writes are the callers' to keep in bounds,
+// and masked-off lanes are neither read nor written.
+impl Vector for Wide {
+    const LANES: usize = 16;
+    type Mask = __mmask16;
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        Wide(unsafe { _mm512_set1_ps(x) })
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Wide(unsafe { _mm512_loadu_ps(p) })
+    }
+    #[inline(always)]
+    unsafe fn load_weights<W: WeightElem>(p: *const W) -> Self {
+        unsafe {
+            if TypeId::of::<W>() == TypeId::of::<f32>() {
+                Self::load(p as *const f32)
+            } else if TypeId::of::<W>() == TypeId::of::<f16>() {
+                Wide(_mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)))
+            } else if TypeId::of::<W>() == TypeId::of::<bf16>() {
+                let h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i));
+                Wide(_mm512_castsi512_ps(_mm512_slli_epi32::<16>(h)))
+            } else {
+                Self::load(widened::<W, 16>(p).as_ptr())
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        unsafe { _mm512_storeu_ps(p, self.0) }
+    }
+    #[inline(always)]
+    unsafe fn add(self, other: Self) -> Self {
+        Wide(unsafe { _mm512_add_ps(self.0, other.0) })
+    }
+    #[inline(always)]
+    unsafe fn fmadd(self, w: Self, acc: Self) -> Self {
+        Wide(unsafe { _mm512_fmadd_ps(self.0, w.0, acc.0) })
+    }
+    #[inline(always)]
+    unsafe fn clamp(self, lo: Self, hi: Self) -> Self {
+        Wide(unsafe { _mm512_min_ps(hi.0, _mm512_max_ps(lo.0, self.0)) })
+    }
+    #[inline(always)]
+    unsafe fn reduce_add(self) -> f32 {
+        unsafe { _mm512_reduce_add_ps(self.0) }
+    }
+    #[inline(always)]
+    unsafe fn mask(lanes: u16) -> __mmask16 {
+        lanes
+    }
+    #[inline(always)]
+    unsafe fn load_masked(p: *const f32, m: __mmask16) -> Self {
+        Wide(unsafe { _mm512_maskz_loadu_ps(m, p) })
+    }
+    #[inline(always)]
+    unsafe fn store_first(self, p: *mut f32, lanes: usize) {
+        let m = ((1u32 << lanes) - 1) as __mmask16;
+        unsafe { _mm512_mask_storeu_ps(p, m, self.0) }
+    }
+    #[inline(always)]
+    unsafe fn evens(a: Self, b: Self) -> Self {
+        unsafe {
+            let idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+            Wide(_mm512_permutex2var_ps(a.0, idx, b.0))
+        }
+    }
+    #[inline(always)]
+    unsafe fn odds(a: Self, b: Self) -> Self {
+        unsafe {
+            let idx = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+            Wide(_mm512_permutex2var_ps(a.0, idx, b.0))
+        }
+    }
+}
+
+impl Vector for Narrow {
+    const LANES: usize = 8;
+    type Mask = __m256i;
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self {
+        Narrow(unsafe { _mm256_set1_ps(x) })
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const f32) -> Self {
+        Narrow(unsafe { _mm256_loadu_ps(p) })
+    }
+    #[inline(always)]
+    unsafe fn load_weights<W: WeightElem>(p: *const W) -> Self {
+        unsafe {
+            if TypeId::of::<W>() == TypeId::of::<f32>() {
+                Self::load(p as *const f32)
+            } else if TypeId::of::<W>() == TypeId::of::<f16>() {
+                Narrow(_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)))
+            } else if TypeId::of::<W>() == TypeId::of::<bf16>() {
+                let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
+                Narrow(_mm256_castsi256_ps(_mm256_slli_epi32::<16>(h)))
+            } else {
+                Self::load(widened::<W, 8>(p).as_ptr())
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut f32) {
+        unsafe { _mm256_storeu_ps(p, self.0) }
+    }
+    #[inline(always)]
+    unsafe fn add(self, other: Self) -> Self {
+        Narrow(unsafe { _mm256_add_ps(self.0, other.0) })
+    }
+    #[inline(always)]
+    unsafe fn fmadd(self, w: Self, acc: Self) -> Self {
+        Narrow(unsafe { _mm256_fmadd_ps(self.0, w.0, acc.0) })
+    }
+    #[inline(always)]
+    unsafe fn clamp(self, lo: Self, hi: Self) -> Self {
+        Narrow(unsafe { _mm256_min_ps(hi.0, _mm256_max_ps(lo.0, self.0)) })
+    }
+    #[inline(always)]
+    unsafe fn reduce_add(self) -> f32 {
+        unsafe {
+            let s = _mm_add_ps(
+                _mm256_castps256_ps128(self.0),
+                _mm256_extractf128_ps::<1>(self.0),
+            );
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+        }
+    }
+    #[inline(always)]
+    unsafe fn mask(lanes: u16) -> __m256i {
+        unsafe {
+            let bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+            let set = _mm256_and_si256(_mm256_set1_epi32(lanes as i32), bit);
+            _mm256_cmpeq_epi32(set, bit)
+        }
+    }
+    #[inline(always)]
+    unsafe fn load_masked(p: *const f32, m: __m256i) -> Self {
+        Narrow(unsafe { _mm256_maskload_ps(p, m) })
+    }
+    #[inline(always)]
+    unsafe fn store_first(self, p: *mut f32, lanes: usize) {
+        unsafe { _mm256_maskstore_ps(p, Self::mask((1u16 << lanes) - 1), self.0) }
+    }
+    #[inline(always)]
+    unsafe fn evens(a: Self, b: Self) -> Self {
+        unsafe {
+            // a0 a2 b0 b2 | a4 a6 b4 b6, then the 64-bit pairs in order 0, 2, 1, 3.
+            let mixed = _mm256_shuffle_ps::<0b10_00_10_00>(a.0, b.0);
+            Narrow(_mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(
+                _mm256_castps_pd(mixed),
+            )))
+        }
+    }
+    #[inline(always)]
+    unsafe fn odds(a: Self, b: Self) -> Self {
+        unsafe {
+            let mixed = _mm256_shuffle_ps::<0b11_01_11_01>(a.0, b.0);
+            Narrow(_mm256_castpd_ps(_mm256_permute4x64_pd::<0b11_01_10_00>(
+                _mm256_castps_pd(mixed),
+            )))
+        }
+    }
+}
