@@ -48,6 +48,12 @@ pub(crate) trait Vector: Copy {
     unsafe fn load_masked(p: *const f32, m: Self::Mask) -> Self;
     /// The first `lanes` lanes to `p` (those must be writable).
     unsafe fn store_first(self, p: *mut f32, lanes: usize);
+    /// The first `lanes` (at most `LANES`) lanes from `p` (those must be readable), 0
+    /// in the others.
+    #[inline(always)]
+    unsafe fn load_first(p: *const f32, lanes: usize) -> Self {
+        unsafe { Self::load_masked(p, Self::mask(((1u32 << lanes) - 1) as u16)) }
+    }
     /// Lanes 0, 2, 4, .. of `a` then of `b`.
     unsafe fn evens(a: Self, b: Self) -> Self;
     /// Lanes 1, 3, 5, .. of `a` then of `b`.

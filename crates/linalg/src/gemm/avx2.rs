@@ -21,13 +21,12 @@ pub(super) unsafe fn kernel_6x16(
     kc: usize,
     a: (*const f32, usize),
     b: (*const f32, usize),
-    c: *mut f32,
-    ldc: usize,
+    c: (*mut f32, usize, usize),
     accumulate: bool,
     post: Option<&TilePost>,
 ) {
     // SAFETY: the caller's promise, AVX2 and FMA enabled here.
-    unsafe { x86::kernel::<Narrow, MR>(kc, a, b, c, ldc, accumulate, post) }
+    unsafe { x86::kernel::<Narrow, MR>(kc, a, b, c, accumulate, post) }
 }
 
 /// [`x86::panel_dot`] of a 16-column panel.

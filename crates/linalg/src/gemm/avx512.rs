@@ -16,13 +16,12 @@ pub(super) unsafe fn kernel_mrx32(
     kc: usize,
     a: (*const f32, usize),
     b: (*const f32, usize),
-    c: *mut f32,
-    ldc: usize,
+    c: (*mut f32, usize, usize),
     accumulate: bool,
     post: Option<&TilePost>,
 ) {
     // SAFETY: the caller's promise, AVX-512 F enabled here.
-    unsafe { x86::kernel::<Wide, AVX512_MR>(kc, a, b, c, ldc, accumulate, post) }
+    unsafe { x86::kernel::<Wide, AVX512_MR>(kc, a, b, c, accumulate, post) }
 }
 
 /// [`x86::panel_dot`] of a 32-column panel.

@@ -84,14 +84,13 @@ impl TilePost {
     }
 }
 
-/// A SIMD micro-kernel: `(kc, (a, lda), (b, ldb), c, ldc, accumulate, post)`, see
-/// [`micro_kernel`].
+/// A SIMD micro-kernel: `(kc, (a, lda), (b, ldb), (c, ldc, cols), accumulate, post)`,
+/// see [`micro_kernel`]; it stores the first `cols` columns of its tile.
 pub(crate) type SimdKernel = unsafe fn(
     usize,
     (*const f32, usize),
     (*const f32, usize),
-    *mut f32,
-    usize,
+    (*mut f32, usize, usize),
     bool,
     Option<&TilePost>,
 );
@@ -201,16 +200,16 @@ pub(crate) fn micro_kernel(
     let simd = simd_kernel(isa);
     if let Some(kernel) = simd
         && rows == t.mr
-        && cols == t.nr
     {
         let ld = out.ld();
         let c = out.window_ptr((row, col), (rows, cols));
         let c = c.unwrap_or_else(|| panic!("tile at ({row}, {col}) outside its block"));
         // SAFETY: the Isa variant carries the proof that its instructions exist on this
         // CPU; a holds kc*mr values (packed) or (mr-1)*lda + kc (rows), b (kc-1)*ldb + nr
-        // (both sliced so above), and the block has a full mr x nr window at c with row
+        // (both sliced so above), and the block has an mr x cols window at c with row
         // stride ld (window_ptr checked it).
-        unsafe { kernel(kc, (a_ptr, lda), (b.as_ptr(), ldb), c, ld, accumulate, post) };
+        let c = (c, ld, cols);
+        unsafe { kernel(kc, (a_ptr, lda), (b.as_ptr(), ldb), c, accumulate, post) };
         return;
     }
     let mut tile = [0f32; MAX_TILE];
@@ -221,8 +220,7 @@ pub(crate) fn micro_kernel(
                 kc,
                 (a_ptr, lda),
                 (b.as_ptr(), ldb),
-                tile.as_mut_ptr(),
-                t.nr,
+                (tile.as_mut_ptr(), t.nr, t.nr),
                 false,
                 None,
             )

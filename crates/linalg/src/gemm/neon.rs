@@ -22,17 +22,18 @@ const NR: usize = 16;
 /// B's step `k` is the `NR` values at `b + k*ldb` (`ldb == NR`: a packed panel;
 /// more: `NR` columns of a row-major matrix read in place).
 ///
+/// The first `cols` (1 to `NR`) columns of the tile are stored.
+///
 /// # Safety
 /// Needs NEON. `a` must hold `kc*MR` floats (packed) or `(MR-1)*lda + kc` (rows), `b`
-/// `(kc-1)*ldb + NR`, and `c` a full `MR x NR` tile with row stride `ldc`.
+/// `(kc-1)*ldb + NR`, and `c` `MR` rows of `cols` floats at row stride `ldc`.
 #[target_feature(enable = "neon")]
 #[allow(clippy::too_many_arguments)]
 pub(super) unsafe fn kernel_6x16(
     kc: usize,
     (a, lda): (*const f32, usize),
     (b, ldb): (*const f32, usize),
-    c: *mut f32,
-    ldc: usize,
+    (c, ldc, cols): (*mut f32, usize, usize),
     accumulate: bool,
     post: Option<&TilePost>,
 ) {
@@ -68,9 +69,23 @@ pub(super) unsafe fn kernel_6x16(
     }
     for (r, row) in acc.iter().enumerate() {
         for (q, &v) in row.iter().enumerate() {
-            // SAFETY: the tile has MR rows of NR floats at stride ldc; q*4+4 <= NR.
+            // Columns of this vector inside the tile's `cols`.
+            let n = cols.saturating_sub(4 * q).min(4);
+            if n == 0 {
+                break;
+            }
+            // SAFETY: the tile has MR rows of `cols` floats at stride ldc; a vector
+            // with fewer than 4 of them goes through `part`, of which only the first
+            // n values are read from and written back to the tile.
             unsafe {
-                let p = c.add(r * ldc + 4 * q);
+                let out = c.add(r * ldc + 4 * q);
+                let mut part = [0f32; 4];
+                let p = if n == 4 {
+                    out
+                } else {
+                    std::ptr::copy_nonoverlapping(out, part.as_mut_ptr(), n);
+                    part.as_mut_ptr()
+                };
                 let mut v = if accumulate {
                     vaddq_f32(v, vld1q_f32(p))
                 } else {
@@ -86,6 +101,9 @@ pub(super) unsafe fn kernel_6x16(
                     v = vbslq_f32(vcgtq_f32(v, hi), hi, v);
                 }
                 vst1q_f32(p, v);
+                if n < 4 {
+                    std::ptr::copy_nonoverlapping(part.as_ptr(), out, n);
+                }
             }
         }
     }

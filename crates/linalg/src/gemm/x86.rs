@@ -12,7 +12,8 @@
 use super::kernels::{TilePost, WeightElem, dot_scalar};
 use crate::simd_x86::Vector;
 
-/// The `MR x 2*LANES` micro-kernel: `tile (+)= A · B` over `kc` steps, then `post`.
+/// The `MR x 2*LANES` micro-kernel: `tile (+)= A · B` over `kc` steps, then `post`,
+/// stored to the first `cols` (1 to `2*LANES`) columns of the tile.
 ///
 /// A is a packed panel (`lda == 0`: step `k`, row `r` at `a[k*MR + r]`) or `MR` rows of
 /// a row-major matrix read in place (row `r`, step `k` at `a[r*lda + k]`). B's step `k`
@@ -21,7 +22,7 @@ use crate::simd_x86::Vector;
 ///
 /// # Safety
 /// As [`Vector`]'s methods. `a` must hold `kc*MR` floats (packed) or `(MR-1)*lda + kc`
-/// (rows), `b` `(kc-1)*ldb + 2*LANES`, and `c` a full `MR x 2*LANES` tile with row
+/// (rows), `b` `(kc-1)*ldb + 2*LANES`, and `c` `MR` rows of `cols` floats at row
 /// stride `ldc`.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -29,12 +30,14 @@ pub(super) unsafe fn kernel<V: Vector, const MR: usize>(
     kc: usize,
     (a, lda): (*const f32, usize),
     (b, ldb): (*const f32, usize),
-    c: *mut f32,
-    ldc: usize,
+    (c, ldc, cols): (*mut f32, usize, usize),
     accumulate: bool,
     post: Option<&TilePost>,
 ) {
     let lanes = V::LANES;
+    // Columns stored from each of the row's two vectors.
+    let (cols0, cols1) = (cols.min(lanes), cols.saturating_sub(lanes).min(lanes));
+    let whole = cols0 + cols1 == 2 * lanes;
     // SAFETY (every block below): the CPU has V's instructions (the caller's promise).
     let mut acc = [[unsafe { V::splat(0.0) }; 2]; MR];
     // The steps, with `$at(k, r)` the address of A's value for row r at step k.
@@ -63,13 +66,17 @@ pub(super) unsafe fn kernel<V: Vector, const MR: usize>(
         steps!(|k: usize, r: usize| a.wrapping_add(r * lda + k));
     }
     for (r, row) in acc.iter().enumerate() {
-        // SAFETY: the tile has MR rows of 2*LANES floats at stride ldc.
+        // SAFETY: the tile has MR rows of `cols` floats at stride ldc, and only those
+        // are read and written (the lanes past them masked off).
         unsafe {
             let cr = c.add(r * ldc);
             let (mut v0, mut v1) = (row[0], row[1]);
-            if accumulate {
+            if accumulate && whole {
                 v0 = v0.add(V::load(cr));
                 v1 = v1.add(V::load(cr.add(lanes)));
+            } else if accumulate {
+                v0 = v0.add(V::load_first(cr, cols0));
+                v1 = v1.add(V::load_first(cr.add(lanes), cols1));
             }
             if let Some(post) = post {
                 // (v + row value) + column value, then max(lo, ·) and min(hi, ·): the
@@ -81,8 +88,13 @@ pub(super) unsafe fn kernel<V: Vector, const MR: usize>(
                 v0 = v0.add(row_add).add(V::load(col)).clamp(lo, hi);
                 v1 = v1.add(row_add).add(V::load(col.add(lanes))).clamp(lo, hi);
             }
-            v0.store(cr);
-            v1.store(cr.add(lanes));
+            if whole {
+                v0.store(cr);
+                v1.store(cr.add(lanes));
+            } else {
+                v0.store_first(cr, cols0);
+                v1.store_first(cr.add(lanes), cols1);
+            }
         }
     }
 }
