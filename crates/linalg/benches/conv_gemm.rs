@@ -114,10 +114,18 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-/// (spatial size, input channels, output channels) of MobileNetV2's pointwise layers on
-/// the largest planes.
-const POINTWISE: [(usize, usize, usize); 4] =
-    [(112, 32, 16), (112, 16, 96), (56, 24, 144), (56, 144, 24)];
+/// (spatial size, input channels, output channels) of MobileNetV2's pointwise layers:
+/// expanding and projecting, from the largest planes to the smallest.
+const POINTWISE: [(usize, usize, usize); 8] = [
+    (112, 32, 16),
+    (112, 16, 96),
+    (56, 24, 144),
+    (56, 144, 24),
+    (28, 192, 32),
+    (14, 384, 64),
+    (14, 64, 384),
+    (7, 960, 160),
+];
 
 fn bench_pointwise(c: &mut Criterion) {
     let isa = dispatch().gemm;

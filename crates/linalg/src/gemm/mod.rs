@@ -48,6 +48,10 @@ const NB_MAX: usize = 256;
 /// finding in L1: 32 KiB.
 const B_BLOCK_IN_L1: usize = 8 * 1024;
 
+/// Most rows of a block for which a long-K B block with contiguous f32 rows is read in
+/// place rather than packed (a projecting pointwise convolution's few output channels).
+const B_IN_PLACE_MAX_ROWS: usize = 64;
+
 /// The element slice of an operand.
 #[derive(Clone, Copy)]
 pub enum Elems<'a> {
@@ -1184,11 +1188,12 @@ fn task(
         // even when those rows are far apart and not in cache. Otherwise column by
         // column, so that each B panel stays in L1 while every A panel streams by.
         let by_rows = kc * nb <= B_BLOCK_IN_L1;
-        // A block that small is read in place when B's rows allow it (packing it costs
-        // as much as the few products each value takes part in): panels 0..whole_b from
-        // the rows, a narrower last one packed (it would read past the rows' end).
+        // Such a block, or one that few rows of A meet, is read in place when B's rows
+        // allow it: packing it would cost about as much as the few products each of its
+        // values takes part in. Panels 0..whole_b come from the rows, a narrower last
+        // one is packed (it would read past the rows' end).
         let b_rows = match src {
-            RightSource::View if by_rows => b_rows_in_place(g, t),
+            RightSource::View if by_rows || mb <= B_IN_PLACE_MAX_ROWS => b_rows_in_place(g, t),
             _ => None,
         };
         let whole_b = if b_rows.is_some() { nb / t.nr } else { 0 };

@@ -195,6 +195,8 @@ fn gemm_edge_shapes() {
         (0, 4, 4),
         (4, 0, 4),
         (260, 40, 20),
+        // More rows than read B in place, and a block of B too large for L1: packed.
+        (100, 70, 200),
     ] {
         for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
             check(m, n, k, ta, tb, Dt::F32, (m + n) as u8 % 4, 2, 7);
