@@ -44,6 +44,55 @@ pub(crate) struct DimSlice {
     pub step: usize,
 }
 
+/// `sizes` with dim `dim` set to `length`: the shape of a slice of `dim`. The first
+/// `sizes.len()` entries are used.
+fn with_dim_length(sizes: &[usize], dim: usize, length: usize) -> [usize; MAX_RANK] {
+    let mut out = [0usize; MAX_RANK];
+    out[..sizes.len()].copy_from_slice(sizes);
+    out[dim] = length;
+    out
+}
+
+/// `sizes` without dim `dim`: the shape of a selection on `dim`. The first
+/// `sizes.len() - 1` entries are used.
+fn without_dim(sizes: &[usize], dim: usize) -> [usize; MAX_RANK] {
+    let mut out = [0usize; MAX_RANK];
+    out[..dim].copy_from_slice(&sizes[..dim]);
+    out[dim..sizes.len() - 1].copy_from_slice(&sizes[dim + 1..]);
+    out
+}
+
+/// Index `index` of a dim of `size` (a negative index counts from the end), refused
+/// when out of range; `what` names the op in the error.
+fn select_index(index: i64, size: usize, what: &str) -> Result<usize, KernelError> {
+    let i = if index < 0 {
+        index.saturating_add(size as i64)
+    } else {
+        index
+    };
+    if i < 0 || i >= size as i64 {
+        return Err(KernelError::invalid(format!(
+            "{what} index {index} out of range for a dim of size {size}"
+        )));
+    }
+    Ok(i as usize)
+}
+
+/// Resizes `out` to `out_sizes` (it must have `input`'s dtype) and copies the slice
+/// `s` of `input` into it.
+fn slice_into(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
+    input: &Tensor,
+    out: OutArg,
+    out_sizes: &[usize],
+    s: DimSlice,
+) -> Result<(), KernelError> {
+    same_dtype(input, &out.tensor())?;
+    let out = out.resize(a, out_sizes)?;
+    copy_slice(ctx, input, &out, s)
+}
+
 /// Copies the slice `s` of `input` into `out` (already resized; same element size),
 /// checking every bound.
 pub(crate) fn copy_slice(
@@ -162,18 +211,14 @@ fn slice_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
         )));
     }
     let (start, length) = adjust_slice(size, start, end, step);
-    let mut sizes = [0usize; MAX_RANK];
-    sizes[..input.rank()].copy_from_slice(input.sizes());
-    sizes[dim] = length;
-    same_dtype(&input, &out.tensor())?;
-    let out = out.resize(a, &sizes[..input.rank()])?;
+    let sizes = with_dim_length(input.sizes(), dim, length);
     let s = DimSlice {
         dim,
         start,
         length,
         step: step as usize,
     };
-    copy_slice(ctx, &input, &out, s)
+    slice_into(ctx, a, &input, out, &sizes[..input.rank()], s)
 }
 
 op_args! {
@@ -218,18 +263,14 @@ fn narrow_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
             "narrow_copy: start {start} with length {length} exceeds a dim of size {size}"
         )));
     }
-    let mut sizes = [0usize; MAX_RANK];
-    sizes[..input.rank()].copy_from_slice(input.sizes());
-    sizes[dim] = length as usize;
-    same_dtype(&input, &out.tensor())?;
-    let out = out.resize(a, &sizes[..input.rank()])?;
+    let sizes = with_dim_length(input.sizes(), dim, length as usize);
     let s = DimSlice {
         dim,
         start: first as usize,
         length: length as usize,
         step: 1,
     };
-    copy_slice(ctx, &input, &out, s)
+    slice_into(ctx, a, &input, out, &sizes[..input.rank()], s)
 }
 
 op_args! {
@@ -253,30 +294,15 @@ fn select_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
         return Err(KernelError::invalid("select_copy of a 0-d tensor"));
     }
     let dim = input.normalize_dim(dim)?;
-    let size = input.sizes()[dim];
-    let i = if index < 0 {
-        index + size as i64
-    } else {
-        index
-    };
-    if i < 0 || i >= size as i64 {
-        return Err(KernelError::invalid(format!(
-            "select index {index} out of range for size {size}"
-        )));
-    }
-    let mut sizes = [0usize; MAX_RANK];
-    let rank = input.rank();
-    sizes[..dim].copy_from_slice(&input.sizes()[..dim]);
-    sizes[dim..rank - 1].copy_from_slice(&input.sizes()[dim + 1..]);
-    same_dtype(&input, &out.tensor())?;
-    let out = out.resize(a, &sizes[..rank - 1])?;
+    let i = select_index(index, input.sizes()[dim], "select_copy")?;
+    let sizes = without_dim(input.sizes(), dim);
     let s = DimSlice {
         dim,
-        start: i as usize,
+        start: i,
         length: 1,
         step: 1,
     };
-    copy_slice(ctx, &input, &out, s)
+    slice_into(ctx, a, &input, out, &sizes[..input.rank() - 1], s)
 }
 
 op_args! {
@@ -316,9 +342,7 @@ fn slice_scatter(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kernel
     let size = input.sizes()[dim];
     let (first, length) = adjust_slice(size, start.unwrap_or(0), end.unwrap_or(size as i64), step);
     let rank = input.rank();
-    let mut want = [0usize; MAX_RANK];
-    want[..rank].copy_from_slice(input.sizes());
-    want[dim] = length;
+    let want = with_dim_length(input.sizes(), dim, length);
     if src.sizes() != &want[..rank] {
         return Err(KernelError::invalid(format!(
             "slice_scatter: src of shape {:?} for a slice of shape {:?}",
@@ -408,21 +432,9 @@ fn select_scatter(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kerne
         return Err(KernelError::invalid("select_scatter into a 0-d tensor"));
     }
     let dim = input.normalize_dim(dim)?;
-    let size = input.sizes()[dim];
-    let i = if index < 0 {
-        index.saturating_add(size as i64)
-    } else {
-        index
-    };
-    if i < 0 || i >= size as i64 {
-        return Err(KernelError::invalid(format!(
-            "select_scatter index {index} out of range for a dim of size {size}"
-        )));
-    }
+    let i = select_index(index, input.sizes()[dim], "select_scatter")?;
     let rank = input.rank();
-    let mut want = [0usize; MAX_RANK];
-    want[..dim].copy_from_slice(&input.sizes()[..dim]);
-    want[dim..rank - 1].copy_from_slice(&input.sizes()[dim + 1..]);
+    let want = without_dim(input.sizes(), dim);
     if src.sizes() != &want[..rank - 1] {
         return Err(KernelError::invalid(format!(
             "select_scatter: src of shape {:?} for a selection of shape {:?}",
@@ -432,7 +444,7 @@ fn select_scatter(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kerne
     }
     let s = DimSlice {
         dim,
-        start: i as usize,
+        start: i,
         length: 1,
         step: 1,
     };
@@ -461,6 +473,14 @@ mod tests {
             i += step;
         }
         v
+    }
+
+    /// An optional int argument: the int, or None.
+    fn opt_int(h: &mut Harness, v: Option<i64>) -> usize {
+        match v {
+            Some(v) => h.int(v),
+            None => h.none(),
+        }
     }
 
     /// Naive slice of a row-major tensor along `dim` at the given indices.
@@ -511,14 +531,8 @@ mod tests {
             let x = h.tensor(&sizes, &data);
             let s = h.tensor(&src_sizes, &src);
             let dv = h.int(dim);
-            let sv = match start {
-                Some(v) => h.int(v),
-                None => h.none(),
-            };
-            let ev = match end {
-                Some(v) => h.int(v),
-                None => h.none(),
-            };
+            let sv = opt_int(&mut h, start);
+            let ev = opt_int(&mut h, end);
             let st = h.int(step);
             let out = h.out(ScalarType::Float, &sizes);
             h.call(op, &[x, s, dv, sv, ev, st, out, out]).unwrap();
@@ -642,14 +656,8 @@ mod tests {
         bound: &[usize],
     ) -> Result<usize, crate::KernelError> {
         let d = h.int(dim);
-        let s = match start {
-            Some(v) => h.int(v),
-            None => h.none(),
-        };
-        let e = match end {
-            Some(v) => h.int(v),
-            None => h.none(),
-        };
+        let s = opt_int(h, start);
+        let e = opt_int(h, end);
         let st = h.int(step);
         let dtype = h.tensor_meta(x).dtype();
         let out = h.out(dtype, bound);
