@@ -12,6 +12,11 @@ fn fixture(name: &str) -> PathBuf {
     root().join("tests/fixtures").join(name)
 }
 
+/// `fixture(name)` as a command-line argument.
+fn fixture_arg(name: &str) -> String {
+    fixture(name).display().to_string()
+}
+
 fn etch(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_etch"))
         .args(args)
@@ -21,6 +26,19 @@ fn etch(args: &[&str]) -> Output {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Exit status 0, else the stderr is shown.
+#[track_caller]
+fn assert_ok(o: &Output) {
+    assert!(o.status.success(), "{}", stderr(o));
+}
+
+/// Exit status 0 and the stdout, which must be one JSON value.
+#[track_caller]
+fn json_stdout(o: &Output) -> serde_json::Value {
+    assert_ok(o);
+    serde_json::from_slice(&o.stdout).expect("--json prints JSON")
 }
 
 /// Exit status 1 and an `error:` line that contains `needle`.
@@ -76,17 +94,16 @@ fn byte_tokenizer(dir: &Path, extra: usize) -> PathBuf {
 }
 
 fn tiny_llama() -> String {
-    fixture("tiny_llama_fp32.pte").display().to_string()
+    fixture_arg("tiny_llama_fp32.pte")
 }
 
 #[test]
 fn inspect_prints_text_and_json() {
-    let o = etch(&["inspect", &fixture("linear.pte").display().to_string()]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = etch(&["inspect", &fixture_arg("linear.pte")]);
+    assert_ok(&o);
     assert!(String::from_utf8_lossy(&o.stdout).contains("forward"));
     let o = etch(&["inspect", "--json", &tiny_llama()]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("inspect --json is JSON");
+    let v = json_stdout(&o);
     assert!(v.is_object());
 }
 
@@ -139,9 +156,7 @@ fn run_rejects_bad_inputs() {
     ]);
     assert_fails_with(&o, "bad.npy");
     // too few inputs
-    let tokens = fixture("tiny_llama_fp32/call0.in0.npy")
-        .display()
-        .to_string();
+    let tokens = fixture_arg("tiny_llama_fp32/call0.in0.npy");
     let o = etch(&["run", &pte, "--input", &tokens]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     // a method that does not exist
@@ -149,26 +164,27 @@ fn run_rejects_bad_inputs() {
     assert_fails_with(&o, "no_such_method");
 }
 
+/// `etch run` of the tiny Llama on its first recorded call's inputs, writing the
+/// outputs into `out_dir`, with `extra` options after.
+fn run_tiny_llama(out_dir: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run".to_string(),
+        tiny_llama(),
+        "--input".into(),
+        fixture_arg("tiny_llama_fp32/call0.in0.npy"),
+        "--input".into(),
+        fixture_arg("tiny_llama_fp32/call0.in1.npy"),
+        "--output-dir".into(),
+        out_dir.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    etch(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
 #[test]
 fn run_writes_outputs() {
     let dir = tempfile::tempdir().unwrap();
-    let o = etch(&[
-        "run",
-        &tiny_llama(),
-        "--input",
-        &fixture("tiny_llama_fp32/call0.in0.npy")
-            .display()
-            .to_string(),
-        "--input",
-        &fixture("tiny_llama_fp32/call0.in1.npy")
-            .display()
-            .to_string(),
-        "--output-dir",
-        &dir.path().display().to_string(),
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("run --json is JSON");
+    let v = json_stdout(&run_tiny_llama(dir.path(), &["--json"]));
     assert!(v.is_object());
     assert!(dir.path().join("out0.npy").exists());
 }
@@ -176,26 +192,8 @@ fn run_writes_outputs() {
 #[test]
 fn run_profile_json_lists_operators_and_every_instruction() {
     let dir = tempfile::tempdir().unwrap();
-    let o = etch(&[
-        "run",
-        &tiny_llama(),
-        "--input",
-        &fixture("tiny_llama_fp32/call0.in0.npy")
-            .display()
-            .to_string(),
-        "--input",
-        &fixture("tiny_llama_fp32/call0.in1.npy")
-            .display()
-            .to_string(),
-        "--output-dir",
-        &dir.path().display().to_string(),
-        "--repeat",
-        "3",
-        "--profile",
-        "--json",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("run --json is JSON");
+    let o = run_tiny_llama(dir.path(), &["--repeat", "3", "--profile", "--json"]);
+    let v = json_stdout(&o);
     let operators = v["profile"].as_array().expect("a per-operator profile");
     let steps = v["profile_steps"]
         .as_array()
@@ -234,11 +232,9 @@ fn run_folds_at_load_unless_told_not_to() {
     let stats = |extra: &[&str]| {
         let mut args = vec![
             "run".to_string(),
-            fixture("vision_mobilenet_v2.pte").display().to_string(),
+            fixture_arg("vision_mobilenet_v2.pte"),
             "--input".into(),
-            fixture("vision_mobilenet_v2/call0.in0.npy")
-                .display()
-                .to_string(),
+            fixture_arg("vision_mobilenet_v2/call0.in0.npy"),
             "--output-dir".into(),
             dir.path().display().to_string(),
             "--stats".into(),
@@ -246,8 +242,7 @@ fn run_folds_at_load_unless_told_not_to() {
         ];
         args.extend(extra.iter().map(|a| a.to_string()));
         let o = etch(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        assert!(o.status.success(), "{}", stderr(&o));
-        let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("run --json is JSON");
+        let v = json_stdout(&o);
         v["stats"].clone()
     };
     let folded = stats(&[]);
@@ -285,8 +280,7 @@ fn generate_json_has_the_promised_fields() {
         "4",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("generate --json is JSON");
+    let v = json_stdout(&o);
     assert_eq!(v["prompt_token_ids"].as_array().map(Vec::len), Some(5));
     assert!(v["generated_token_ids"].is_array());
     assert!(v["text"].is_string());
@@ -394,16 +388,12 @@ fn run_with_several_thens_feeds_each_call_its_own_inputs() {
         }
         for i in 0..2 {
             args.push("--input".into());
-            args.push(
-                fixture(&format!("tiny_llama_fp32/call{k}.in{i}.npy"))
-                    .display()
-                    .to_string(),
-            );
+            args.push(fixture_arg(&format!("tiny_llama_fp32/call{k}.in{i}.npy")));
         }
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let o = etch(&args);
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ok(&o);
     for k in 0..steps {
         let read = |p: &Path| {
             etch_runtime::npy::read_npy_file(p)
@@ -439,8 +429,7 @@ fn bench_measures_every_thread_count_as_json_and_markdown() {
         "1,2",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("bench --json is JSON");
+    let v = json_stdout(&o);
     assert!(v["etch_version"].is_string());
     assert!(v["machine"]["isa"].is_string() && v["machine"]["cpu"].is_string());
     assert_eq!(v["model"]["max_context_len"], 64);
@@ -460,13 +449,11 @@ fn bench_measures_every_thread_count_as_json_and_markdown() {
     }
 
     // Delegated programs too; the table has a pp and a tg row.
-    let xnn = fixture("tiny_llama_8da4w_xnnpack.pte")
-        .display()
-        .to_string();
+    let xnn = fixture_arg("tiny_llama_8da4w_xnnpack.pte");
     let o = etch(&[
         "bench", "--model", &xnn, "-p", "8", "-n", "4", "-r", "1", "-t", "1",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ok(&o);
     let table = String::from_utf8_lossy(&o.stdout);
     assert!(
         table.contains("| pp8 |") && table.contains("| tg4 |"),
@@ -543,7 +530,7 @@ fn chat_prefills_only_each_new_turn_from_a_pipe() {
         &args,
         "hi\nhow are you\n/reset\nhi\n/system be brief\nhi\n",
     );
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ok(&o);
     let turns: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).expect("one JSON object per turn"))
@@ -603,7 +590,7 @@ fn chat_on_a_full_context_stops_or_drops_the_oldest_turns() {
         &[&base[..], &["--on-full", "drop-oldest"]].concat(),
         lines,
     );
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ok(&o);
     let last: serde_json::Value =
         serde_json::from_str(String::from_utf8_lossy(&o.stdout).lines().last().unwrap()).unwrap();
     assert_eq!(last["turn"], 3);
@@ -628,14 +615,14 @@ fn generate_prints_stats_only_when_asked_and_its_help_has_an_example() {
         "4",
     ];
     let o = etch(&base);
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ok(&o);
     assert!(
         !stderr(&o).contains("tok/s"),
         "stats without --stats: {}",
         stderr(&o)
     );
     let o = etch(&[&base[..], &["--stats"]].concat());
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ok(&o);
     let err = stderr(&o);
     assert!(
         err.contains("decode") && err.contains("heap allocations per decoded token"),
@@ -726,7 +713,7 @@ fn run_takes_an_image_and_prints_the_top_k_with_labels() {
         (0..10).map(|i| format!("class{i}\n")).collect::<String>(),
     )
     .unwrap();
-    let model = fixture(VISION).display().to_string();
+    let model = fixture_arg(VISION);
     let (from_png, from_npy) = (dir.path().join("png"), dir.path().join("npy"));
     let o = etch(&[
         "run",
@@ -745,9 +732,8 @@ fn run_takes_an_image_and_prints_the_top_k_with_labels() {
         &from_png.display().to_string(),
         "--json",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json_stdout(&o);
     assert!(!stderr(&o).contains("warning"), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
     let out0 = &v["calls"][0]["outputs"][0];
     assert_eq!(out0["shape"], serde_json::json!([1, 10]));
     let top = out0["top_k"].as_array().expect("top_k").clone();
@@ -762,7 +748,7 @@ fn run_takes_an_image_and_prints_the_top_k_with_labels() {
         "--output-dir",
         &from_npy.display().to_string(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ok(&o);
     assert_eq!(
         std::fs::read(from_png.join("out0.npy")).unwrap(),
         std::fs::read(from_npy.join("out0.npy")).unwrap(),
@@ -796,7 +782,7 @@ fn run_takes_an_image_and_prints_the_top_k_with_labels() {
         "--output-dir",
         &from_png.display().to_string(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ok(&o);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("output 0: f32 [1, 10]"), "{text}");
     let lines = top_lines(&text);
@@ -832,7 +818,7 @@ fn run_takes_an_image_and_prints_the_top_k_with_labels() {
         "--output-dir",
         &from_png.display().to_string(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ok(&o);
     assert!(
         stderr(&o).contains("has 2 labels but output 0 has 10 values"),
         "{}",
@@ -851,7 +837,7 @@ fn run_rejects_bad_image_options_and_inputs() {
     let dir = tempfile::tempdir().unwrap();
     let png = dir.path().join("img.png");
     write_png(&png, 32, 32);
-    let model = fixture(VISION).display().to_string();
+    let model = fixture_arg(VISION);
     let png = png.display().to_string();
     let out = dir.path().display().to_string();
     let run = |model: &str, input: &str, extra: &[&str]| {
@@ -885,9 +871,9 @@ fn run_rejects_bad_image_options_and_inputs() {
     let o = run(&model, &small.display().to_string(), &[]);
     assert_fails_with(&o, "is 4x8 (height x width)");
     // Image inputs need a f32 [1, 3, H, W] input.
-    let ints = fixture("embedding.pte").display().to_string();
+    let ints = fixture_arg("embedding.pte");
     assert_fails_with(&run(&ints, &png, &[]), "takes i64 [2, 3]");
-    let rank3 = fixture("linear.pte").display().to_string();
+    let rank3 = fixture_arg("linear.pte");
     assert_fails_with(&run(&rank3, &png, &[]), "an image becomes a f32");
     // Image options without an image input.
     let npy = dir.path().join("x.npy");
@@ -927,15 +913,15 @@ fn repeated_runs_give_the_official_outputs() {
     let dir = tempfile::tempdir().unwrap();
     let o = etch(&[
         "run",
-        &fixture("vision_resnet.pte").display().to_string(),
+        &fixture_arg("vision_resnet.pte"),
         "--input",
-        &fixture("vision_resnet/call0.in0.npy").display().to_string(),
+        &fixture_arg("vision_resnet/call0.in0.npy"),
         "--repeat",
         "3",
         "--output-dir",
         &dir.path().display().to_string(),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ok(&o);
     let got = read_f32_npy(&dir.path().join("out0.npy"));
     let want = read_f32_npy(&fixture("vision_resnet/call0.out0.npy"));
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
