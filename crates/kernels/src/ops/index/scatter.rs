@@ -188,27 +188,21 @@ fn check_dtype(t: &Tensor, what: &'static str) -> Result<(), KernelError> {
 }
 
 fn scatter_src(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    let ScatterSrcArgs {
-        input,
-        dim,
-        index,
-        src,
-        out,
-    } = ScatterSrcArgs::unpack(a)?;
-    check_dtype(&input, "scatter")?;
-    let p = plan(ctx, "scatter", &input, dim, &index, Some(&src))?;
-    let out = resize_out(a, &input, out)?;
-    let (osizes, ssizes) = (nonempty_sizes(&out), nonempty_sizes(&src));
-    with_bits_type!(input.dtype().element_size(), T => {
-        let s = ctx.read_raw::<T>(&src)?;
-        let o = ctx.write_raw::<T>(&out)?;
-        o.copy_from_slice(ctx.read_raw::<T>(&input)?);
-        p.for_each(osizes, Some(ssizes), |oi, si| o[oi] = s[si]);
-        Ok(())
-    })
+    scatter_from_src(ctx, a, false)
 }
 
 fn scatter_add(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    scatter_from_src(ctx, a, true)
+}
+
+/// `scatter.src_out`, or `scatter_add.out` when `add`: the same arguments and checks,
+/// then each `src` element replaces, or is added to, its element of the out.
+fn scatter_from_src(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
+    add: bool,
+) -> Result<(), KernelError> {
+    let what = if add { "scatter_add" } else { "scatter" };
     let ScatterSrcArgs {
         input,
         dim,
@@ -216,10 +210,19 @@ fn scatter_add(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
         src,
         out,
     } = ScatterSrcArgs::unpack(a)?;
-    check_dtype(&input, "scatter_add")?;
-    let p = plan(ctx, "scatter_add", &input, dim, &index, Some(&src))?;
+    check_dtype(&input, what)?;
+    let p = plan(ctx, what, &input, dim, &index, Some(&src))?;
     let out = resize_out(a, &input, out)?;
     let (osizes, ssizes) = (nonempty_sizes(&out), nonempty_sizes(&src));
+    if !add {
+        return with_bits_type!(input.dtype().element_size(), T => {
+            let s = ctx.read_raw::<T>(&src)?;
+            let o = ctx.write_raw::<T>(&out)?;
+            o.copy_from_slice(ctx.read_raw::<T>(&input)?);
+            p.for_each(osizes, Some(ssizes), |oi, si| o[oi] = s[si]);
+            Ok(())
+        });
+    }
     with_elem!(input.dtype(), E => {
         with_compute!(input.dtype(), C => {
             let s = ctx.read::<E>(&src)?;
