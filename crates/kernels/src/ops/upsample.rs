@@ -144,7 +144,8 @@ fn bilinear_taps(
     (i0, i1, 1.0 - w1, w1)
 }
 
-/// The f32 ratio of ExecuTorch's `area_pixel_compute_scale`.
+/// The f32 ratio of one axis: ExecuTorch's `area_pixel_compute_scale` of the final
+/// scale (the anti-aliased variant in `aa` uses it too).
 fn bilinear_ratio(in_size: usize, out_size: usize, align: bool, scale: f64) -> f32 {
     if align {
         if out_size > 1 {

@@ -19,6 +19,7 @@ use etch_base::cast;
 use crate::ops::elementwise::dtype::with_float;
 use crate::ops::elementwise::num::Real;
 use crate::ops::same_dtype;
+use crate::ops::upsample::bilinear_ratio;
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, IntList, KernelContext, KernelError, Registry, Tensor};
 
@@ -105,20 +106,6 @@ impl Taps {
     }
 }
 
-/// The f32 ratio of one axis (upstream's `area_pixel_compute_scale` of the final
-/// scale).
-fn ratio(in_size: usize, out_size: usize, align: bool, scale: f64) -> f32 {
-    if align {
-        if out_size > 1 {
-            ((in_size - 1) as f64 / (out_size - 1) as f64) as f32
-        } else {
-            0.0
-        }
-    } else {
-        (1.0 / scale) as f32
-    }
-}
-
 /// As upstream: a 4-d input, `output_size` two positive sizes, out of the input's
 /// dtype resized to `[N, C, out_h, out_w]`; both layouts (contiguous and channels
 /// last) through the tensors' strides. An input with an empty plane gives an error
@@ -167,8 +154,8 @@ fn upsample_bilinear2d_aa(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(
         _ => (oh as f64 / ih as f64, ow as f64 / iw as f64),
     };
     let (rh, rw) = (
-        ratio(ih, oh, align_corners, sh),
-        ratio(iw, ow, align_corners, sw),
+        bilinear_ratio(ih, oh, align_corners, sh),
+        bilinear_ratio(iw, ow, align_corners, sw),
     );
     with_float!(input.dtype(), "_upsample_bilinear2d_aa", E, A => {
         let x = ctx.read::<E>(&input)?;
