@@ -288,26 +288,18 @@ mod tests {
     use proptest::prelude::*;
 
     use crate::ThreadPool;
-    use crate::testing::Harness;
-
-    /// Row-major strides of `sizes`.
-    fn strides(sizes: &[usize]) -> Vec<usize> {
-        let mut s = vec![1; sizes.len()];
-        for d in (0..sizes.len().saturating_sub(1)).rev() {
-            s[d] = s[d + 1] * sizes[d + 1];
-        }
-        s
-    }
+    use crate::testing::{Harness, ravel, unravel};
 
     /// The reference: out element at multi-index `i` is the input's at `src(d, i_d)`.
     fn reference(sizes: &[usize], data: &[i32], src: impl Fn(usize, usize) -> usize) -> Vec<i32> {
-        let st = strides(sizes);
         (0..data.len())
             .map(|flat| {
-                let at: usize = (0..sizes.len())
-                    .map(|d| src(d, (flat / st[d]) % sizes[d]) * st[d])
-                    .sum();
-                data[at]
+                let at: Vec<usize> = unravel(flat, sizes)
+                    .into_iter()
+                    .enumerate()
+                    .map(|(d, i)| src(d, i))
+                    .collect();
+                data[ravel(&at, sizes)]
             })
             .collect()
     }

@@ -300,36 +300,17 @@ mod tests {
     use proptest::prelude::*;
 
     use crate::ThreadPool;
-    use crate::testing::Harness;
-
-    /// Row-major strides.
-    fn strides(sizes: &[usize]) -> Vec<usize> {
-        let mut s = vec![1; sizes.len()];
-        for d in (0..sizes.len().saturating_sub(1)).rev() {
-            s[d] = s[d + 1] * sizes[d + 1];
-        }
-        s
-    }
+    use crate::testing::{Harness, ravel, unravel};
 
     /// Element of `data` (row-major `sizes`) at multi-index `idx`.
     fn at(data: &[f32], sizes: &[usize], idx: &[usize]) -> f32 {
-        let st = strides(sizes);
-        data[idx.iter().zip(&st).map(|(i, s)| i * s).sum::<usize>()]
+        data[ravel(idx, sizes)]
     }
 
     /// All multi-indices of `sizes` in row-major order.
     fn indices(sizes: &[usize]) -> Vec<Vec<usize>> {
         let n: usize = sizes.iter().product();
-        let st = strides(sizes);
-        (0..n)
-            .map(|f| {
-                sizes
-                    .iter()
-                    .zip(&st)
-                    .map(|(&s, &t)| (f / t) % s.max(1))
-                    .collect()
-            })
-            .collect()
+        (0..n).map(|f| unravel(f, sizes)).collect()
     }
 
     fn iota(n: usize) -> Vec<f32> {
