@@ -149,6 +149,12 @@ fn run(method: &mut Method, inputs: &[HostTensor]) -> Vec<f32> {
     }
 }
 
+/// `forward`'s instruction count and folded bytes, with folding on.
+fn folded(bytes: &SharedBytes) -> (usize, usize) {
+    let plan = program(bytes, true).plan("forward").unwrap();
+    (plan.instruction_count(), plan.folded_bytes())
+}
+
 /// Output 0 of `forward` and its instruction count, with folding on and off.
 fn both_ways(bytes: &SharedBytes, inputs: &[HostTensor]) -> [(Vec<f32>, usize); 2] {
     [true, false].map(|fold| {
@@ -172,16 +178,19 @@ fn ramp(n: usize, scale: f32) -> Vec<f32> {
 }
 
 /// `y = x @ permute(w, [1, 0])`: the permute of the constant folds, the matmul stays.
-fn permute_then_mm() -> (SharedBytes, HostTensor, Vec<f32>) {
+/// With `through_view`, the matmul reads the permute's out through a planned tensor at
+/// the same bytes that no step writes.
+fn permute_then_mm(through_view: bool) -> (SharedBytes, HostTensor, Vec<f32>) {
     let w = ramp(12, 0.5);
     let mut n = Net::new(256);
     let x = n.at(&[2, 3], 0);
     let wv = n.constant(&[4, 3], &w);
     let dims = n.ints(&[1, 0]);
     let wt = n.at(&[3, 4], 64);
+    let rhs = if through_view { n.at(&[3, 4], 64) } else { wt };
     let y = n.at(&[2, 4], 128);
     n.op("aten::permute_copy.out", &[wv, dims, wt, wt]);
-    n.op("aten::mm.out", &[x, wt, y, y]);
+    n.op("aten::mm.out", &[x, rhs, y, y]);
     let xs = ramp(6, 1.0);
     let expected = (0..8)
         .map(|k| (0..3).map(|j| xs[k / 4 * 3 + j] * w[k % 4 * 3 + j]).sum())
@@ -195,7 +204,7 @@ fn permute_then_mm() -> (SharedBytes, HostTensor, Vec<f32>) {
 
 #[test]
 fn a_permute_of_a_constant_runs_once_at_load() {
-    let (bytes, x, expected) = permute_then_mm();
+    let (bytes, x, expected) = permute_then_mm(false);
     let [(on, on_count), (off, off_count)] = both_ways(&bytes, std::slice::from_ref(&x));
     assert_eq!((on_count, off_count), (1, 2));
     assert_eq!(on, expected);
@@ -229,7 +238,7 @@ fn a_permute_of_a_constant_runs_once_at_load() {
 
 #[test]
 fn folded_constants_are_held_against_the_budget() {
-    let (bytes, _, _) = permute_then_mm();
+    let (bytes, _, _) = permute_then_mm(false);
     // Room for the 64-byte scratch the permute runs into, not also for the result.
     let tight = || {
         Program::from_bytes(bytes.clone())
@@ -256,21 +265,26 @@ fn folded_constants_are_held_against_the_budget() {
     assert_eq!(p.plan("forward").unwrap().folded_bytes(), 0);
 }
 
-/// A step whose input is not a constant, or whose out is an output, stays.
-#[test]
-fn steps_reading_activations_or_writing_outputs_stay() {
+/// A net with an input `x` `[2, 3]` and a first step `wt = permute(w, dims)` of a
+/// constant `w` `[3, 2]`, `dims` being `[1, 0]`: `(net, x, dims, wt)`.
+fn input_and_permuted_constant() -> (Net, i32, i32, i32) {
     let mut n = Net::new(256);
     let x = n.at(&[2, 3], 0);
     let w = n.constant(&[3, 2], &ramp(6, 1.0));
     let dims = n.ints(&[1, 0]);
     let wt = n.at(&[2, 3], 64);
-    let xt = n.at(&[3, 2], 128);
     n.op("aten::permute_copy.out", &[w, dims, wt, wt]);
+    (n, x, dims, wt)
+}
+
+/// A step whose input is not a constant, or whose out is an output, stays.
+#[test]
+fn steps_reading_activations_or_writing_outputs_stay() {
+    let (mut n, x, dims, wt) = input_and_permuted_constant();
+    let xt = n.at(&[3, 2], 128);
     n.op("aten::permute_copy.out", &[x, dims, xt, xt]);
     // Both outs are outputs: nothing folds.
-    let bytes = n.bytes(&[x], &[wt, xt]);
-    let plan = program(&bytes, true).plan("forward").unwrap();
-    assert_eq!((plan.instruction_count(), plan.folded_bytes()), (2, 0));
+    assert_eq!(folded(&n.bytes(&[x], &[wt, xt])), (2, 0));
 }
 
 /// A planned tensor that no step writes, at the bytes of a constant step's out: the
@@ -279,22 +293,8 @@ fn steps_reading_activations_or_writing_outputs_stay() {
 /// stop writing those bytes.
 #[test]
 fn a_planned_view_of_a_constant_steps_out_still_sees_its_bytes() {
-    let w = ramp(12, 0.5);
-    let mut n = Net::new(256);
-    let x = n.at(&[2, 3], 0);
-    let wv = n.constant(&[4, 3], &w);
-    let dims = n.ints(&[1, 0]);
-    let wt = n.at(&[3, 4], 64);
-    let view = n.at(&[3, 4], 64);
-    let y = n.at(&[2, 4], 128);
-    n.op("aten::permute_copy.out", &[wv, dims, wt, wt]);
-    n.op("aten::mm.out", &[x, view, y, y]);
-    let xs = ramp(6, 1.0);
-    let expected: Vec<f32> = (0..8)
-        .map(|k| (0..3).map(|j| xs[k / 4 * 3 + j] * w[k % 4 * 3 + j]).sum())
-        .collect();
-    let bytes = n.bytes(&[x], &[y]);
-    let [(on, _), (off, _)] = both_ways(&bytes, &[HostTensor::from_slice(&[2, 3], &xs)]);
+    let (bytes, x, expected) = permute_then_mm(true);
+    let [(on, _), (off, _)] = both_ways(&bytes, std::slice::from_ref(&x));
     assert_eq!(off, expected);
     assert_eq!(on, expected);
 }
@@ -499,20 +499,13 @@ fn an_activation_after_a_convolution_becomes_its_output_clamp() {
 
 #[test]
 fn methods_with_jumps_are_not_folded() {
-    let mut n = Net::new(256);
-    let x = n.at(&[2, 3], 0);
-    let w = n.constant(&[3, 2], &ramp(6, 1.0));
-    let dims = n.ints(&[1, 0]);
-    let wt = n.at(&[2, 3], 64);
+    let (mut n, x, _, wt) = input_and_permuted_constant();
     let y = n.at(&[2, 3], 128);
     let cond = n.push(ValueB::Bool(true));
     let one = n.push(ValueB::Int(1));
-    n.op("aten::permute_copy.out", &[w, dims, wt, wt]);
     n.instructions.push(InstrB::JumpFalse(cond, 2));
     n.op("aten::add.out", &[x, wt, one, y, y]);
-    let bytes = n.bytes(&[x], &[y]);
-    let plan = program(&bytes, true).plan("forward").unwrap();
-    assert_eq!((plan.instruction_count(), plan.folded_bytes()), (3, 0));
+    assert_eq!(folded(&n.bytes(&[x], &[y])), (3, 0));
 }
 
 fn fixtures() -> std::path::PathBuf {
