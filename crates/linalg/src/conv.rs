@@ -54,6 +54,16 @@ impl ConvGeometry {
         self.out_h * self.out_w
     }
 
+    /// Whether the slices hold one whole NHWC image, a filter of `out_channels` rows of
+    /// `patch_len`, a bias per output channel and the whole NHWC output.
+    fn fits(&self, input: &[f32], filter: &[f32], bias: &[f32], output: &[f32]) -> bool {
+        let co = self.out_channels();
+        input.len() >= self.in_h * self.in_w * self.in_channels()
+            && filter.len() >= co * self.patch_len()
+            && bias.len() >= co
+            && output.len() >= self.out_pixels() * co
+    }
+
     /// True when im2col would copy the input unchanged (1x1, stride 1, no padding, one group).
     pub fn is_pointwise(&self) -> bool {
         self.kernel_h == 1
@@ -201,14 +211,10 @@ pub fn conv2d_nhwc_reference(
     max: f32,
     output: &mut [f32],
 ) -> bool {
-    let (ci, co, patch) = (g.in_channels(), g.out_channels(), g.patch_len());
-    if input.len() < g.in_h * g.in_w * ci
-        || filter.len() < co * patch
-        || bias.len() < co
-        || output.len() < g.out_pixels() * co
-    {
+    if !g.fits(input, filter, bias, output) {
         return false;
     }
+    let (ci, co) = (g.in_channels(), g.out_channels());
     for oy in 0..g.out_h {
         for ox in 0..g.out_w {
             for oc in 0..co {
@@ -456,14 +462,10 @@ pub fn conv_transpose2d_nhwc(
     max: f32,
     output: &mut [f32],
 ) -> bool {
-    let (ci, co) = (g.in_channels(), g.out_channels());
-    if input.len() < g.in_h * g.in_w * ci
-        || filter.len() < co * g.kernel_h * g.kernel_w * g.group_in
-        || bias.len() < co
-        || output.len() < g.out_pixels() * co
-    {
+    if !g.fits(input, filter, bias, output) {
         return false;
     }
+    let (ci, co) = (g.in_channels(), g.out_channels());
     let output = &mut output[..g.out_pixels() * co];
     for px in output.chunks_exact_mut(co.max(1)) {
         px.copy_from_slice(&bias[..co]);
