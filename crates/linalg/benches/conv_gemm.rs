@@ -155,6 +155,20 @@ fn bench_pointwise(c: &mut Criterion) {
                     })
                 })
             });
+            // Many products inside one entry to the pool, as in a forward pass: the
+            // workers poll between them instead of waking up for each.
+            group.bench_function(format!("in_pass_t{threads}"), |b| {
+                b.iter_custom(|iters| {
+                    pool.install_hot(|| {
+                        let start = std::time::Instant::now();
+                        for _ in 0..iters {
+                            gemm::gemm(&pool, isa, &product, &mut output, &mut scratch)
+                                .expect("a valid product");
+                        }
+                        start.elapsed()
+                    })
+                })
+            });
             let mut i = 0;
             group.bench_function(format!("cold_t{threads}"), |b| {
                 b.iter(|| {
