@@ -42,6 +42,10 @@ pub use kernels::{WeightElem, dot_rows};
 const KC: usize = 256;
 /// Most rows of A packed at once (B is packed again for each such block of rows).
 const MB: usize = 256;
+/// Most rows of a block when A is read in place and the output is f32 (nothing to pack,
+/// no private tile): fewer blocks, so fewer parallel steps and fewer packings of B,
+/// while a block's rows of one K block (`512 x KC` values, 512 KiB) still fit in L2.
+const MB_A_IN_PLACE: usize = 512;
 /// Most columns one task owns.
 const NB_MAX: usize = 256;
 /// Most packed B values (`kc x nb`) of a task's block that the tile loop counts on
@@ -236,6 +240,8 @@ impl Gemm<'_> {
 struct Plan {
     tile: Tile,
     mb: usize,
+    /// Rows of each task's private f32 tile (`mb`, or 0 when tasks write the output).
+    tile_rows: usize,
     /// Columns per task.
     nb: usize,
     /// Tasks per round.
@@ -243,15 +249,33 @@ struct Plan {
 }
 
 impl Plan {
+    /// The plan of a product whose tasks multiply into private tiles (and the scratch
+    /// bound of every plan: [`Plan::into_output`] needs no more).
     fn new(tile: Tile, m: usize, n: usize, threads: usize) -> Plan {
+        let plan = Plan::with_rows(tile, (m, MB), n, threads);
+        Plan {
+            tile_rows: plan.mb,
+            ..plan
+        }
+    }
+
+    /// The plan of a product whose tasks write an f32 output directly: no private tile,
+    /// and blocks of up to [`MB_A_IN_PLACE`] rows when A is read in place.
+    fn into_output(tile: Tile, m: usize, n: usize, threads: usize, a_in_place: bool) -> Plan {
+        let most = if a_in_place { MB_A_IN_PLACE } else { MB };
+        Plan::with_rows(tile, (m, most), n, threads)
+    }
+
+    /// The plan for blocks of at most `most` rows, without a private tile.
+    fn with_rows(tile: Tile, (m, most): (usize, usize), n: usize, threads: usize) -> Plan {
         // Blocks of rows of equal size (a multiple of the tile's rows), so that no block
         // of a few leftover rows packs all of B again: 512 rows are two blocks of 256,
         // not 252 + 252 + 8.
-        let blocks = m.div_ceil(MB).max(1);
+        let blocks = m.div_ceil(most).max(1);
         let mb = m
             .div_ceil(blocks)
             .next_multiple_of(tile.mr)
-            .clamp(1, MB.max(tile.mr));
+            .clamp(1, most.max(tile.mr));
         let threads = threads.max(1);
         // Enough rounds that each task owns at most NB_MAX columns, spread evenly.
         let per_round_max = threads * NB_MAX;
@@ -267,6 +291,7 @@ impl Plan {
         Plan {
             tile,
             mb,
+            tile_rows: 0,
             nb,
             tasks,
         }
@@ -286,8 +311,9 @@ impl Plan {
         n.div_ceil(self.tasks).next_multiple_of(self.tile.nr).max(1)
     }
 
+    /// Scratch of one task: its private tile, if any, and its packed block of B.
     fn task_len(&self) -> usize {
-        self.mb * self.nb + KC * self.nb
+        self.tile_rows * self.nb + KC * self.nb
     }
 }
 
@@ -437,12 +463,20 @@ fn run<O: OutElem>(
         gemv_packed(pool, g, packed, out, scratch);
         return Ok(());
     }
-    let plan = Plan::new(Tile::of(isa), m, n, pool.threads());
-    let (apack, rest) = scratch.split_at_mut(plan.a_len(k, a_in_place));
-    let work = &mut rest[..plan.tasks * plan.task_len()];
+    let (tile, threads) = (Tile::of(isa), pool.threads());
     match O::as_f32_mut(out) {
-        Some(out) => tiled_into_output(pool, isa, g, src, &plan, apack, work, out),
-        None => tiled_through_tiles(pool, isa, g, src, &plan, apack, work, out),
+        Some(out) => {
+            let plan = Plan::into_output(tile, m, n, threads, a_in_place);
+            let (apack, rest) = scratch.split_at_mut(plan.a_len(k, a_in_place));
+            let work = &mut rest[..plan.tasks * plan.task_len()];
+            tiled_into_output(pool, isa, g, src, &plan, apack, work, out);
+        }
+        None => {
+            let plan = Plan::new(tile, m, n, threads);
+            let (apack, rest) = scratch.split_at_mut(plan.a_len(k, a_in_place));
+            let work = &mut rest[..plan.tasks * plan.task_len()];
+            tiled_through_tiles(pool, isa, g, src, &plan, apack, work, out);
+        }
     }
     Ok(())
 }
@@ -581,7 +615,7 @@ fn tiled_into_output(
             let Some(mut owned) = spans.take(t) else {
                 unreachable!("each task takes its own span once")
             };
-            let bpack = &mut chunk[plan.mb * plan.nb..];
+            let bpack = &mut chunk[plan.tile_rows * plan.nb..];
             let mut j = 0;
             while j < owned.cols() {
                 let width = plan.nb.min(owned.cols() - j);
@@ -627,7 +661,7 @@ fn tiled_through_tiles<O: OutElem>(
             let run = |t: usize, chunk: &mut [f32]| {
                 let c0 = n0 + t * plan.nb;
                 let nb = plan.nb.min(n0 + width - c0);
-                let (tile, bpack) = chunk.split_at_mut(plan.mb * plan.nb);
+                let (tile, bpack) = chunk.split_at_mut(plan.tile_rows * plan.nb);
                 let Some(blocks) = ColumnBlocks::new(tile, mb, nb, plan.nb, nb) else {
                     unreachable!("a task's tile holds mb x nb values")
                 };

@@ -197,6 +197,8 @@ fn gemm_edge_shapes() {
         (260, 40, 20),
         // More rows than read B in place, and a block of B too large for L1: packed.
         (100, 70, 200),
+        // A read in place (whole panels at 6 and 8 rows) in blocks of more than 256 rows.
+        (528, 40, 300),
     ] {
         for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
             check(m, n, k, ta, tb, Dt::F32, (m + n) as u8 % 4, 2, 7);
