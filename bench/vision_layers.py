@@ -31,9 +31,11 @@ from machine import cpu_model  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 VISION = ROOT / "models" / "vision"
 
-# XNNPACK operator names and etch operator names of the layers that line up.
-XNN_LAYERS = ("Convolution", "Fully Connected", "Add", "Mean")
-ETCH_LAYERS = ("aten::convolution", "aten::add", "aten::mean", "aten::addmm", "aten::linear")
+# XNNPACK operator names and etch operator names of the layers that line up (pooling
+# included).
+XNN_LAYERS = ("Convolution", "Fully Connected", "Add", "Mean", "Max Pooling", "Global Average Pooling")
+ETCH_LAYERS = ("aten::convolution", "aten::add", "aten::mean", "aten::addmm", "aten::linear",
+               "aten::max_pool2d", "aten::adaptive_avg_pool2d", "aten::avg_pool2d")
 
 
 def official_layers(model: str, threads: int, calls: int) -> list[tuple[str, float]]:
