@@ -12,6 +12,8 @@
 mod depthwise_avx512;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_square;
+#[cfg(target_arch = "x86_64")]
+mod max_pool_avx512;
 mod phase_panels;
 mod polyphase;
 
@@ -444,12 +446,15 @@ impl DirectKernel {
 
 /// Max pooling of NCHW planes over the windows of a [`ConvGeometry`] (a 1-in, 1-out
 /// channel geometry: kernel, stride, dilation and padding), prepared once per geometry
-/// and scratch size: the polyphase walk of [`PlaneConv`] with a maximum in place of
-/// the weighted sum.
+/// and scratch size: on AVX-512 a direct kernel for square windows of 2 to 5 taps with
+/// stride 1 or 2 (`max_pool_avx512.rs`), otherwise the polyphase walk of [`PlaneConv`]
+/// with a maximum in place of the weighted sum.
 pub struct PlaneMaxPool {
     g: ConvGeometry,
     plan: Option<polyphase::Plan>,
     scratch_len: usize,
+    #[cfg(target_arch = "x86_64")]
+    direct: Option<max_pool_avx512::MaxPoolArgmax>,
 }
 
 impl PlaneMaxPool {
@@ -459,6 +464,11 @@ impl PlaneMaxPool {
             g: *g,
             plan: polyphase::Plan::new(g, scratch_len),
             scratch_len,
+            #[cfg(target_arch = "x86_64")]
+            direct: crate::dispatch()
+                .gemm
+                .avx512()
+                .and_then(|cpu| max_pool_avx512::MaxPoolArgmax::new(cpu, g)),
         }
     }
 
@@ -469,9 +479,12 @@ impl PlaneMaxPool {
     /// runs.
     pub fn run(&self, input: &[f32], indices: &mut [i64], scratch: &mut [f32]) -> bool {
         let g = &self.g;
-        let fits = input.len() >= g.in_h * g.in_w
-            && indices.len() >= g.out_h * g.out_w
-            && scratch.len() >= self.scratch_len;
+        let planes_fit = input.len() >= g.in_h * g.in_w && indices.len() >= g.out_h * g.out_w;
+        #[cfg(target_arch = "x86_64")]
+        if let Some(direct) = self.direct.as_ref().filter(|_| planes_fit) {
+            return !polyphase::has_nan(&input[..g.in_h * g.in_w]) && direct.plane(input, indices);
+        }
+        let fits = planes_fit && scratch.len() >= self.scratch_len;
         let Some(plan) = self.plan.as_ref().filter(|_| fits) else {
             return false;
         };

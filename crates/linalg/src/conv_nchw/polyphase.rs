@@ -306,11 +306,7 @@ impl Plan {
         indices: &mut [i64],
         scratch: &mut [f32],
     ) -> bool {
-        // In blocks with no early exit inside, so that the test vectorises.
-        let has_nan = input[..g.in_h * g.in_w]
-            .chunks(256)
-            .any(|block| block.iter().fold(false, |nan, v| nan | v.is_nan()));
-        if has_nan {
+        if has_nan(&input[..g.in_h * g.in_w]) {
             return false;
         }
         let mut oy0 = 0;
@@ -385,4 +381,13 @@ impl Plan {
         }
         true
     }
+}
+
+/// True when `values` holds a NaN (tested in blocks with no early exit inside, so that
+/// the test vectorises).
+#[inline(always)]
+pub(super) fn has_nan(values: &[f32]) -> bool {
+    values
+        .chunks(256)
+        .any(|block| block.iter().fold(false, |nan, v| nan | v.is_nan()))
 }

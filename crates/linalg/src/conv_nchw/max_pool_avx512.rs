@@ -1,0 +1,222 @@
+//! The argmax of max pooling read straight from the input plane with AVX-512: 16
+//! windows a vector, a square window of 2 to 5 taps a side, stride 1 or 2 both ways,
+//! no dilation. No padded copy of the plane is made: loads are masked to the columns
+//! inside the row, kernel rows outside the plane are skipped, and a lane whose tap lies
+//! outside the plane never wins.
+//!
+//! Each lane keeps its best value and that tap's flat input index; a tap replaces them
+//! only when strictly larger, taps row by row and left to right, so the first of equal
+//! maxima wins, as in the scalar walk. A window whose every tap is `-inf` keeps no index:
+//! the plane is then left to the general kernel (as is a plane holding a NaN, which the
+//! caller checks).
+
+use std::arch::x86_64::*;
+
+use crate::CpuSupport;
+use crate::conv::ConvGeometry;
+
+/// Lanes of a vector.
+const LANES: usize = 16;
+
+/// Widest output row handled (lane indices and flat input indices fit in i32 below).
+const MAX_OUT_W: usize = 4096;
+
+/// The kernel for one geometry.
+pub(super) struct MaxPoolArgmax {
+    cpu: CpuSupport,
+    g: ConvGeometry,
+}
+
+impl MaxPoolArgmax {
+    /// The kernel for `g`, or `None` when it does not handle it: a square window of 2
+    /// to 5 taps, stride 1 or 2 (the same both ways), dilation 1, padding narrower than
+    /// the window, at most 4096 outputs a row and a plane of fewer than 2^31 values.
+    /// `cpu` proves AVX-512 F.
+    pub(super) fn new(cpu: CpuSupport, g: &ConvGeometry) -> Option<MaxPoolArgmax> {
+        let k = g.kernel_h;
+        let handles = (2..=5).contains(&k)
+            && g.kernel_w == k
+            && (g.stride_h == 1 || g.stride_h == 2)
+            && g.stride_w == g.stride_h
+            && (g.dilation_h, g.dilation_w) == (1, 1)
+            && g.pad_top < k
+            && g.pad_left < k
+            && g.out_w > 0
+            && g.out_w <= MAX_OUT_W
+            && g.in_h.checked_mul(g.in_w).is_some_and(|n| n < (1 << 31));
+        handles.then_some(MaxPoolArgmax { cpu, g: *g })
+    }
+
+    /// Writes each window's argmax (flat input index) into `indices`; `false` (with
+    /// `indices` partly written) when a window has no tap above `-inf`. The caller
+    /// checked that `input` holds the plane and `indices` its windows, and that the
+    /// plane holds no NaN.
+    pub(super) fn plane(&self, input: &[f32], indices: &mut [i64]) -> bool {
+        let g = &self.g;
+        let input = &input[..g.in_h * g.in_w];
+        let indices = &mut indices[..g.out_h * g.out_w];
+        // SAFETY: `self.cpu` proves AVX-512 F (`new`'s contract); the slices hold the
+        // plane and its windows, as sliced above.
+        unsafe { argmax(self.cpu, g, input, indices) }
+    }
+}
+
+/// Bits `lo..hi` of a 16-lane mask.
+#[inline(always)]
+fn lane_bits(lo: isize, hi: isize) -> u16 {
+    let (lo, hi) = (lo.clamp(0, 16) as u32, hi.clamp(0, 16) as u32);
+    if hi <= lo {
+        return 0;
+    }
+    (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as u16
+}
+
+/// [`MaxPoolArgmax::plane`].
+///
+/// # Safety
+/// Needs AVX-512 F; `input` holds `in_h * in_w` values, `indices` `out_h * out_w`, and
+/// `g` is one [`MaxPoolArgmax::new`] accepted.
+#[target_feature(enable = "avx512f")]
+unsafe fn argmax(_: CpuSupport, g: &ConvGeometry, input: &[f32], indices: &mut [i64]) -> bool {
+    let (k, s) = (g.kernel_h, g.stride_h);
+    let (in_w, in_h) = (g.in_w as isize, g.in_h as isize);
+    let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let stride = _mm512_set1_epi32(s as i32);
+    for oy in 0..g.out_h {
+        let top = (oy * s) as isize - g.pad_top as isize;
+        for v in 0..g.out_w.div_ceil(LANES) {
+            let ox0 = v * LANES;
+            let outputs = (g.out_w - ox0).min(LANES);
+            let first = (ox0 * s) as isize - g.pad_left as isize;
+            let mut best = _mm512_set1_ps(f32::NEG_INFINITY);
+            let mut from = _mm512_set1_epi32(-1);
+            for ky in 0..k {
+                let iy = top + ky as isize;
+                if iy < 0 || iy >= in_h {
+                    continue;
+                }
+                let row = input[iy as usize * g.in_w..][..g.in_w].as_ptr();
+                for kx in 0..k {
+                    let c0 = first + kx as isize;
+                    // The lanes' input columns, and those inside the row.
+                    let cols = _mm512_add_epi32(
+                        _mm512_set1_epi32(c0 as i32),
+                        _mm512_mullo_epi32(lane, stride),
+                    );
+                    let inside = _mm512_cmpge_epi32_mask(cols, _mm512_setzero_si512())
+                        & _mm512_cmplt_epi32_mask(cols, _mm512_set1_epi32(in_w as i32));
+                    // SAFETY: every load is masked to the lanes whose column lies in
+                    // 0..in_w of row iy (masked lanes read nothing), so the addresses
+                    // formed for the others are inside `row`.
+                    let x = unsafe {
+                        let at = |c: isize| row.wrapping_offset(c);
+                        if s == 1 {
+                            _mm512_maskz_loadu_ps(lane_bits(-c0, in_w - c0), at(c0))
+                        } else {
+                            let c1 = c0 + LANES as isize;
+                            let a = _mm512_maskz_loadu_ps(lane_bits(-c0, in_w - c0), at(c0));
+                            let b = _mm512_maskz_loadu_ps(lane_bits(-c1, in_w - c1), at(c1));
+                            _mm512_permutex2var_ps(a, evens, b)
+                        }
+                    };
+                    let above = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(inside, x, best);
+                    best = _mm512_mask_blend_ps(above, best, x);
+                    let at = _mm512_add_epi32(_mm512_set1_epi32((iy * in_w) as i32), cols);
+                    from = _mm512_mask_blend_epi32(above, from, at);
+                }
+            }
+            let live = lane_bits(0, outputs as isize);
+            if _mm512_mask_cmpeq_epi32_mask(live, from, _mm512_set1_epi32(-1)) != 0 {
+                return false;
+            }
+            let dst = &mut indices[oy * g.out_w + ox0..][..outputs];
+            let low = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(from));
+            let high = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64::<1>(from));
+            // SAFETY: `dst` holds `outputs` values; each store writes only the lanes of
+            // its mask, which lie inside it.
+            unsafe {
+                let p = dst.as_mut_ptr();
+                _mm512_mask_storeu_epi64(p, (live & 0xff) as u8, low);
+                if outputs > 8 {
+                    _mm512_mask_storeu_epi64(p.add(8), (live >> 8) as u8, high);
+                }
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Each window's argmax by the scalar walk (taps row by row, the first of equal
+    /// maxima), -1 for a window with no tap inside the plane.
+    fn reference(g: &ConvGeometry, input: &[f32]) -> Vec<i64> {
+        let mut want = vec![-1i64; g.out_h * g.out_w];
+        for oy in 0..g.out_h {
+            for ox in 0..g.out_w {
+                let mut best: Option<(f32, usize)> = None;
+                for ky in 0..g.kernel_h {
+                    for kx in 0..g.kernel_w {
+                        let (Some(iy), Some(ix)) = (g.source_row(oy, ky), g.source_col(ox, kx))
+                        else {
+                            continue;
+                        };
+                        let v = input[iy * g.in_w + ix];
+                        if best.is_none_or(|(b, _)| v > b) {
+                            best = Some((v, iy * g.in_w + ix));
+                        }
+                    }
+                }
+                want[oy * g.out_w + ox] = best.map_or(-1, |(_, i)| i as i64);
+            }
+        }
+        want
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// The direct kernel's indices are the scalar walk's, over window sizes,
+        /// strides, paddings and rows of one to several vectors, with ties.
+        #[test]
+        fn argmax_matches_the_scalar_walk(
+            k in 2usize..=5, s in 1usize..=2, pad in 0usize..5, in_h in 5usize..20,
+            in_w in 5usize..80, seed in 0u64..1000, neg_inf_row in any::<bool>(),
+        ) {
+            let Some(cpu) = crate::dispatch().gemm.avx512() else {
+                return Ok(());
+            };
+            let pad = pad.min(k - 1).min(k / 2);
+            let out_h = (in_h + 2 * pad - k) / s + 1;
+            let out_w = (in_w + 2 * pad - k) / s + 1;
+            let g = ConvGeometry {
+                in_h, in_w, out_h, out_w, kernel_h: k, kernel_w: k, stride_h: s, stride_w: s,
+                dilation_h: 1, dilation_w: 1, pad_top: pad, pad_left: pad, groups: 1,
+                group_in: 1, group_out: 1,
+            };
+            // Coarse values, so that windows hold ties; optionally a row of -inf.
+            let mut input: Vec<f32> = crate::test_util::rand_vec(in_h * in_w, seed)
+                .iter()
+                .map(|v| (v * 3.0).round())
+                .collect();
+            if neg_inf_row {
+                input[..in_w].fill(f32::NEG_INFINITY);
+            }
+            let kernel = MaxPoolArgmax::new(cpu, &g);
+            prop_assert!(kernel.is_some());
+            let want = reference(&g, &input);
+            let mut got = vec![-7i64; want.len()];
+            if kernel.is_some_and(|kernel| kernel.plane(&input, &mut got)) {
+                prop_assert_eq!(got, want);
+            } else {
+                // Declined only for a window with no tap above -inf.
+                let windows_without_value = want.iter().any(|&i| i < 0 || input[i as usize] == f32::NEG_INFINITY);
+                prop_assert!(windows_without_value);
+            }
+        }
+    }
+}
