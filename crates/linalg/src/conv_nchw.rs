@@ -578,6 +578,32 @@ fn madd<const FUSED: bool>(x: f32, w: f32, o: f32) -> f32 {
     if FUSED { x.mul_add(w, o) } else { x * w + o }
 }
 
+/// Each window's argmax by the scalar walk (taps row by row, the first of equal maxima
+/// wins), -1 for a window with no tap inside the plane: what [`PlaneMaxPool`]'s kernels
+/// are tested against.
+#[cfg(test)]
+fn max_pool_reference(g: &ConvGeometry, input: &[f32]) -> Vec<i64> {
+    let mut want = vec![-1i64; g.out_h * g.out_w];
+    for oy in 0..g.out_h {
+        for ox in 0..g.out_w {
+            let mut best: Option<(f32, usize)> = None;
+            for ky in 0..g.kernel_h {
+                for kx in 0..g.kernel_w {
+                    let (Some(iy), Some(ix)) = (g.source_row(oy, ky), g.source_col(ox, kx)) else {
+                        continue;
+                    };
+                    let v = input[iy * g.in_w + ix];
+                    if best.is_none_or(|(b, _)| v > b) {
+                        best = Some((v, iy * g.in_w + ix));
+                    }
+                }
+            }
+            want[oy * g.out_w + ox] = best.map_or(-1, |(_, i)| i as i64);
+        }
+    }
+    want
+}
+
 /// The AVX2 + FMA entry point of the plane kernel.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -891,25 +917,7 @@ mod tests {
             // Coarse values, so that windows hold ties.
             let input: Vec<f32> =
                 grid_values(g.in_h * g.in_w, seed).iter().map(|v| (v * 4.0).round()).collect();
-            let mut want = vec![-1i64; g.out_pixels()];
-            for oy in 0..g.out_h {
-                for ox in 0..g.out_w {
-                    let mut best: Option<(f32, usize)> = None;
-                    for ky in 0..g.kernel_h {
-                        for kx in 0..g.kernel_w {
-                            let (Some(iy), Some(ix)) = (g.source_row(oy, ky), g.source_col(ox, kx))
-                            else {
-                                continue;
-                            };
-                            let v = input[iy * g.in_w + ix];
-                            if best.is_none_or(|(b, _)| v > b) {
-                                best = Some((v, iy * g.in_w + ix));
-                            }
-                        }
-                    }
-                    want[oy * g.out_w + ox] = best.map_or(-1, |(_, i)| i as i64);
-                }
-            }
+            let want = max_pool_reference(&g, &input);
             let whole = plane_scratch_len(&g);
             for scratch_len in [whole, whole / 3] {
                 let pool = PlaneMaxPool::new(&g, scratch_len);

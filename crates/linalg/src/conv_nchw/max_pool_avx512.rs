@@ -153,31 +153,6 @@ mod tests {
 
     use super::*;
 
-    /// Each window's argmax by the scalar walk (taps row by row, the first of equal
-    /// maxima), -1 for a window with no tap inside the plane.
-    fn reference(g: &ConvGeometry, input: &[f32]) -> Vec<i64> {
-        let mut want = vec![-1i64; g.out_h * g.out_w];
-        for oy in 0..g.out_h {
-            for ox in 0..g.out_w {
-                let mut best: Option<(f32, usize)> = None;
-                for ky in 0..g.kernel_h {
-                    for kx in 0..g.kernel_w {
-                        let (Some(iy), Some(ix)) = (g.source_row(oy, ky), g.source_col(ox, kx))
-                        else {
-                            continue;
-                        };
-                        let v = input[iy * g.in_w + ix];
-                        if best.is_none_or(|(b, _)| v > b) {
-                            best = Some((v, iy * g.in_w + ix));
-                        }
-                    }
-                }
-                want[oy * g.out_w + ox] = best.map_or(-1, |(_, i)| i as i64);
-            }
-        }
-        want
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
         /// The direct kernel's indices are the scalar walk's, over window sizes,
@@ -208,7 +183,7 @@ mod tests {
             }
             let kernel = MaxPoolArgmax::new(cpu, &g);
             prop_assert!(kernel.is_some());
-            let want = reference(&g, &input);
+            let want = super::super::max_pool_reference(&g, &input);
             let mut got = vec![-7i64; want.len()];
             if kernel.is_some_and(|kernel| kernel.plane(&input, &mut got)) {
                 prop_assert_eq!(got, want);
