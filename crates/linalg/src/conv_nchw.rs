@@ -14,6 +14,17 @@ mod depthwise_avx512;
 mod depthwise_square;
 #[cfg(target_arch = "x86_64")]
 mod max_pool_avx512;
+
+/// Lanes `l` of a `lanes`-lane load (at most 16) at column `base` whose column
+/// `base + l` lies in `0..width`, bit `l` for lane `l`: the load mask of the direct
+/// kernels.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn lanes_inside(base: isize, width: isize, lanes: usize) -> u16 {
+    let lo = (-base).clamp(0, lanes as isize) as u32;
+    let hi = (width - base).clamp(lo as isize, lanes as isize) as u32;
+    (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as u16
+}
 mod phase_panels;
 mod polyphase;
 

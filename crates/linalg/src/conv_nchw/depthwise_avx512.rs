@@ -11,6 +11,7 @@
 
 use std::arch::x86_64::*;
 
+use super::lanes_inside;
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 
@@ -65,7 +66,10 @@ impl Direct {
             let first = (g.stride_w * 16 * v) as isize - g.pad_left as isize;
             for (kx, m) in row.iter_mut().enumerate().take(g.kernel_w) {
                 let base = first + kx as isize;
-                *m = (lanes_inside(base, width), lanes_inside(base + 16, width));
+                *m = (
+                    lanes_inside(base, width, 16),
+                    lanes_inside(base + 16, width, 16),
+                );
             }
         }
         Some(Direct { cpu, masks })
@@ -102,16 +106,6 @@ impl Direct {
             )
         }
     }
-}
-
-/// Lanes `l` of a 16-lane load at column `base` whose column `base + l` lies in
-/// `0..width`.
-#[inline(always)]
-pub(super) fn lanes_inside(base: isize, width: isize) -> __mmask16 {
-    let lo = (-base).clamp(0, 16) as u32;
-    let hi = (width - base).clamp(lo as isize, 16) as u32;
-    let below_hi = if hi == 16 { u32::MAX } else { (1u32 << hi) - 1 };
-    (below_hi & !((1u32 << lo) - 1)) as __mmask16
 }
 
 /// Output vectors summed together: independent chains of fused multiply-adds, so that

@@ -20,6 +20,7 @@
 
 use std::ops::Range;
 
+use super::lanes_inside;
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 use crate::simd_x86::{Narrow, Vector, Wide};
@@ -117,11 +118,7 @@ impl Square {
         let n = if wide { Wide::LANES } else { Narrow::LANES };
         let (w, out_w) = (g.in_w as isize, g.out_w as isize);
         // Lanes `l` of a load at column `at` with `at + l` inside the row.
-        let inside = |at: isize| {
-            let lo = (-at).clamp(0, n as isize) as u32;
-            let hi = (w - at).clamp(lo as isize, n as isize) as u32;
-            (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as u16
-        };
+        let inside = |at: isize| lanes_inside(at, w, n);
         let mut lanes = [None; MAX_VECTORS];
         for (v, m) in lanes.iter_mut().enumerate().take(g.out_w.div_ceil(n)) {
             let first = (s * n * v) as isize - g.pad_left as isize;

@@ -12,11 +12,15 @@
 
 use std::arch::x86_64::*;
 
+use super::lanes_inside;
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 
 /// Lanes of a vector.
 const LANES: usize = 16;
+
+/// Most taps a side.
+const MAX_K: usize = 5;
 
 /// Widest output row handled (lane indices and flat input indices fit in i32 below).
 const MAX_OUT_W: usize = 4096;
@@ -34,7 +38,7 @@ impl MaxPoolArgmax {
     /// `cpu` proves AVX-512 F.
     pub(super) fn new(cpu: CpuSupport, g: &ConvGeometry) -> Option<MaxPoolArgmax> {
         let k = g.kernel_h;
-        let handles = (2..=5).contains(&k)
+        let handles = (2..=MAX_K).contains(&k)
             && g.kernel_w == k
             && (g.stride_h == 1 || g.stride_h == 2)
             && g.stride_w == g.stride_h
@@ -61,14 +65,14 @@ impl MaxPoolArgmax {
     }
 }
 
-/// Bits `lo..hi` of a 16-lane mask.
-#[inline(always)]
-fn lane_bits(lo: isize, hi: isize) -> u16 {
-    let (lo, hi) = (lo.clamp(0, 16) as u32, hi.clamp(0, 16) as u32);
-    if hi <= lo {
-        return 0;
-    }
-    (((1u32 << hi) - 1) & !((1u32 << lo) - 1)) as u16
+/// Column tap `kx` of one output vector: its lanes' input columns, the lanes whose
+/// column lies inside the row, and the masks of its one (stride 1) or two (stride 2)
+/// loads. The same for every kernel row and output row.
+#[derive(Clone, Copy)]
+struct ColumnTap {
+    cols: __m512i,
+    inside: u16,
+    loads: [u16; 2],
 }
 
 /// [`MaxPoolArgmax::plane`].
@@ -82,13 +86,32 @@ unsafe fn argmax(_: CpuSupport, g: &ConvGeometry, input: &[f32], indices: &mut [
     let (in_w, in_h) = (g.in_w as isize, g.in_h as isize);
     let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    let stride = _mm512_set1_epi32(s as i32);
+    // Lane l's column offset from the vector's first tap: l * stride.
+    let steps = _mm512_mullo_epi32(lane, _mm512_set1_epi32(s as i32));
     for oy in 0..g.out_h {
         let top = (oy * s) as isize - g.pad_top as isize;
         for v in 0..g.out_w.div_ceil(LANES) {
             let ox0 = v * LANES;
             let outputs = (g.out_w - ox0).min(LANES);
             let first = (ox0 * s) as isize - g.pad_left as isize;
+            let mut taps = [ColumnTap {
+                cols: _mm512_setzero_si512(),
+                inside: 0,
+                loads: [0; 2],
+            }; MAX_K];
+            for (kx, tap) in taps.iter_mut().enumerate().take(k) {
+                let c0 = first + kx as isize;
+                let cols = _mm512_add_epi32(_mm512_set1_epi32(c0 as i32), steps);
+                *tap = ColumnTap {
+                    cols,
+                    inside: _mm512_cmpge_epi32_mask(cols, _mm512_setzero_si512())
+                        & _mm512_cmplt_epi32_mask(cols, _mm512_set1_epi32(in_w as i32)),
+                    loads: [
+                        lanes_inside(c0, in_w, LANES),
+                        lanes_inside(c0 + LANES as isize, in_w, LANES),
+                    ],
+                };
+            }
             let mut best = _mm512_set1_ps(f32::NEG_INFINITY);
             let mut from = _mm512_set1_epi32(-1);
             for ky in 0..k {
@@ -97,36 +120,29 @@ unsafe fn argmax(_: CpuSupport, g: &ConvGeometry, input: &[f32], indices: &mut [
                     continue;
                 }
                 let row = input[iy as usize * g.in_w..][..g.in_w].as_ptr();
-                for kx in 0..k {
+                let row_start = _mm512_set1_epi32((iy * in_w) as i32);
+                for (kx, tap) in taps.iter().enumerate().take(k) {
                     let c0 = first + kx as isize;
-                    // The lanes' input columns, and those inside the row.
-                    let cols = _mm512_add_epi32(
-                        _mm512_set1_epi32(c0 as i32),
-                        _mm512_mullo_epi32(lane, stride),
-                    );
-                    let inside = _mm512_cmpge_epi32_mask(cols, _mm512_setzero_si512())
-                        & _mm512_cmplt_epi32_mask(cols, _mm512_set1_epi32(in_w as i32));
                     // SAFETY: every load is masked to the lanes whose column lies in
                     // 0..in_w of row iy (masked lanes read nothing), so the addresses
                     // formed for the others are inside `row`.
                     let x = unsafe {
                         let at = |c: isize| row.wrapping_offset(c);
+                        let a = _mm512_maskz_loadu_ps(tap.loads[0], at(c0));
                         if s == 1 {
-                            _mm512_maskz_loadu_ps(lane_bits(-c0, in_w - c0), at(c0))
+                            a
                         } else {
-                            let c1 = c0 + LANES as isize;
-                            let a = _mm512_maskz_loadu_ps(lane_bits(-c0, in_w - c0), at(c0));
-                            let b = _mm512_maskz_loadu_ps(lane_bits(-c1, in_w - c1), at(c1));
+                            let b = _mm512_maskz_loadu_ps(tap.loads[1], at(c0 + LANES as isize));
                             _mm512_permutex2var_ps(a, evens, b)
                         }
                     };
-                    let above = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(inside, x, best);
+                    let above = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(tap.inside, x, best);
                     best = _mm512_mask_blend_ps(above, best, x);
-                    let at = _mm512_add_epi32(_mm512_set1_epi32((iy * in_w) as i32), cols);
+                    let at = _mm512_add_epi32(row_start, tap.cols);
                     from = _mm512_mask_blend_epi32(above, from, at);
                 }
             }
-            let live = lane_bits(0, outputs as isize);
+            let live = lanes_inside(0, outputs as isize, LANES);
             if _mm512_mask_cmpeq_epi32_mask(live, from, _mm512_set1_epi32(-1)) != 0 {
                 return false;
             }
