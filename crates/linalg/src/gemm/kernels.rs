@@ -164,8 +164,8 @@ fn simd_kernel(isa: Isa) -> Option<SimdKernel> {
     }
 }
 
-/// `tile[mr x nr] (+)= A_panel · B_panel` over `kc` (> 0) steps, with the tile of
-/// `isa`; `a` holds `kc` steps of `mr` rows, `b` `kc` steps of `nr` columns. Writes the
+/// `tile[mr x nr] (+)= A_panel · B_panel` over `kc` steps, with the tile of `isa`;
+/// `a` holds `kc` steps of `mr` rows, `b` `kc` steps of `nr` columns. Writes the
 /// `rows x cols` corner of the tile to `out` at `(row, col)` of the block, adding to
 /// what is there when `accumulate`, then applying `post` when given.
 #[allow(clippy::too_many_arguments)]
@@ -204,11 +204,11 @@ pub(crate) fn micro_kernel(
         let ld = out.ld();
         let c = out.window_ptr((row, col), (rows, cols));
         let c = c.unwrap_or_else(|| panic!("tile at ({row}, {col}) outside its block"));
+        let c = (c, ld, cols);
         // SAFETY: the Isa variant carries the proof that its instructions exist on this
         // CPU; a holds kc*mr values (packed) or (mr-1)*lda + kc (rows), b (kc-1)*ldb + nr
         // (both sliced so above), and the block has an mr x cols window at c with row
         // stride ld (window_ptr checked it).
-        let c = (c, ld, cols);
         unsafe { kernel(kc, (a_ptr, lda), (b.as_ptr(), ldb), c, accumulate, post) };
         return;
     }
