@@ -4,20 +4,24 @@
 //! columns `t * block_cols ..` of every row. Those windows are disjoint, but none of
 //! them is a contiguous slice, so safe Rust cannot hand them out with `split_at_mut`.
 //! [`ColumnBlocks`] does, checked: each block is taken at most once, and a
-//! [`ColumnBlock`] only reaches its own columns.
+//! [`ColumnBlock`] only reaches its own columns. A product too narrow to split by
+//! columns alone splits its rows too ([`ColumnBlocks::grid`]): block `b` is then row
+//! block `b / column_blocks`, column block `b % column_blocks`.
 
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A row-major matrix (`rows x cols`, row stride `ld`) split into column blocks of
-/// `block_cols` columns (the last one may be narrower), each of which one task may
-/// take and write while the others write theirs.
+/// `block_cols` columns (the last one may be narrower), and possibly into row blocks
+/// of `block_rows` rows, each of which one task may take and write while the others
+/// write theirs.
 pub struct ColumnBlocks<'a, T> {
     ptr: *mut T,
     rows: usize,
     cols: usize,
     ld: usize,
+    block_rows: usize,
     block_cols: usize,
     /// Bit `b` is set once block `b` has been taken.
     taken: AtomicU64,
@@ -46,7 +50,26 @@ impl<'a, T> ColumnBlocks<'a, T> {
         ld: usize,
         block_cols: usize,
     ) -> Option<Self> {
-        if block_cols == 0 || ld < cols || cols.div_ceil(block_cols) > Self::MAX_BLOCKS {
+        Self::grid(data, (rows, cols), ld, (rows.max(1), block_cols))
+    }
+
+    /// Splits `data` (`rows` rows of `cols` elements at stride `ld`) into blocks of
+    /// `block_rows x block_cols` elements (those of the last row and column may be
+    /// smaller). `None` as for [`Self::new`], or when `block_rows` is 0.
+    pub fn grid(
+        data: &'a mut [T],
+        (rows, cols): (usize, usize),
+        ld: usize,
+        (block_rows, block_cols): (usize, usize),
+    ) -> Option<Self> {
+        if block_cols == 0 || block_rows == 0 || ld < cols {
+            return None;
+        }
+        let blocks = rows
+            .div_ceil(block_rows)
+            .max(1)
+            .checked_mul(cols.div_ceil(block_cols))?;
+        if blocks > Self::MAX_BLOCKS {
             return None;
         }
         let need = match rows {
@@ -61,6 +84,7 @@ impl<'a, T> ColumnBlocks<'a, T> {
             rows,
             cols,
             ld,
+            block_rows,
             block_cols,
             taken: AtomicU64::new(0),
             _data: PhantomData,
@@ -69,13 +93,24 @@ impl<'a, T> ColumnBlocks<'a, T> {
 
     /// Number of blocks.
     pub fn blocks(&self) -> usize {
+        self.rows.div_ceil(self.block_rows).max(1) * self.column_blocks()
+    }
+
+    /// Number of column blocks (blocks per row block).
+    fn column_blocks(&self) -> usize {
         self.cols.div_ceil(self.block_cols)
     }
 
     /// The columns of block `index`.
     pub fn columns(&self, index: usize) -> Range<usize> {
-        let start = (index * self.block_cols).min(self.cols);
+        let start = ((index % self.column_blocks().max(1)) * self.block_cols).min(self.cols);
         start..(start + self.block_cols).min(self.cols)
+    }
+
+    /// The rows of block `index`.
+    pub fn rows(&self, index: usize) -> Range<usize> {
+        let start = ((index / self.column_blocks().max(1)) * self.block_rows).min(self.rows);
+        start..(start + self.block_rows).min(self.rows)
     }
 
     /// Block `index`, unless it does not exist or was already taken.
@@ -87,10 +122,15 @@ impl<'a, T> ColumnBlocks<'a, T> {
         if self.taken.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
             return None;
         }
-        let cols = self.columns(index);
-        // SAFETY: cols.start <= self.cols <= ld, so the offset is inside row 0 (or one
-        // past the end of an empty matrix's allocation); the block was taken once.
-        Some(unsafe { ColumnBlock::window(self.ptr, self.rows, cols, self.ld) })
+        let (rows, cols) = (self.rows(index), self.columns(index));
+        // SAFETY: index < blocks(), so the block's first row is a row of the matrix
+        // (or row 0 of an empty one), whose elements were checked to fit in `data`
+        // (grid); cols.start <= self.cols <= ld keeps the offset inside that row (or one
+        // past it). Blocks cover disjoint elements and this one was taken once.
+        Some(unsafe {
+            let first = self.ptr.add(rows.start * self.ld);
+            ColumnBlock::window(first, rows.len(), cols, self.ld)
+        })
     }
 }
 
@@ -208,6 +248,32 @@ mod tests {
         for row in data.chunks(10) {
             assert_eq!(row, [1, 1, 1, 1, 2, 2, 2, 2, 3, 0]);
         }
+    }
+
+    #[test]
+    fn a_grid_hands_out_row_and_column_blocks_once_each() {
+        let mut data = vec![0u32; 5 * 6];
+        let blocks = ColumnBlocks::grid(&mut data, (5, 5), 6, (2, 3)).unwrap();
+        assert_eq!(blocks.blocks(), 6);
+        assert_eq!((blocks.rows(5), blocks.columns(5)), (4..5, 3..5));
+        std::thread::scope(|s| {
+            for b in 0..blocks.blocks() {
+                let blocks = &blocks;
+                s.spawn(move || {
+                    let mut block = blocks.take(b).unwrap();
+                    for i in 0..block.rows() {
+                        block.row_mut(i).fill(b as u32 + 1);
+                    }
+                });
+            }
+        });
+        assert!(blocks.take(6).is_none());
+        let rows: Vec<&[u32]> = data.chunks(6).collect();
+        assert_eq!(rows[0], [1, 1, 1, 2, 2, 0]);
+        assert_eq!(rows[3], [3, 3, 3, 4, 4, 0]);
+        assert_eq!(rows[4], [5, 5, 5, 6, 6, 0]);
+        assert!(ColumnBlocks::grid(&mut data, (5, 5), 6, (0, 3)).is_none());
+        assert!(ColumnBlocks::grid(&mut data, (65, 1), 1, (1, 1)).is_none());
     }
 
     #[test]

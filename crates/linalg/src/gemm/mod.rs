@@ -246,6 +246,9 @@ struct Plan {
     nb: usize,
     /// Tasks per round.
     tasks: usize,
+    /// Most tasks of one parallel step, when a block of rows is split by rows too
+    /// ([`Plan::grid`]): the thread count, at least `tasks`.
+    most_tasks: usize,
 }
 
 impl Plan {
@@ -294,7 +297,31 @@ impl Plan {
             tile_rows: 0,
             nb,
             tasks,
+            most_tasks: threads.clamp(tasks, ColumnBlocks::<f32>::MAX_BLOCKS),
         }
+    }
+
+    /// How a block of `mb` rows and `n` columns that tasks write directly is split over
+    /// at most `most_tasks` tasks: `(rows, columns)` of each task's block, whole tiles
+    /// (the last row and column of blocks may be smaller). A task's time is about its
+    /// tiles (whole tiles computed, even where only a few of their columns are
+    /// needed), plus a row of tiles for packing its columns of B, which a task of each
+    /// row block does again; of the splits whose largest task costs least, the one
+    /// with the fewest row blocks. Columns alone split a 14x14 plane's 196 columns (7
+    /// panels of 32) 4:3 over two threads; rows split it evenly.
+    fn grid(&self, mb: usize, n: usize) -> (usize, usize) {
+        let (mr, nr) = (self.tile.mr, self.tile.nr);
+        let (panels_a, panels_b) = (mb.div_ceil(mr).max(1), n.div_ceil(nr).max(1));
+        let mut best = (usize::MAX, mr * panels_a, nr * panels_b);
+        for row_blocks in 1..=self.most_tasks.min(panels_a) {
+            let col_blocks = (self.most_tasks / row_blocks).clamp(1, panels_b);
+            let (rows, cols) = (panels_a.div_ceil(row_blocks), panels_b.div_ceil(col_blocks));
+            let cost = cols * (rows + 1);
+            if cost < best.0 {
+                best = (cost, rows * mr, cols * nr);
+            }
+        }
+        (best.1, best.2)
     }
 
     /// Scratch for one block of packed A (none when A is read in place).
@@ -303,12 +330,6 @@ impl Plan {
             return 0;
         }
         self.mb.div_ceil(self.tile.mr) * self.tile.mr * k
-    }
-
-    /// Columns of each task's span when an `n`-column output is split into at most
-    /// `tasks` contiguous spans, whole panels each (the last may be narrower).
-    fn span(&self, n: usize) -> usize {
-        n.div_ceil(self.tasks).next_multiple_of(self.tile.nr).max(1)
     }
 
     /// Scratch of one task: its private tile, if any, and its packed block of B.
@@ -338,7 +359,7 @@ fn scratch_len_tiled(
     a_in_place: bool,
 ) -> usize {
     let p = Plan::new(Tile::of(isa), m, n, threads);
-    p.a_len(k, a_in_place) + p.tasks * p.task_len()
+    p.a_len(k, a_in_place) + p.most_tasks * p.task_len()
 }
 
 /// Runs the product into `out` (`m*n` elements, row-major) with the kernels of `isa`,
@@ -468,7 +489,7 @@ fn run<O: OutElem>(
         Some(out) => {
             let plan = Plan::into_output(tile, m, n, threads, a_in_place);
             let (apack, rest) = scratch.split_at_mut(plan.a_len(k, a_in_place));
-            let work = &mut rest[..plan.tasks * plan.task_len()];
+            let work = &mut rest[..plan.most_tasks * plan.task_len()];
             tiled_into_output(pool, isa, g, src, &plan, apack, work, out);
         }
         None => {
@@ -496,6 +517,19 @@ enum ASource<'s> {
 }
 
 impl<'s> ASource<'s> {
+    /// The same rows from row `r0` on (a multiple of the tile's rows), for a task that
+    /// owns the block's rows from there.
+    fn rows_from(self, t: Tile, k: usize, r0: usize) -> ASource<'s> {
+        match self {
+            ASource::Packed(apack) => ASource::Packed(&apack[(r0 / t.mr) * t.mr * k..]),
+            ASource::Rows { data, offset, lda } => ASource::Rows {
+                data,
+                offset: offset + r0 * lda,
+                lda,
+            },
+        }
+    }
+
     /// The micro-kernel operand of panel `p` (rows `p*mr ..`), steps `k0..k0 + kc`.
     #[inline]
     fn panel(self, t: Tile, k: usize, p: usize, (k0, kc): (usize, usize)) -> APanel<'s> {
@@ -591,8 +625,9 @@ fn run_tasks(
 }
 
 /// The tiled product of an f32 output: each block of rows is one parallel step, in
-/// which each task owns a contiguous span of the output's columns (`plan.span`) and
-/// multiplies straight into it, `plan.nb` columns at a time, finishing them there.
+/// which each task owns a block of the output ([`Plan::grid`]: a contiguous span of
+/// its columns, of some or all of its rows) and multiplies straight into it,
+/// `plan.nb` columns at a time, finishing them there.
 #[allow(clippy::too_many_arguments)]
 fn tiled_into_output(
     pool: &ThreadPool,
@@ -605,32 +640,35 @@ fn tiled_into_output(
     out: &mut [f32],
 ) {
     let n = g.b.cols;
-    let span = plan.span(n);
+    let k = g.a.cols;
     for_each_row_block(pool, isa, g, plan, apack, |a, (m0, mb)| {
         let rows = &mut out[m0 * n..(m0 + mb) * n];
-        let Some(spans) = ColumnBlocks::new(rows, mb, n, n, span) else {
-            unreachable!("the output's rows hold a block of rows, in at most plan.tasks spans")
+        let (part_rows, span) = plan.grid(mb, n);
+        let Some(parts) = ColumnBlocks::grid(rows, (mb, n), n, (part_rows, span)) else {
+            unreachable!("the output's rows hold a block of rows, in at most most_tasks parts")
         };
         let run = |t: usize, chunk: &mut [f32]| {
-            let Some(mut owned) = spans.take(t) else {
-                unreachable!("each task takes its own span once")
+            let Some(mut owned) = parts.take(t) else {
+                unreachable!("each task takes its own part once")
             };
+            let (r0, c0) = (parts.rows(t).start, parts.columns(t).start);
+            let a = a.rows_from(plan.tile, k, r0);
             let bpack = &mut chunk[plan.tile_rows * plan.nb..];
             let mut j = 0;
             while j < owned.cols() {
                 let width = plan.nb.min(owned.cols() - j);
                 let Some(mut block) = owned.columns_mut(j..j + width) else {
-                    unreachable!("the columns lie inside the span")
+                    unreachable!("the columns lie inside the part")
                 };
-                let dest = (&mut block, Dest::Output { m0 });
-                task(isa, plan.tile, g, src, a, t * span + j, dest, bpack);
+                let dest = (&mut block, Dest::Output { m0: m0 + r0 });
+                task(isa, plan.tile, g, src, a, c0 + j, dest, bpack);
                 j += width;
             }
         };
         run_tasks(
             pool,
             plan,
-            &mut work[..spans.blocks() * plan.task_len()],
+            &mut work[..parts.blocks() * plan.task_len()],
             run,
         );
     });

@@ -473,12 +473,18 @@ proptest! {
 /// blocks of K and several tasks.
 #[test]
 fn the_finish_in_the_micro_kernel_is_the_finish_afterwards() {
-    for (m, n, k) in [(8, 32, 16), (13, 70, 300), (37, 600, 40), (3, 5, 7)] {
+    for (m, n, k) in [
+        (8, 32, 16),
+        (13, 70, 300),
+        (37, 600, 40),
+        (3, 5, 7),
+        (96, 196, 24),
+    ] {
         let a = rand_vec(m * k, 3);
         let b = rand_vec(k * n, 4);
         let bias = rand_vec(m.max(n), 5);
         let plain = product_of(mat(&a, m, k, k, 1), mat(&b, k, n, n, 1));
-        for threads in [1, 3] {
+        for threads in [1, 2, 3] {
             let pool = ThreadPool::new(threads).unwrap();
             for &isa in Isa::available() {
                 let mut scratch = vec![f32::NAN; scratch_len(isa, &plain, threads)];
@@ -534,6 +540,31 @@ fn a_round_has_at_most_the_column_blocks_an_output_splits_into() {
         for threads in [1, 2, 64, 65, 200] {
             let p = Plan::new(Tile::of(isa), 64, 1_000_000, threads);
             assert!(p.tasks >= 1 && p.tasks <= threads.min(ColumnBlocks::<f32>::MAX_BLOCKS));
+        }
+    }
+}
+
+/// A block whose columns split unevenly over the threads (a 14x14 plane's 196
+/// columns, 7 panels, over two) is split by rows instead; a wide one by columns only;
+/// the parts cover the block.
+#[test]
+fn an_uneven_column_split_gives_way_to_a_row_split() {
+    let tile = Tile { mr: 8, nr: 32 };
+    let plan = Plan::into_output(tile, 384, 196, 2, true);
+    assert_eq!(plan.grid(384, 196), (192, 224));
+    assert_eq!(plan.grid(384, 12544), (384, 6272));
+    let plan = Plan::into_output(tile, 960, 49, 2, true);
+    assert_eq!(plan.grid(960, 49), (960, 32));
+    for threads in [1, 2, 3, 7, 16, 64, 100] {
+        for (mb, n) in [(1, 1), (8, 49), (384, 196), (13, 1000), (512, 3136)] {
+            let plan = Plan::into_output(tile, mb, n, threads, true);
+            let (rows, cols) = plan.grid(mb, n);
+            let parts = mb.div_ceil(rows) * n.div_ceil(cols);
+            assert!(parts <= plan.most_tasks && plan.most_tasks <= threads.clamp(1, 64));
+            assert!(
+                rows % tile.mr == 0 && cols % tile.nr == 0,
+                "{threads} {mb}x{n}"
+            );
         }
     }
 }
