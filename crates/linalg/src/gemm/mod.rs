@@ -46,6 +46,8 @@ const MB: usize = 256;
 /// no private tile): fewer blocks, so fewer parallel steps and fewer packings of B,
 /// while a block's rows of one K block (`512 x KC` values, 512 KiB) still fit in L2.
 const MB_A_IN_PLACE: usize = 512;
+/// f32 values in a 64-byte cache line.
+const F32_PER_CACHE_LINE: usize = 16;
 /// Most columns one task owns.
 const NB_MAX: usize = 256;
 /// Most packed B values (`kc x nb`) of a task's block that the tile loop counts on
@@ -306,19 +308,28 @@ impl Plan {
     /// (the last row and column of blocks may be smaller). A task's time is about its
     /// tiles (whole tiles computed, even where only a few of their columns are
     /// needed), plus a row of tiles for packing its columns of B, which a task of each
-    /// row block does again; of the splits whose largest task costs least, the one
-    /// with the fewest row blocks. Columns alone split a 14x14 plane's 196 columns (7
-    /// panels of 32) 4:3 over two threads; rows split it evenly.
+    /// row block does again. Where a row is not a whole number of cache lines, tasks
+    /// side by side would write the same line of nearly every row, and the line would
+    /// bounce between their cores at each store: such a split counts double. Of the
+    /// splits whose largest task costs least, the one with the fewest row blocks, then
+    /// the fewest column blocks.
+    ///
+    /// Columns alone split a 14x14 plane's 196 columns (7 panels of 32) 4:3 over two
+    /// threads, sharing a line in every row; rows split it evenly and share none.
     fn grid(&self, mb: usize, n: usize) -> (usize, usize) {
         let (mr, nr) = (self.tile.mr, self.tile.nr);
         let (panels_a, panels_b) = (mb.div_ceil(mr).max(1), n.div_ceil(nr).max(1));
+        let rows_share_lines = !n.is_multiple_of(F32_PER_CACHE_LINE);
         let mut best = (usize::MAX, mr * panels_a, nr * panels_b);
         for row_blocks in 1..=self.most_tasks.min(panels_a) {
-            let col_blocks = (self.most_tasks / row_blocks).clamp(1, panels_b);
-            let (rows, cols) = (panels_a.div_ceil(row_blocks), panels_b.div_ceil(col_blocks));
-            let cost = cols * (rows + 1);
-            if cost < best.0 {
-                best = (cost, rows * mr, cols * nr);
+            let most_cols = (self.most_tasks / row_blocks).clamp(1, panels_b);
+            for col_blocks in [1, most_cols] {
+                let (rows, cols) = (panels_a.div_ceil(row_blocks), panels_b.div_ceil(col_blocks));
+                let shared = col_blocks > 1 && rows_share_lines;
+                let cost = cols * (rows + 1) * if shared { 2 } else { 1 };
+                if cost < best.0 {
+                    best = (cost, rows * mr, cols * nr);
+                }
             }
         }
         (best.1, best.2)

@@ -545,16 +545,20 @@ fn a_round_has_at_most_the_column_blocks_an_output_splits_into() {
 }
 
 /// A block whose columns split unevenly over the threads (a 14x14 plane's 196
-/// columns, 7 panels, over two) is split by rows instead; a wide one by columns only;
-/// the parts cover the block.
+/// columns, 7 panels, over two) or whose rows are not whole cache lines is split by
+/// rows instead; a wide one by columns only; the parts cover the block.
 #[test]
 fn an_uneven_column_split_gives_way_to_a_row_split() {
     let tile = Tile { mr: 8, nr: 32 };
     let plan = Plan::into_output(tile, 384, 196, 2, true);
     assert_eq!(plan.grid(384, 196), (192, 224));
     assert_eq!(plan.grid(384, 12544), (384, 6272));
+    // 49 columns would share a cache line in every row between two column spans.
     let plan = Plan::into_output(tile, 960, 49, 2, true);
-    assert_eq!(plan.grid(960, 49), (960, 32));
+    assert_eq!(plan.grid(960, 49), (480, 64));
+    assert_eq!(plan.grid(8, 49), (8, 64));
+    // 64 columns fill whole lines: two spans of one panel each.
+    assert_eq!(plan.grid(960, 64), (960, 32));
     for threads in [1, 2, 3, 7, 16, 64, 100] {
         for (mb, n) in [(1, 1), (8, 49), (384, 196), (13, 1000), (512, 3136)] {
             let plan = Plan::into_output(tile, mb, n, threads, true);
