@@ -1446,8 +1446,11 @@ fn gemv_rows<O: OutElem>(
     Ok(())
 }
 
-/// Output columns one [`gemv_axpy`] pass accumulates (on the stack).
-const AXPY_COLS: usize = 512;
+/// Output columns one [`gemv_axpy`] pass accumulates (on the stack, 16 KiB, in L1):
+/// a classifier's whole row (MobileNetV2's 1000 outputs), so that its B streams from
+/// memory in one sequential run rather than row pieces a page apart (0.71 -> 0.61 ms
+/// for MobileNetV2's 1280 x 1000 layer on one thread).
+const AXPY_COLS: usize = 4096;
 
 /// `x · B` for one row `x` of A and an f32 B with contiguous rows: the outputs of a
 /// block of columns accumulate `x[k] * B[k, ..]` for each `k` in order, so B is read
