@@ -36,8 +36,9 @@ impl From<LoadArg> for LoadMode {
 /// Help of `--no-fold`, shared by the commands that load a program.
 pub const NO_FOLD_HELP: &str = "Run the program's instructions as they are. By default, \
 steps whose inputs are all constants (a permute of a weight) run once at load and become \
-constants, and batch norms after f32 convolutions are folded into their weights and \
-biases; --stats reports the bytes this keeps";
+constants, batch norms after f32 convolutions are folded into their weights and \
+biases, activations after them into their stores, and max poolings whose indices nothing \
+reads write their values alone; --stats reports the bytes this keeps";
 
 /// Parses `--max-memory` (`2G`, `512M`, `1048576`).
 pub fn parse_max_memory(text: &str) -> Result<u64, String> {

@@ -386,6 +386,7 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
                 "folded_constant_steps": folded_steps.constant_steps,
                 "folded_batch_norms": folded_steps.batch_norms,
                 "folded_activations": folded_steps.activations,
+                "unread_indices": folded_steps.unread_indices,
                 "temp_peak_bytes": temp.peak_bytes_live,
                 "temp_hits": temp.hits,
                 "temp_misses": temp.misses,
@@ -446,8 +447,12 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         println!("planned memory: {planned} bytes");
         println!(
             "folded constants: {folded_bytes} bytes ({} constant steps run at load, {} batch \
-             norms and {} activations folded into convolutions)",
-            folded_steps.constant_steps, folded_steps.batch_norms, folded_steps.activations
+             norms and {} activations folded into convolutions, {} max poolings writing no \
+             indices)",
+            folded_steps.constant_steps,
+            folded_steps.batch_norms,
+            folded_steps.activations,
+            folded_steps.unread_indices
         );
         println!(
             "temp allocator: peak {} bytes live, {} hits, {} misses, {} system allocations",

@@ -259,6 +259,7 @@ fn run_folds_at_load_unless_told_not_to() {
         "folded_batch_norms",
         "folded_activations",
         "folded_constant_steps",
+        "unread_indices",
     ] {
         assert_eq!(unfolded[key].as_u64(), Some(0), "{key}: {unfolded}");
     }

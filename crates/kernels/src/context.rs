@@ -6,21 +6,29 @@ use etch_memory::{Access, ScratchStats, Span, TempScope};
 
 use crate::{Element, KernelError, Tensor, ThreadPool};
 
-/// Work a kernel step does beyond what its arguments say, arranged when the program
-/// was loaded: an elementwise activation that followed the step, folded into it and
-/// applied to each output as it is written (XNNPACK's `output_min` / `output_max`).
-/// Only kernels that declare so honour it (see [`Epilogue::FUSABLE_OPS`]); every other
-/// step has the default, which does nothing.
+/// What a kernel step does beyond or short of what its arguments say, arranged when
+/// the program was loaded: an elementwise activation that followed the step, folded
+/// into it and applied to each output as it is written (XNNPACK's `output_min` /
+/// `output_max`), or an out that nothing reads, which the kernel may leave unwritten.
+/// Only kernels that declare so honour it (see [`Epilogue::FUSABLE_OPS`] and
+/// [`Epilogue::INDICES_OPS`]); every other step has the default, which does nothing.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Epilogue {
     /// Every output clamped into `[min, max]` as `hardtanh` does: below `min` it is
     /// `min`, above `max` it is `max`, otherwise (NaN included) it is kept.
     pub clamp: Option<(f32, f32)>,
+    /// The step's `indices` out is read by no later step and is no method output: the
+    /// kernel may write the values alone (ResNet's max pooling, whose int64 indices
+    /// are twice the bytes of its values).
+    pub indices_unread: bool,
 }
 
 impl Epilogue {
-    /// The operators whose kernels apply an epilogue.
+    /// The operators whose kernels apply an epilogue's clamp.
     pub const FUSABLE_OPS: &'static [&'static str] = &["aten::convolution.out"];
+
+    /// The operators whose kernels may skip unread indices.
+    pub const INDICES_OPS: &'static [&'static str] = &["aten::max_pool2d_with_indices.out"];
 
     /// `v` with the epilogue applied.
     #[inline(always)]

@@ -493,7 +493,7 @@ impl PlaneMaxPool {
         let planes_fit = input.len() >= g.in_h * g.in_w && indices.len() >= g.out_h * g.out_w;
         #[cfg(target_arch = "x86_64")]
         if let Some(direct) = self.direct.as_ref().filter(|_| planes_fit) {
-            return !polyphase::has_nan(&input[..g.in_h * g.in_w]) && direct.plane(input, indices);
+            return direct.plane(input, indices);
         }
         let fits = planes_fit && scratch.len() >= self.scratch_len;
         let Some(plan) = self.plan.as_ref().filter(|_| fits) else {
@@ -504,6 +504,22 @@ impl PlaneMaxPool {
             return x86::max_pool_avx2(t, plan, g, input, indices, scratch);
         }
         plan.run_max(g, input, indices, scratch)
+    }
+
+    /// Writes each window's maximum, the value at the index [`Self::run`] would write
+    /// (`-inf` for a window with no tap inside the input), when nothing needs the
+    /// indices. Returns `false` when it cannot decide the plane (no direct kernel for
+    /// this geometry or CPU, a slice too short, a window that meets a NaN); the
+    /// caller's general kernel then runs.
+    pub fn run_values(&self, input: &[f32], values: &mut [f32]) -> bool {
+        let g = &self.g;
+        let planes_fit = input.len() >= g.in_h * g.in_w && values.len() >= g.out_h * g.out_w;
+        #[cfg(target_arch = "x86_64")]
+        if let Some(direct) = self.direct.as_ref().filter(|_| planes_fit) {
+            return direct.values(input, values);
+        }
+        let _ = (planes_fit, values);
+        false
     }
 }
 

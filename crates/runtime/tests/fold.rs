@@ -530,14 +530,15 @@ const PERMUTE: &str = "aten::permute_copy.out";
 
 #[test]
 fn vision_fixtures_fold_and_keep_their_outputs() {
-    // (fixture, batch norms and permutes left after folding)
-    for (name, left) in [
-        ("vision_mobilenet_v3_small", (0, 0)),
+    // (fixture, batch norms and permutes left after folding, max poolings whose
+    // indices nothing reads)
+    for (name, left, unread_indices) in [
+        ("vision_mobilenet_v3_small", (0, 0), 0),
         // Their first batch norm folds with the activation after it: at the first
         // convolution the plan has no free bytes for the batch norm's out, but has the
         // activation's.
-        ("vision_mobilenet_v2", (0, 0)),
-        ("vision_resnet", (0, 0)),
+        ("vision_mobilenet_v2", (0, 0), 0),
+        ("vision_resnet", (0, 0), 1),
     ] {
         let dir = fixtures();
         let input = read_npy_file(&dir.join(name).join("call0.in0.npy")).unwrap();
@@ -554,6 +555,7 @@ fn vision_fixtures_fold_and_keep_their_outputs() {
                 assert_eq!(counts, left, "{name}");
                 let folded = p.plan("forward").unwrap().folded_steps();
                 assert!(folded.activations > 0, "{name}: {folded:?}");
+                assert_eq!(folded.unread_indices, unread_indices, "{name}");
                 assert!(p.plan("forward").unwrap().folded_bytes() > 0, "{name}");
             } else {
                 assert!(counts.0 > left.0 && counts.1 > 0, "{name}: {counts:?}");

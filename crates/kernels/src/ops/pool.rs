@@ -167,9 +167,29 @@ fn max_pool2d_with_indices(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<
     nchw_dims(&idx, "max_pool2d indices")?;
     let xs = read_nchw::<f32>(ctx, &x, "max_pool2d input")?;
     let mut staged_out = NchwOut::<f32>::new(ctx, &out, "max_pool2d out")?;
+    let g = w.geometry();
+    let (in_plane, out_plane) = (w.in_h * w.in_w, w.out_h * w.out_w);
+    if ctx.epilogue().indices_unread {
+        // Nothing reads the indices (arranged at load): the values alone.
+        let os = staged_out.data();
+        if os.len() != (xs.len() / in_plane.max(1)) * out_plane {
+            return Err(KernelError::invalid(
+                "max_pool2d: unexpected storage length",
+            ));
+        }
+        let fast = PlaneMaxPool::new(&g, 0);
+        planes(ctx, os, out_plane, out_plane * w.k[0] * w.k[1], |pi, o| {
+            let src = &xs[pi * in_plane..(pi + 1) * in_plane];
+            if !fast.run_values(src, o) {
+                for (oy, row) in o.chunks_mut(w.out_w.max(1)).enumerate() {
+                    max_values_row(&w, src, oy, row);
+                }
+            }
+        });
+        return staged_out.finish("max_pool2d out");
+    }
     let mut staged_idx = NchwOut::<i64>::new(ctx, &idx, "max_pool2d indices")?;
     let (os, is) = (staged_out.data(), staged_idx.data());
-    let (in_plane, out_plane) = (w.in_h * w.in_w, w.out_h * w.out_w);
     let n_planes = xs.len() / in_plane.max(1);
     if os.len() != n_planes * out_plane || is.len() != os.len() {
         return Err(KernelError::invalid(
@@ -180,7 +200,6 @@ fn max_pool2d_with_indices(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<
     // one slice over the pool, and the windows compared once. The polyphase kernel
     // decides a plane when it can (no NaN, every window above -inf); the row walk
     // otherwise.
-    let g = w.geometry();
     let per_task = plane_scratch_len(&g);
     let scratch = ctx.scratch_dirty::<f32>(per_task * ctx.pool().threads())?;
     let fast = PlaneMaxPool::new(&g, per_task);
@@ -212,6 +231,27 @@ fn max_pool2d_with_indices(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<
     });
     staged_out.finish("max_pool2d out")?;
     staged_idx.finish("max_pool2d indices")
+}
+
+/// The maximum of each window of output row `oy`, compared as [`max_indices_row`]
+/// compares (the first tap, then each strictly larger one; `-inf` for a window with
+/// no tap inside the input): the value at the index it would write.
+fn max_values_row(w: &Window, src: &[f32], oy: usize, out: &mut [f32]) {
+    let rows = w.taps_inside(0, oy);
+    for (ox, o) in out.iter_mut().enumerate() {
+        let cols = w.taps_inside(1, ox);
+        let mut best: Option<f32> = None;
+        for ky in rows.clone() {
+            let iy = oy * w.s[0] + ky * w.d[0] - w.p[0];
+            for kx in cols.clone() {
+                let v = src[iy * w.in_w + ox * w.s[1] + kx * w.d[1] - w.p[1]];
+                if best.is_none_or(|b| v > b) {
+                    best = Some(v);
+                }
+            }
+        }
+        *o = best.unwrap_or(f32::NEG_INFINITY);
+    }
 }
 
 /// The input index of the maximum of each window of output row `oy` (-1 for a window

@@ -1,4 +1,5 @@
-//! The argmax of max pooling read straight from the input plane with AVX-512: 16
+//! The argmax of max pooling (or, when nothing reads the indices, its values alone)
+//! read straight from the input plane with AVX-512: 16
 //! windows a vector, a square window of 2 to 5 taps a side, stride 1 or 2 both ways,
 //! no dilation. No padded copy of the plane is made: loads are masked to the columns
 //! inside the row, kernel rows outside the plane are skipped, and a lane whose tap lies
@@ -6,9 +7,11 @@
 //!
 //! Each lane keeps its best value and that tap's flat input index; a tap replaces them
 //! only when strictly larger, taps row by row and left to right, so the first of equal
-//! maxima wins, as in the scalar walk. A window whose every tap is `-inf` keeps no index:
-//! the plane is then left to the general kernel (as is a plane holding a NaN, which the
-//! caller checks).
+//! maxima wins, as in the scalar walk. A window whose every tap is `-inf` keeps no index,
+//! and a window that meets a NaN is not ordered as the scalar walk orders it: the plane
+//! is then left to the general kernel. The values alone need no index: a window of
+//! `-inf` has the value `-inf`, as in the general kernel, and each lane keeps
+//! `max(tap, best)`, which without NaN is the same strict comparison.
 
 use std::arch::x86_64::*;
 
@@ -52,16 +55,27 @@ impl MaxPoolArgmax {
     }
 
     /// Writes each window's argmax (flat input index) into `indices`; `false` (with
-    /// `indices` partly written) when a window has no tap above `-inf`. The caller
-    /// checked that `input` holds the plane and `indices` its windows, and that the
-    /// plane holds no NaN.
+    /// `indices` partly written) when a window has no tap above `-inf` or meets a NaN.
+    /// The caller checked that `input` holds the plane and `indices` its windows.
     pub(super) fn plane(&self, input: &[f32], indices: &mut [i64]) -> bool {
         let g = &self.g;
         let input = &input[..g.in_h * g.in_w];
         let indices = &mut indices[..g.out_h * g.out_w];
         // SAFETY: `self.cpu` proves AVX-512 F (`new`'s contract); the slices hold the
         // plane and its windows, as sliced above.
-        unsafe { argmax(self.cpu, g, input, indices) }
+        unsafe { walk::<true>(self.cpu, g, input, (indices, &mut [])) }
+    }
+
+    /// Writes each window's maximum into `values` (the value at the index
+    /// [`Self::plane`] would write; `-inf` for a window with no tap above it); `false`
+    /// (with `values` partly written) when a window meets a NaN. The caller checked
+    /// that `input` holds the plane and `values` its windows.
+    pub(super) fn values(&self, input: &[f32], values: &mut [f32]) -> bool {
+        let g = &self.g;
+        let input = &input[..g.in_h * g.in_w];
+        let values = &mut values[..g.out_h * g.out_w];
+        // SAFETY: as in `plane`.
+        unsafe { walk::<false>(self.cpu, g, input, (&mut [], values)) }
     }
 }
 
@@ -75,13 +89,19 @@ struct ColumnTap {
     loads: [u16; 2],
 }
 
-/// [`MaxPoolArgmax::plane`].
+/// [`MaxPoolArgmax::plane`] (`INDICES`, into `indices`) or [`MaxPoolArgmax::values`]
+/// (into `values`).
 ///
 /// # Safety
-/// Needs AVX-512 F; `input` holds `in_h * in_w` values, `indices` `out_h * out_w`, and
-/// `g` is one [`MaxPoolArgmax::new`] accepted.
+/// Needs AVX-512 F; `input` holds `in_h * in_w` values, the out `INDICES` picks
+/// `out_h * out_w`, and `g` is one [`MaxPoolArgmax::new`] accepted.
 #[target_feature(enable = "avx512f")]
-unsafe fn argmax(_: CpuSupport, g: &ConvGeometry, input: &[f32], indices: &mut [i64]) -> bool {
+unsafe fn walk<const INDICES: bool>(
+    _: CpuSupport,
+    g: &ConvGeometry,
+    input: &[f32],
+    (indices, values): (&mut [i64], &mut [f32]),
+) -> bool {
     let (k, s) = (g.kernel_h, g.stride_h);
     let (in_w, in_h) = (g.in_w as isize, g.in_h as isize);
     let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -114,6 +134,9 @@ unsafe fn argmax(_: CpuSupport, g: &ConvGeometry, input: &[f32], indices: &mut [
             }
             let mut best = _mm512_set1_ps(f32::NEG_INFINITY);
             let mut from = _mm512_set1_epi32(-1);
+            // Lanes that met a NaN (which the comparisons above do not order as the
+            // scalar walk does).
+            let mut unordered: u16 = 0;
             for ky in 0..k {
                 let iy = top + ky as isize;
                 if iy < 0 || iy >= in_h {
@@ -136,6 +159,12 @@ unsafe fn argmax(_: CpuSupport, g: &ConvGeometry, input: &[f32], indices: &mut [
                             _mm512_permutex2var_ps(a, evens, b)
                         }
                     };
+                    unordered |= _mm512_mask_cmp_ps_mask::<_CMP_UNORD_Q>(tap.inside, x, x);
+                    if !INDICES {
+                        // `max(x, best)` is `x` only when `x > best`, without NaN.
+                        best = _mm512_mask_max_ps(best, tap.inside, x, best);
+                        continue;
+                    }
                     let above = _mm512_mask_cmp_ps_mask::<_CMP_GT_OQ>(tap.inside, x, best);
                     best = _mm512_mask_blend_ps(above, best, x);
                     let at = _mm512_add_epi32(row_start, tap.cols);
@@ -143,6 +172,16 @@ unsafe fn argmax(_: CpuSupport, g: &ConvGeometry, input: &[f32], indices: &mut [
                 }
             }
             let live = lanes_inside(0, outputs as isize, LANES);
+            if unordered != 0 {
+                return false;
+            }
+            if !INDICES {
+                let dst = &mut values[oy * g.out_w + ox0..][..outputs];
+                // SAFETY: `dst` holds `outputs` values; the store writes only the lanes
+                // of its mask, which lie inside it.
+                unsafe { _mm512_mask_storeu_ps(dst.as_mut_ptr(), live, best) };
+                continue;
+            }
             if _mm512_mask_cmpeq_epi32_mask(live, from, _mm512_set1_epi32(-1)) != 0 {
                 return false;
             }
@@ -171,12 +210,14 @@ mod tests {
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]
-        /// The direct kernel's indices are the scalar walk's, over window sizes,
-        /// strides, paddings and rows of one to several vectors, with ties.
+        /// The direct kernel's indices, and its values alone, are the scalar walk's,
+        /// over window sizes, strides, paddings and rows of one to several vectors,
+        /// with ties; a plane with a NaN some window meets is declined.
         #[test]
         fn argmax_matches_the_scalar_walk(
             k in 2usize..=5, s in 1usize..=2, pad in 0usize..5, in_h in 5usize..20,
             in_w in 5usize..80, seed in 0u64..1000, neg_inf_row in any::<bool>(),
+            nan_at in proptest::option::of(0usize..1600),
         ) {
             let Some(cpu) = crate::dispatch().gemm.avx512() else {
                 return Ok(());
@@ -189,7 +230,8 @@ mod tests {
                 dilation_h: 1, dilation_w: 1, pad_top: pad, pad_left: pad, groups: 1,
                 group_in: 1, group_out: 1,
             };
-            // Coarse values, so that windows hold ties; optionally a row of -inf.
+            // Coarse values, so that windows hold ties; optionally a row of -inf and a
+            // NaN.
             let mut input: Vec<f32> = crate::test_util::rand_vec(in_h * in_w, seed)
                 .iter()
                 .map(|v| (v * 3.0).round())
@@ -197,16 +239,31 @@ mod tests {
             if neg_inf_row {
                 input[..in_w].fill(f32::NEG_INFINITY);
             }
-            let kernel = MaxPoolArgmax::new(cpu, &g);
-            prop_assert!(kernel.is_some());
+            let nan_at = nan_at.map(|i| i % input.len());
+            if let Some(i) = nan_at {
+                input[i] = f32::NAN;
+            }
+            let Some(kernel) = MaxPoolArgmax::new(cpu, &g) else {
+                return Err(TestCaseError::fail("the geometry is one the kernel handles"));
+            };
             let want = super::super::max_pool_reference(&g, &input);
+            // The values alone: the value at each reference index, -inf without one.
+            let mut values = vec![f32::NAN; want.len()];
+            if kernel.values(&input, &mut values) {
+                for (v, &i) in values.iter().zip(&want) {
+                    let at = usize::try_from(i).map_or(f32::NEG_INFINITY, |i| input[i]);
+                    prop_assert_eq!(v.to_bits(), at.to_bits());
+                }
+            } else {
+                prop_assert!(nan_at.is_some());
+            }
             let mut got = vec![-7i64; want.len()];
-            if kernel.is_some_and(|kernel| kernel.plane(&input, &mut got)) {
+            if kernel.plane(&input, &mut got) {
                 prop_assert_eq!(got, want);
             } else {
-                // Declined only for a window with no tap above -inf.
+                // Declined only for a NaN or a window with no tap above -inf.
                 let windows_without_value = want.iter().any(|&i| i < 0 || input[i as usize] == f32::NEG_INFINITY);
-                prop_assert!(windows_without_value);
+                prop_assert!(windows_without_value || nan_at.is_some());
             }
         }
     }

@@ -25,6 +25,8 @@ pub struct FoldCounts {
     /// `hardtanh` and `relu` steps folded into the convolutions before them (as their
     /// output clamp).
     pub activations: usize,
+    /// Max pooling steps whose indices nothing reads, which write their values alone.
+    pub unread_indices: usize,
 }
 pub use meta::{MethodMeta, TensorInfo, ValueInfo};
 

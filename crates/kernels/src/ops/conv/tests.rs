@@ -160,6 +160,7 @@ fn run(c: &Case, seed: u64, threads: usize) {
     // The same call with a clamp folded into it: the plain outputs, clamped, to the bit.
     let epilogue = Epilogue {
         clamp: Some((-0.25, 0.5)),
+        ..Epilogue::default()
     };
     let clamped = h.out(ScalarType::Float, &out_shape);
     let args = [

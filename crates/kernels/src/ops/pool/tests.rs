@@ -1,6 +1,7 @@
 use etch_base::ScalarType;
 use proptest::prelude::*;
 
+use crate::Epilogue;
 use crate::ops::elementwise::testutil::{Lcg, assert_close, harness, read, tensor};
 use crate::ops::window::output_len;
 use crate::testing::Harness;
@@ -145,10 +146,14 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
     #[test]
-    fn max_pool_matches_reference(c in case(), seed in any::<u64>(), threads in 1usize..=2) {
+    fn max_pool_matches_reference(c in case(), seed in any::<u64>(), threads in 1usize..=2, nan in any::<bool>()) {
         let mut rng = Lcg(seed);
-        // Few distinct values, so ties are common.
-        let x: Vec<f64> = rng.vec(c.planes() * c.ih * c.iw, 4.0).into_iter().map(|v| v.round()).collect();
+        // Few distinct values, so ties are common; perhaps a NaN.
+        let mut x: Vec<f64> = rng.vec(c.planes() * c.ih * c.iw, 4.0).into_iter().map(|v| v.round()).collect();
+        if nan {
+            let at = (seed as usize) % x.len();
+            x[at] = f64::NAN;
+        }
         let mut h = harness(threads);
         let xt = tensor(&mut h, ScalarType::Float, &c.shape(c.ih, c.iw), &x);
         let k = h.int_list(&[c.k[0] as i64, c.k[1] as i64]);
@@ -161,10 +166,22 @@ proptest! {
         let idx = h.out(ScalarType::Long, &c.shape(oh, ow));
         let list = h.tensor_list(&[out, idx]);
         h.call("aten::max_pool2d_with_indices.out", &[xt, k, s, p, d, ceil, out, idx, list]).unwrap();
-        let (vals, ids) = max_ref(&c, &x);
-        assert_close(&read(&mut h, out), &vals, 0.0, 0.0);
-        let got_i: Vec<f64> = h.read::<i64>(idx).into_iter().map(|v| v as f64).collect();
-        assert_close(&got_i, &ids, 0.0, 0.0);
+        let got = h.read::<f32>(out);
+        if !nan {
+            let (vals, ids) = max_ref(&c, &x);
+            assert_close(&read(&mut h, out), &vals, 0.0, 0.0);
+            let got_i: Vec<f64> = h.read::<i64>(idx).into_iter().map(|v| v as f64).collect();
+            assert_close(&got_i, &ids, 0.0, 0.0);
+        }
+        // With the indices unread (arranged at load), the same values to the bit.
+        let values = h.out(ScalarType::Float, &c.shape(oh, ow));
+        let unread = h.out(ScalarType::Long, &c.shape(oh, ow));
+        let list = h.tensor_list(&[values, unread]);
+        let epilogue = Epilogue { indices_unread: true, ..Epilogue::default() };
+        let args = [xt, k, s, p, d, ceil, values, unread, list];
+        h.call_with_epilogue("aten::max_pool2d_with_indices.out", &args, epilogue).unwrap();
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        prop_assert_eq!(bits(h.read::<f32>(values)), bits(got));
     }
 
     #[test]

@@ -90,7 +90,10 @@ pub(super) fn activation_after(
     (reads == input && is_fresh_out_like(folder, uses, out, h, &input_t)).then_some(Activation {
         step: h,
         out,
-        epilogue: Epilogue { clamp: Some(clamp) },
+        epilogue: Epilogue {
+            clamp: Some(clamp),
+            ..Epilogue::default()
+        },
     })
 }
 

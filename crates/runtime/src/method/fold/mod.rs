@@ -13,6 +13,8 @@
 //! * **Activation into convolution** ([`activation`]): a `hardtanh` or `relu` right
 //!   after the convolution that alone feeds it becomes the convolution's output clamp
 //!   (an [`Epilogue`](etch_kernels::Epilogue)); the activation step goes.
+//! * **Unread indices** ([`unread_indices`]): a `max_pool2d_with_indices` whose indices
+//!   no other step reads and no method returns writes its values alone.
 //!
 //! Folding is exactly safe or not done: a value a pass turns into a constant (or stops
 //! writing) is no method input or output, is read by no step other than those folded
@@ -29,6 +31,7 @@ mod batch_norm;
 mod constant;
 mod folder;
 mod lifetimes;
+mod unread_indices;
 mod uses;
 
 use etch_format::{ExecutionPlan, ProgramFile};
@@ -153,6 +156,7 @@ pub(super) fn fold(
         (&uses, &mut lifetimes),
         names,
     );
+    unread_indices::mark_unread_indices(steps, &keep, &uses, (operator_names, &mut counts));
     let mut folded = folder.finish();
     folded.counts = counts;
     let mut flags = keep.into_iter();
