@@ -16,8 +16,8 @@ mod common;
 use common::data;
 
 /// (input size, input channels, output channels, kernel, stride, padding) of each
-/// distinct layer.
-const LAYERS: [(usize, usize, usize, usize, usize, usize); 8] = [
+/// distinct ResNet-18 layer, then MobileNetV2's stem.
+const LAYERS: [(usize, usize, usize, usize, usize, usize); 9] = [
     (224, 3, 64, 7, 2, 3),
     (56, 64, 64, 3, 1, 1),
     (56, 64, 128, 3, 2, 1),
@@ -26,6 +26,7 @@ const LAYERS: [(usize, usize, usize, usize, usize, usize); 8] = [
     (14, 256, 256, 3, 1, 1),
     (14, 256, 512, 3, 2, 1),
     (7, 512, 512, 3, 1, 1),
+    (224, 3, 32, 3, 2, 1),
 ];
 
 fn view(data: &[f32], rows: usize, cols: usize) -> MatRef<'_> {
