@@ -234,46 +234,38 @@ fn max_pool2d_with_indices(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<
 }
 
 /// The maximum of each window of output row `oy`, compared as [`max_indices_row`]
-/// compares (the first tap, then each strictly larger one; `-inf` for a window with
-/// no tap inside the input): the value at the index it would write.
+/// compares (`-inf` for a window with no tap inside the input): the value at the index
+/// it would write.
 fn max_values_row(w: &Window, src: &[f32], oy: usize, out: &mut [f32]) {
-    let rows = w.taps_inside(0, oy);
     for (ox, o) in out.iter_mut().enumerate() {
-        let cols = w.taps_inside(1, ox);
-        let mut best: Option<f32> = None;
-        for ky in rows.clone() {
-            let iy = oy * w.s[0] + ky * w.d[0] - w.p[0];
-            for kx in cols.clone() {
-                let v = src[iy * w.in_w + ox * w.s[1] + kx * w.d[1] - w.p[1]];
-                if best.is_none_or(|b| v > b) {
-                    best = Some(v);
-                }
-            }
-        }
-        *o = best.unwrap_or(f32::NEG_INFINITY);
+        *o = window_max(w, src, oy, ox).map_or(f32::NEG_INFINITY, |(v, _)| v);
     }
 }
 
 /// The input index of the maximum of each window of output row `oy` (-1 for a window
-/// with no tap inside the input). Taps are read row by row, left to right, and the
-/// first of equal maxima wins.
+/// with no tap inside the input).
 fn max_indices_row(w: &Window, src: &[f32], oy: usize, out: &mut [i64]) {
-    let rows = w.taps_inside(0, oy);
     for (ox, o) in out.iter_mut().enumerate() {
-        let cols = w.taps_inside(1, ox);
-        let mut best: Option<(f32, usize)> = None;
-        for ky in rows.clone() {
-            let iy = oy * w.s[0] + ky * w.d[0] - w.p[0];
-            for kx in cols.clone() {
-                let at = iy * w.in_w + ox * w.s[1] + kx * w.d[1] - w.p[1];
-                let v = src[at];
-                if best.is_none_or(|(b, _)| v > b) {
-                    best = Some((v, at));
-                }
+        *o = window_max(w, src, oy, ox).map_or(-1, |(_, at)| at as i64);
+    }
+}
+
+/// The maximum of window `(oy, ox)` and its flat input index; `None` for a window with
+/// no tap inside the input. Taps are read row by row, left to right, and the first of
+/// equal maxima wins (a NaN wins only as the first tap).
+fn window_max(w: &Window, src: &[f32], oy: usize, ox: usize) -> Option<(f32, usize)> {
+    let mut best: Option<(f32, usize)> = None;
+    for ky in w.taps_inside(0, oy) {
+        let iy = oy * w.s[0] + ky * w.d[0] - w.p[0];
+        for kx in w.taps_inside(1, ox) {
+            let at = iy * w.in_w + ox * w.s[1] + kx * w.d[1] - w.p[1];
+            let v = src[at];
+            if best.is_none_or(|(b, _)| v > b) {
+                best = Some((v, at));
             }
         }
-        *o = best.map_or(-1, |(_, at)| at as i64);
     }
+    best
 }
 
 impl Window {
