@@ -386,7 +386,7 @@ impl Plan {
 /// True when `values` holds a NaN (tested in blocks with no early exit inside, so that
 /// the test vectorises).
 #[inline(always)]
-pub(super) fn has_nan(values: &[f32]) -> bool {
+fn has_nan(values: &[f32]) -> bool {
     values
         .chunks(256)
         .any(|block| block.iter().fold(false, |nan, v| nan | v.is_nan()))

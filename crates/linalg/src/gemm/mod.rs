@@ -254,8 +254,8 @@ struct Plan {
 }
 
 impl Plan {
-    /// The plan of a product whose tasks multiply into private tiles (and the scratch
-    /// bound of every plan: [`Plan::into_output`] needs no more).
+    /// The plan of a product whose tasks multiply into private tiles (and, with
+    /// [`Plan::scratch_len`], the scratch bound of every plan of the product).
     fn new(tile: Tile, m: usize, n: usize, threads: usize) -> Plan {
         let plan = Plan::with_rows(tile, (m, MB), n, threads);
         Plan {
@@ -347,6 +347,13 @@ impl Plan {
     fn task_len(&self) -> usize {
         self.tile_rows * self.nb + KC * self.nb
     }
+
+    /// Scratch of the tasks of one step, whichever way the product runs: `tasks`
+    /// tasks with private tiles ([`Plan::new`]), or up to `most_tasks` tasks that
+    /// write the output ([`Plan::into_output`], no tile; the same `nb`).
+    fn tasks_len(&self) -> usize {
+        (self.tasks * self.task_len()).max(self.most_tasks * KC * self.nb)
+    }
 }
 
 /// Scratch (f32 elements) that [`gemm`] needs for this product on `threads` threads
@@ -370,7 +377,7 @@ fn scratch_len_tiled(
     a_in_place: bool,
 ) -> usize {
     let p = Plan::new(Tile::of(isa), m, n, threads);
-    p.a_len(k, a_in_place) + p.most_tasks * p.task_len()
+    p.a_len(k, a_in_place) + p.tasks_len()
 }
 
 /// Runs the product into `out` (`m*n` elements, row-major) with the kernels of `isa`,

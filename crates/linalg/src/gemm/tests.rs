@@ -569,8 +569,16 @@ fn an_uneven_column_split_gives_way_to_a_row_split() {
                 rows % tile.mr == 0 && cols % tile.nr == 0,
                 "{threads} {mb}x{n}"
             );
+            // The scratch bound covers the tasks that write the output directly ...
+            let bound = Plan::new(tile, mb, n, threads);
+            assert!(bound.tasks_len() >= plan.most_tasks * plan.task_len());
+            assert!(bound.tasks_len() >= bound.tasks * bound.task_len());
         }
     }
+    // ... without a private tile for each of them: 49 columns on 16 threads have 2
+    // tiled tasks, not 16.
+    let bound = Plan::new(tile, 960, 49, 16);
+    assert!(bound.tasks_len() < bound.most_tasks * bound.task_len());
 }
 
 /// An im2col operand whose planes are shorter than its geometry, or whose shape is not
