@@ -106,7 +106,8 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Elements((c_out * px * patch) as u64));
         group.bench_function("gemm_im2col", |b| {
             b.iter(|| {
-                let image = Im2col::phase_split(&g, &input, &mut phases).expect("planes fit");
+                let image =
+                    Im2col::phase_split(&pool, &g, &input, &mut phases).expect("planes fit");
                 gemm::gemm_im2col(&pool, isa, &product, &image, &mut output, &mut scratch)
                     .expect("a valid product");
             })

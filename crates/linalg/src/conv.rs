@@ -3,6 +3,8 @@
 //! rows), a direct depthwise kernel, a transposed convolution, and a direct scalar
 //! reference the others are tested against.
 
+use std::ops::Range;
+
 use crate::Isa;
 
 /// Geometry of one 2-D convolution over an NHWC image (batch handled by the caller).
@@ -75,6 +77,23 @@ impl ConvGeometry {
             && self.groups == 1
             && self.in_h == self.out_h
             && self.in_w == self.out_w
+    }
+
+    /// Output rows `rows` of each plane as a geometry of their own, with the input row
+    /// it starts reading at: a plane kernel run on that geometry, over the input plane
+    /// from that row on, writes the band's rows of the whole plane's output, each
+    /// value as the whole plane's run computes it (the band's padding above is what
+    /// of `pad_top` lies above its first input row).
+    pub fn row_band(&self, rows: Range<usize>) -> (ConvGeometry, usize) {
+        let top = rows.start * self.stride_h;
+        let first = top.saturating_sub(self.pad_top).min(self.in_h);
+        let band = ConvGeometry {
+            in_h: self.in_h - first,
+            out_h: rows.len(),
+            pad_top: self.pad_top.saturating_sub(top),
+            ..*self
+        };
+        (band, first)
     }
 
     /// The input row output row `oy` reads at kernel row `ky`, if inside the image.

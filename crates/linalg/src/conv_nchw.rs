@@ -1053,15 +1053,15 @@ mod tests {
             addend: Some((view(&bias, co, px, 1, 0), 1.0)),
             clamp: Some((-0.25, 0.5)),
         };
+        let pool = crate::ThreadPool::new(threads).unwrap();
         let mut phase_planes = vec![f32::NAN; Im2col::phase_split_len(g)];
-        let split = Im2col::phase_split(g, &input, &mut phase_planes);
+        let split = Im2col::phase_split(&pool, g, &input, &mut phase_planes);
         prop_assert!(split.is_some());
         let images = [Im2col::new(*g, &input), split.unwrap()];
         let from_image = Gemm {
             b: view(&[], patch, px, px, 1),
             ..built
         };
-        let pool = crate::ThreadPool::new(threads).unwrap();
         for &isa in Isa::available() {
             let need = gemm::im2col_scratch_len(isa, &built, threads)
                 .max(gemm::scratch_len(isa, &built, threads));
@@ -1184,6 +1184,53 @@ mod tests {
                 group_out: 1,
             };
             direct_matches_polyphase(&g, seed)?;
+        }
+    }
+
+    proptest! {
+        /// A plane convolved band by band (`ConvGeometry::row_band`, each band's
+        /// kernel prepared for its own geometry and reading the input from the band's
+        /// first row) gives the whole plane's values to the bit, on every instruction set
+        /// of this CPU: the square-filter kernels, the others and the scalar loops.
+        #[test]
+        fn row_bands_match_the_whole_plane(
+            g in conv_geometry(),
+            tall in 0usize..24,
+            wide in 0usize..24,
+            band in 1usize..6,
+            seed in 0u32..100,
+        ) {
+            let g = ConvGeometry { groups: 1, group_in: 1, group_out: 1, ..g };
+            let (eff_h, eff_w) = (g.dilation_h * (g.kernel_h - 1) + 1, g.dilation_w * (g.kernel_w - 1) + 1);
+            let (in_h, in_w) = (g.in_h + tall, g.in_w + wide);
+            let g = ConvGeometry {
+                in_h,
+                in_w,
+                out_h: (in_h + 2 * g.pad_top - eff_h) / g.stride_h + 1,
+                out_w: (in_w + 2 * g.pad_left - eff_w) / g.stride_w + 1,
+                ..g
+            };
+            let input = grid_values(g.in_h * g.in_w, seed);
+            let filter = grid_values(g.kernel_h * g.kernel_w, seed + 3);
+            let scratch_len = plane_scratch_len(&g);
+            let mut scratch = vec![f32::NAN; scratch_len];
+            for &isa in Isa::available() {
+                let mut whole = vec![f32::NAN; g.out_pixels()];
+                let conv = PlaneConv::with_isa(isa, &g, scratch_len);
+                prop_assert!(conv.run(&input, &filter, (0.25, None), &mut whole, &mut scratch));
+                let mut banded = vec![f32::NAN; g.out_pixels()];
+                for (i, out) in banded.chunks_mut(band * g.out_w).enumerate() {
+                    let rows = i * band..(i * band + band).min(g.out_h);
+                    let (bg, first) = g.row_band(rows);
+                    prop_assert!(plane_scratch_len(&bg) <= scratch_len);
+                    let conv = PlaneConv::with_isa(isa, &bg, scratch_len);
+                    let x = &input[first * g.in_w..];
+                    prop_assert!(conv.run(x, &filter, (0.25, None), out, &mut scratch));
+                }
+                for (i, (a, b)) in banded.iter().zip(&whole).enumerate() {
+                    prop_assert!(a.to_bits() == b.to_bits(), "{}, output {i}: {a} vs {b}", isa.name());
+                }
+            }
         }
     }
 

@@ -9,7 +9,9 @@
 //!   kernel the "im2col" is the input itself), whose row-major result is the NCHW
 //!   output; the bias is the GEMM's addend.
 //! * A depthwise convolution (one input channel per group) runs a direct plane kernel,
-//!   one output channel per task.
+//!   one output channel per task, or, on large planes, one band of rows of every channel
+//!   per task, so that each thread reads the pixels the GEMM before it wrote on that
+//!   thread (the GEMM splits a plane's pixels) and writes those the next GEMM reads.
 //! * A transposed convolution is the GEMM `filter_gᵀ x input_g` into scratch, scattered
 //!   onto the bias-filled output (col2im), one output channel per task.
 //!
@@ -24,6 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use etch_linalg::conv::ConvGeometry;
 use etch_linalg::conv_nchw::{Im2col, PlaneConv, col2im_add_nchw, plane_scratch_len};
 use etch_linalg::gemm::{self, Elems, Gemm};
+use etch_memory::ColumnBlocks;
 
 use super::matmul::{product, view};
 
@@ -353,7 +356,8 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
                 scratch = Some(ctx.scratch_dirty::<f32>(need)?);
             }
             let s = scratch.as_deref_mut().unwrap_or(&mut []);
-            let image = Im2col::phase_split(g, x_grp, phases).ok_or_else(geometry_error)?;
+            let image =
+                Im2col::phase_split(ctx.pool(), g, x_grp, phases).ok_or_else(geometry_error)?;
             gemm::gemm_im2col(ctx.pool(), isa, &mm, &image, dst, s)?;
         }
     }
@@ -361,8 +365,13 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
 }
 
 /// One direct plane convolution per output channel (group_in == 1), each task with its
-/// own plane scratch.
+/// own plane scratch: whole planes per task, or, where the pointwise GEMMs beside it
+/// split pixels ([`splits_pixels`]), a band of rows of every plane per task.
 fn depthwise(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(), KernelError> {
+    let threads = ctx.pool().threads();
+    if splits_pixels(&conv.g, threads) {
+        return depthwise_bands(ctx, conv, io, threads);
+    }
     let Operands { xs, ws, bs, os } = io;
     let g = &conv.g;
     let (in_plane, px, taps) = (g.in_h * g.in_w, g.out_pixels(), g.kernel_h * g.kernel_w);
@@ -391,6 +400,76 @@ fn depthwise(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(
         per_task,
         plane,
     );
+    geometry_checked(&ok)
+}
+
+/// Whether a depthwise convolution on `threads` threads splits its planes' rows rather
+/// than its channels: as the GEMM of a pointwise convolution over the same pixels splits
+/// its columns (pixels), when each band of a plane holds at least [`MIN_BAND_OUTPUTS`]
+/// outputs and a plane is a whole number of cache lines. Then each thread reads the
+/// pixels its previous layer wrote and writes those the next one reads. Smaller bands
+/// cost more than they save (per-plane calls, short runs).
+fn splits_pixels(g: &ConvGeometry, threads: usize) -> bool {
+    threads > 1
+        && g.out_h >= 4 * threads
+        && g.out_pixels() >= MIN_BAND_OUTPUTS * threads
+        && g.out_pixels() % 16 == 0
+}
+
+/// Fewest outputs of one plane in one band of [`depthwise_bands`]: a 4 KiB page.
+const MIN_BAND_OUTPUTS: usize = 1024;
+
+/// [`depthwise`] in `bands` bands of output rows, each task all planes' rows of one
+/// band (`ConvGeometry::row_band`).
+fn depthwise_bands(
+    ctx: &KernelContext<'_>,
+    conv: &Conv,
+    io: Operands<'_>,
+    bands: usize,
+) -> Result<(), KernelError> {
+    let Operands { xs, ws, bs, os } = io;
+    let g = &conv.g;
+    let (in_plane, px, taps) = (g.in_h * g.in_w, g.out_pixels(), g.kernel_h * g.kernel_w);
+    let (ci, co, mult) = (g.in_channels(), g.out_channels(), g.group_out);
+    let planes = conv.batch * co;
+    let band_rows = g.out_h.div_ceil(bands);
+    let bands = g.out_h.div_ceil(band_rows);
+    let blocks = ColumnBlocks::grid(
+        &mut os[..planes * px],
+        (planes, px),
+        px,
+        (planes, band_rows * g.out_w),
+    )
+    .ok_or_else(geometry_error)?;
+    // At least one element per task, so that each band has a chunk of scratch.
+    let per_task = plane_scratch_len(g).max(1);
+    let scratch = ctx.scratch_dirty::<f32>(per_task * bands)?;
+    let epilogue = ctx.epilogue();
+    let ok = AtomicBool::new(true);
+    let band = |t: usize, scratch: &mut [f32]| {
+        let rows = t * band_rows..((t + 1) * band_rows).min(g.out_h);
+        let (bg, first) = g.row_band(rows);
+        let kernel = PlaneConv::new(&bg, per_task);
+        let Some(mut block) = blocks.take(t) else {
+            ok.store(false, Ordering::Relaxed);
+            return;
+        };
+        // Each task starts at its own plane, so that two tasks do not write the line
+        // their bands share in a plane at the same time.
+        let start = t * planes / bands;
+        for p in (start..planes).chain(0..start) {
+            let (n, oc) = (p / co, p % co);
+            let x = &xs[(n * ci + oc / mult) * in_plane..][..in_plane];
+            let w = &ws[oc * taps..(oc + 1) * taps];
+            let b = bs.map_or(0.0, |b| b[oc]);
+            let out = block.row_mut(p);
+            if !kernel.run(&x[first * g.in_w..], w, (b, epilogue.clamp), out, scratch) {
+                ok.store(false, Ordering::Relaxed);
+            }
+        }
+    };
+    ctx.pool()
+        .for_each_chunk_mut(scratch, per_task, 1, |t, s| band(t, s));
     geometry_checked(&ok)
 }
 

@@ -9,9 +9,9 @@
 //! `kx & !1`. A vector whose loads all lie inside the row loads without a mask; the
 //! first and last vectors of a row load only the lanes inside the row (masked lanes
 //! read nothing and give 0), lane ranges worked out once per geometry. Rows whose kernel
-//! rows are all inside the plane go four at a time, each input row loaded (and
-//! de-interleaved) once for every output row it reaches; rows near the top and bottom go
-//! one at a time with only their kernel rows inside the plane.
+//! rows are all inside the plane go four at a time (the last few two at a time), each
+//! input row loaded (and de-interleaved) once for every output row it reaches; rows near
+//! the top and bottom go one at a time with only their kernel rows inside the plane.
 //!
 //! Each output is the bias plus its taps in `(ky, kx)` order with fused multiply-adds, a
 //! column tap outside the row adding `0 * w` as in the polyphase kernel; a kernel row
@@ -36,7 +36,8 @@ const MAX_K: usize = 5;
 
 /// Output rows summed together where every kernel row of each is inside the plane:
 /// independent chains of fused multiply-adds, so that their latency overlaps, and each
-/// input row loaded once for all of them.
+/// input row loaded once for all of them. Fewer rows left inside go two at a time, then
+/// one.
 const ROWS: usize = 4;
 
 /// Per load of an output vector's row (load `j` at column offset `j` with stride 1, the
@@ -257,10 +258,11 @@ unsafe fn run<V: PlaneRows, const K: usize, const S: usize>(
         let inside = pad_top.div_ceil(S)..((h + pad_top - K) / S + 1).min(g.out_h);
         let mut oy = 0;
         while oy < g.out_h {
-            let block = if inside.contains(&oy) && oy + ROWS <= inside.end {
-                ROWS
-            } else {
-                1
+            // Blocks of ROWS rows, then of 2 for what is left of the inside.
+            let block = match inside.end.saturating_sub(oy) {
+                _ if !inside.contains(&oy) => 1,
+                left if left >= ROWS => ROWS,
+                left => left.min(2),
             };
             for (v, lane) in vectors.clone() {
                 // The rows summed are inside the plane (all kernel rows for rows in
@@ -269,6 +271,8 @@ unsafe fn run<V: PlaneRows, const K: usize, const S: usize>(
                 match (block, lane) {
                     (ROWS, None) => V::rows::<K, S, ROWS, false>(&plane, oy, v, &full),
                     (ROWS, Some(m)) => V::rows::<K, S, ROWS, true>(&plane, oy, v, m),
+                    (2, None) => V::rows::<K, S, 2, false>(&plane, oy, v, &full),
+                    (2, Some(m)) => V::rows::<K, S, 2, true>(&plane, oy, v, m),
                     (_, _) if inside.contains(&oy) => match lane {
                         None => V::rows::<K, S, 1, false>(&plane, oy, v, &full),
                         Some(m) => V::rows::<K, S, 1, true>(&plane, oy, v, m),

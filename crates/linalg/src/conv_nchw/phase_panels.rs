@@ -13,6 +13,7 @@ use super::polyphase::{MAX_TAPS, Phases, fill_phase};
 use super::{Im2col, TapIndex};
 use crate::conv::ConvGeometry;
 use crate::copy::copy_floats;
+use crate::threadpool::{GRAIN_SIZE, ThreadPool};
 
 /// Where the taps of one input channel lie in an image of phase planes.
 #[derive(Clone, Copy)]
@@ -95,8 +96,10 @@ impl<'a> Im2col<'a> {
     /// One group's `[group_in, in_h, in_w]` planes as the im2col operand of `g`, split
     /// into zero-padded phase planes in `scratch` (at least
     /// [`Im2col::phase_split_len`] elements) unless the convolution reads the planes as
-    /// they are. `None` when `planes` or `scratch` is shorter than that.
+    /// they are, the phase planes written in parallel on `pool`. `None` when `planes`
+    /// or `scratch` is shorter than that.
     pub fn phase_split(
+        pool: &ThreadPool,
         g: &ConvGeometry,
         planes: &'a [f32],
         scratch: &'a mut [f32],
@@ -113,17 +116,14 @@ impl<'a> Im2col<'a> {
             return Some(image);
         };
         let dst = scratch.get_mut(..g.group_in * layout.channel_len)?;
-        for (channel, src) in dst
-            .chunks_exact_mut(layout.channel_len)
-            .zip(planes.chunks_exact(plane))
-        {
-            for (phase, &(ry, rx)) in channel
-                .chunks_exact_mut(phase_len)
-                .zip(&phases.read[..phases.used])
-            {
-                fill_phase(g, &phases, src, 0, g.out_h, (ry, rx), 0.0, phase);
-            }
-        }
+        // Phase plane `i` is phase `i % used` of channel `i / used`.
+        let fill = |i: usize, phase: &mut [f32]| {
+            let (channel, (ry, rx)) = (i / phases.used, phases.read[i % phases.used]);
+            let src = &planes[channel * plane..(channel + 1) * plane];
+            fill_phase(g, &phases, src, 0, g.out_h, (ry, rx), 0.0, phase);
+        };
+        let min_planes = (GRAIN_SIZE / phase_len.max(1)).max(1);
+        pool.for_each_chunk_mut(dst, phase_len.max(1), min_planes, fill);
         Some(Im2col {
             geometry: *g,
             planes: dst,

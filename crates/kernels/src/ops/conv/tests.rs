@@ -92,7 +92,9 @@ fn shape(c: &Case, n: usize, ch: usize, h: usize, w: usize) -> Vec<usize> {
     }
 }
 
-fn run(c: &Case, seed: u64, threads: usize) {
+/// Runs `c` on `threads` threads, checks it against the reference, and returns the
+/// outputs.
+fn run(c: &Case, seed: u64, threads: usize) -> Vec<f64> {
     let g = &c.g;
     let mut rng = Lcg(seed);
     let (ci, co) = (g.in_channels(), g.out_channels());
@@ -193,6 +195,7 @@ fn run(c: &Case, seed: u64, threads: usize) {
     }
     let want: Vec<f64> = want.into_iter().map(f64::from).collect();
     assert_close(&got, &want, 1e-5, 1e-5);
+    got
 }
 
 proptest! {
@@ -261,6 +264,70 @@ fn depthwise_with_multiplier_and_large_planes() {
         ..c.clone()
     };
     run(&full, 9, 2);
+}
+
+#[test]
+fn depthwise_in_row_bands_matches_one_thread_to_the_bit() {
+    // Planes large enough that 2 and 3 threads split their rows into bands: 3x3 stride 1
+    // and 2 (the square-filter kernel), a 5x5 dilated filter (the others), a depth
+    // multiplier and a batch of two.
+    let base = ConvGeometry {
+        in_h: 64,
+        in_w: 64,
+        out_h: 64,
+        out_w: 64,
+        kernel_h: 3,
+        kernel_w: 3,
+        stride_h: 1,
+        stride_w: 1,
+        dilation_h: 1,
+        dilation_w: 1,
+        pad_top: 1,
+        pad_left: 1,
+        groups: 5,
+        group_in: 1,
+        group_out: 1,
+    };
+    let strided = ConvGeometry {
+        in_h: 130,
+        in_w: 128,
+        out_h: 65,
+        out_w: 64,
+        stride_h: 2,
+        stride_w: 2,
+        ..base
+    };
+    let dilated = ConvGeometry {
+        kernel_h: 5,
+        kernel_w: 5,
+        dilation_h: 2,
+        dilation_w: 2,
+        pad_top: 3,
+        pad_left: 4,
+        out_h: 62,
+        out_w: 64,
+        group_out: 2,
+        ..base
+    };
+    for (i, g) in [base, strided, dilated].into_iter().enumerate() {
+        let c = Case {
+            one_d: false,
+            transposed: false,
+            batch: 2,
+            bias: true,
+            out_pad: (0, 0),
+            g,
+        };
+        let one = run(&c, i as u64, 1);
+        for threads in [2, 3] {
+            let banded = run(&c, i as u64, threads);
+            let same = banded
+                .iter()
+                .zip(&one)
+                .all(|(a, b)| (*a as f32).to_bits() == (*b as f32).to_bits());
+            assert!(same, "geometry {i} on {threads} threads");
+        }
+    }
 }
 
 #[test]
