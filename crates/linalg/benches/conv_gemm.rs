@@ -69,24 +69,8 @@ fn bench(c: &mut Criterion) {
     let pool = ThreadPool::new(1).expect("a thread pool");
     let isa = dispatch().gemm;
     for (size, c_in, c_out, k, stride, pad) in LAYERS {
-        let out = (size + 2 * pad - k) / stride + 1;
-        let g = ConvGeometry {
-            in_h: size,
-            in_w: size,
-            out_h: out,
-            out_w: out,
-            kernel_h: k,
-            kernel_w: k,
-            stride_h: stride,
-            stride_w: stride,
-            dilation_h: 1,
-            dilation_w: 1,
-            pad_top: pad,
-            pad_left: pad,
-            groups: 1,
-            group_in: c_in,
-            group_out: c_out,
-        };
+        let g =
+            ConvGeometry::same_on_both_axes((size, size), (k, k), (stride, pad), (1, c_in, c_out));
         let (patch, px) = (g.patch_len(), g.out_pixels());
         let input = data(c_in * size * size, 1);
         let filter = data(c_out * patch, 2);

@@ -28,24 +28,9 @@ const LAYERS: [(usize, usize, usize); 10] = [
 
 fn bench(c: &mut Criterion) {
     for (size, channels, stride) in LAYERS {
-        let out = (size + 2 - 3) / stride + 1;
-        let g = ConvGeometry {
-            in_h: size,
-            in_w: size,
-            out_h: out,
-            out_w: out,
-            kernel_h: 3,
-            kernel_w: 3,
-            stride_h: stride,
-            stride_w: stride,
-            dilation_h: 1,
-            dilation_w: 1,
-            pad_top: 1,
-            pad_left: 1,
-            groups: channels,
-            group_in: 1,
-            group_out: 1,
-        };
+        let g =
+            ConvGeometry::same_on_both_axes((size, size), (3, 3), (stride, 1), (channels, 1, 1));
+        let out = g.out_h;
         let input = data(channels * size * size, 1);
         let filter = data(channels * 9, 2);
         let mut output = vec![0f32; channels * out * out];

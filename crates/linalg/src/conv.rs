@@ -36,6 +36,36 @@ pub struct ConvGeometry {
 }
 
 impl ConvGeometry {
+    /// A `kernel_h x kernel_w` convolution over an `in_h x in_w` image with the same
+    /// stride and the same padding (before and after) on both axes and no dilation, the
+    /// output as large as they allow; `(groups, group_in, group_out)` channels.
+    pub fn same_on_both_axes(
+        (in_h, in_w): (usize, usize),
+        (kernel_h, kernel_w): (usize, usize),
+        (stride, pad): (usize, usize),
+        (groups, group_in, group_out): (usize, usize, usize),
+    ) -> ConvGeometry {
+        let stride = stride.max(1);
+        let out = |size: usize, k: usize| (size + 2 * pad).saturating_sub(k) / stride + 1;
+        ConvGeometry {
+            in_h,
+            in_w,
+            out_h: out(in_h, kernel_h),
+            out_w: out(in_w, kernel_w),
+            kernel_h,
+            kernel_w,
+            stride_h: stride,
+            stride_w: stride,
+            dilation_h: 1,
+            dilation_w: 1,
+            pad_top: pad,
+            pad_left: pad,
+            groups,
+            group_in,
+            group_out,
+        }
+    }
+
     /// Input channels of the image.
     pub fn in_channels(&self) -> usize {
         self.groups * self.group_in

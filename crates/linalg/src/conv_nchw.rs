@@ -1006,23 +1006,7 @@ mod tests {
 
     #[test]
     fn max_pool_declines_planes_with_nan_or_only_neg_infinity() {
-        let g = ConvGeometry {
-            in_h: 4,
-            in_w: 4,
-            out_h: 2,
-            out_w: 2,
-            kernel_h: 2,
-            kernel_w: 2,
-            stride_h: 2,
-            stride_w: 2,
-            dilation_h: 1,
-            dilation_w: 1,
-            pad_top: 0,
-            pad_left: 0,
-            groups: 1,
-            group_in: 1,
-            group_out: 1,
-        };
+        let g = ConvGeometry::same_on_both_axes((4, 4), (2, 2), (2, 0), (1, 1, 1));
         let pool = PlaneMaxPool::new(&g, plane_scratch_len(&g));
         let mut scratch = vec![0f32; plane_scratch_len(&g)];
         let mut idx = [0i64; 4];
@@ -1094,23 +1078,7 @@ mod tests {
     /// padded, strided and dilated ones from phase planes.
     #[test]
     fn gemm_im2col_over_narrow_images_matches_the_built_matrix() {
-        let base = ConvGeometry {
-            in_h: 90,
-            in_w: 3,
-            out_h: 88,
-            out_w: 1,
-            kernel_h: 3,
-            kernel_w: 3,
-            stride_h: 1,
-            stride_w: 1,
-            dilation_h: 1,
-            dilation_w: 1,
-            pad_top: 0,
-            pad_left: 0,
-            groups: 1,
-            group_in: 2,
-            group_out: 7,
-        };
+        let base = ConvGeometry::same_on_both_axes((90, 3), (3, 3), (1, 0), (1, 2, 7));
         let strided = ConvGeometry {
             out_h: 45,
             out_w: 2,
@@ -1274,23 +1242,7 @@ mod tests {
 
     #[test]
     fn short_slices_are_refused() {
-        let g = ConvGeometry {
-            in_h: 3,
-            in_w: 3,
-            out_h: 3,
-            out_w: 3,
-            kernel_h: 3,
-            kernel_w: 3,
-            stride_h: 1,
-            stride_w: 1,
-            dilation_h: 1,
-            dilation_w: 1,
-            pad_top: 1,
-            pad_left: 1,
-            groups: 1,
-            group_in: 1,
-            group_out: 1,
-        };
+        let g = ConvGeometry::same_on_both_axes((3, 3), (3, 3), (1, 1), (1, 1, 1));
         let mut col = vec![0f32; 81];
         assert!(!im2col_nchw(&g, &[0.0; 8], 0..9, &mut col));
         assert!(!im2col_nchw(&g, &[0.0; 9], 0..10, &mut col));

@@ -81,23 +81,7 @@ fn conv2d_with_header_constants_matches_the_reference() {
     let xi = h.tensor(&[1, 5, 5, 3], &x);
     let yi = h.out(ScalarType::Float, &[1, 3, 3, 4]);
     run(&mut h, handle.as_ref(), &[xi, yi]).unwrap();
-    let g = ConvGeometry {
-        in_h: 5,
-        in_w: 5,
-        out_h: 3,
-        out_w: 3,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride_h: 2,
-        stride_w: 2,
-        dilation_h: 1,
-        dilation_w: 1,
-        pad_top: 1,
-        pad_left: 1,
-        groups: 1,
-        group_in: 3,
-        group_out: 4,
-    };
+    let g = ConvGeometry::same_on_both_axes((5, 5), (3, 3), (2, 1), (1, 3, 4));
     let mut want = vec![0f32; 36];
     assert!(conv2d_nhwc_reference(
         &g, &x, &filter, &bias, 0.0, 6.0, &mut want
@@ -170,23 +154,7 @@ fn depthwise_then_pooling() {
             ohwi[k * 9 + t] = filter[t * 4 + k];
         }
     }
-    let cg = ConvGeometry {
-        in_h: 6,
-        in_w: 6,
-        out_h: 6,
-        out_w: 6,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride_h: 1,
-        stride_w: 1,
-        dilation_h: 1,
-        dilation_w: 1,
-        pad_top: 1,
-        pad_left: 1,
-        groups: 2,
-        group_in: 1,
-        group_out: 2,
-    };
+    let cg = ConvGeometry::same_on_both_axes((6, 6), (3, 3), (1, 1), (2, 1, 2));
     let mut c = vec![0f32; 144];
     assert!(conv2d_nhwc_reference(
         &cg,

@@ -587,23 +587,7 @@ fn an_uneven_column_split_gives_way_to_a_row_split() {
 fn gemm_im2col_refuses_planes_that_do_not_fit() {
     use crate::conv::ConvGeometry;
     use crate::conv_nchw::Im2col;
-    let g = ConvGeometry {
-        in_h: 4,
-        in_w: 4,
-        out_h: 4,
-        out_w: 4,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride_h: 1,
-        stride_w: 1,
-        dilation_h: 1,
-        dilation_w: 1,
-        pad_top: 1,
-        pad_left: 1,
-        groups: 1,
-        group_in: 2,
-        group_out: 8,
-    };
+    let g = ConvGeometry::same_on_both_axes((4, 4), (3, 3), (1, 1), (1, 2, 8));
     let (patch, px) = (g.patch_len(), g.out_pixels());
     let filter = vec![0.5f32; 8 * patch];
     let mm = product_of(mat(&filter, 8, patch, patch, 1), mat(&[], patch, px, px, 1));

@@ -100,23 +100,7 @@ fn gemm_matches_the_reference_on_edge_shapes() {
 
 #[test]
 fn depthwise_matches_a_direct_loop() {
-    let g = ConvGeometry {
-        in_h: 5,
-        in_w: 6,
-        out_h: 3,
-        out_w: 3,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride_h: 2,
-        stride_w: 2,
-        dilation_h: 1,
-        dilation_w: 1,
-        pad_top: 1,
-        pad_left: 1,
-        groups: 4,
-        group_in: 1,
-        group_out: 2,
-    };
+    let g = ConvGeometry::same_on_both_axes((5, 6), (3, 3), (2, 1), (4, 1, 2));
     let mut next = rng(5);
     let x: Vec<i8> = (0..5 * 6 * 4).map(|_| next() as i8).collect();
     let w: Vec<i8> = (0..9 * 8).map(|_| next() as i8).collect();

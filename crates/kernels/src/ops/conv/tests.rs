@@ -271,32 +271,8 @@ fn depthwise_in_row_bands_matches_one_thread_to_the_bit() {
     // Planes large enough that 2 and 3 threads split their rows into bands: 3x3 stride 1
     // and 2 (the square-filter kernel), a 5x5 dilated filter (the others), a depth
     // multiplier and a batch of two.
-    let base = ConvGeometry {
-        in_h: 64,
-        in_w: 64,
-        out_h: 64,
-        out_w: 64,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride_h: 1,
-        stride_w: 1,
-        dilation_h: 1,
-        dilation_w: 1,
-        pad_top: 1,
-        pad_left: 1,
-        groups: 5,
-        group_in: 1,
-        group_out: 1,
-    };
-    let strided = ConvGeometry {
-        in_h: 130,
-        in_w: 128,
-        out_h: 65,
-        out_w: 64,
-        stride_h: 2,
-        stride_w: 2,
-        ..base
-    };
+    let base = ConvGeometry::same_on_both_axes((64, 64), (3, 3), (1, 1), (5, 1, 1));
+    let strided = ConvGeometry::same_on_both_axes((130, 128), (3, 3), (2, 1), (5, 1, 1));
     let dilated = ConvGeometry {
         kernel_h: 5,
         kernel_w: 5,
