@@ -432,6 +432,7 @@ fn depthwise_bands(
     let (in_plane, px, taps) = (g.in_h * g.in_w, g.out_pixels(), g.kernel_h * g.kernel_w);
     let (ci, co, mult) = (g.in_channels(), g.out_channels(), g.group_out);
     let planes = conv.batch * co;
+    let bands = bands.min(ColumnBlocks::<f32>::MAX_BLOCKS);
     let band_rows = g.out_h.div_ceil(bands);
     let bands = g.out_h.div_ceil(band_rows);
     let blocks = ColumnBlocks::grid(

@@ -307,6 +307,22 @@ fn depthwise_in_row_bands_matches_one_thread_to_the_bit() {
 }
 
 #[test]
+fn depthwise_bands_on_more_threads_than_blocks() {
+    // 100 threads would make 100 bands of a 400x400 plane, more than one output can be
+    // split into (`ColumnBlocks::MAX_BLOCKS`): the bands are capped, not refused.
+    let g = ConvGeometry::same_on_both_axes((400, 400), (3, 3), (1, 1), (2, 1, 1));
+    let c = Case {
+        one_d: false,
+        transposed: false,
+        batch: 1,
+        bias: false,
+        out_pad: (0, 0),
+        g,
+    };
+    run(&c, 3, 100);
+}
+
+#[test]
 fn bad_calls_are_errors() {
     let mut h = Harness::new();
     let x = tensor(&mut h, ScalarType::Float, &[1, 2, 4, 4], &[0.0; 32]);
