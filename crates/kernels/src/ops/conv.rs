@@ -374,19 +374,14 @@ fn depthwise(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(
     }
     let Operands { xs, ws, bs, os } = io;
     let g = &conv.g;
-    let (in_plane, px, taps) = (g.in_h * g.in_w, g.out_pixels(), g.kernel_h * g.kernel_w);
-    let (ci, co, mult) = (g.in_channels(), g.out_channels(), g.group_out);
+    let (px, taps, co) = (g.out_pixels(), g.kernel_h * g.kernel_w, g.out_channels());
     let per_task = plane_scratch_len(g);
     let kernel = PlaneConv::new(g, per_task);
     let epilogue = ctx.epilogue();
     let scratch = ctx.scratch_dirty::<f32>(per_task * ctx.pool().threads())?;
     let ok = AtomicBool::new(true);
     let plane = |idx: usize, out: &mut [f32], scratch: &mut [f32]| {
-        let (n, oc) = (idx / co, idx % co);
-        let c = oc / mult;
-        let x = &xs[(n * ci + c) * in_plane..][..in_plane];
-        let w = &ws[oc * taps..(oc + 1) * taps];
-        let b = bs.map_or(0.0, |b| b[oc]);
+        let (x, w, b) = plane_operands(g, (xs, ws, bs), idx);
         if !kernel.run(x, w, (b, epilogue.clamp), out, scratch) {
             ok.store(false, Ordering::Relaxed);
         }
@@ -401,6 +396,21 @@ fn depthwise(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(
         plane,
     );
     geometry_checked(&ok)
+}
+
+/// The whole input plane, the filter and the bias of a depthwise convolution's output
+/// plane `p` (image `p / out_channels`, channel `p % out_channels`, which reads input
+/// channel `channel / group_out`).
+fn plane_operands<'a>(
+    g: &ConvGeometry,
+    (xs, ws, bs): (&'a [f32], &'a [f32], Option<&'a [f32]>),
+    p: usize,
+) -> (&'a [f32], &'a [f32], f32) {
+    let (in_plane, taps, co) = (g.in_h * g.in_w, g.kernel_h * g.kernel_w, g.out_channels());
+    let (n, oc) = (p / co, p % co);
+    let x = &xs[(n * g.in_channels() + oc / g.group_out) * in_plane..][..in_plane];
+    let w = &ws[oc * taps..(oc + 1) * taps];
+    (x, w, bs.map_or(0.0, |b| b[oc]))
 }
 
 /// Whether a depthwise convolution on `threads` threads splits its planes' rows rather
@@ -429,9 +439,8 @@ fn depthwise_bands(
 ) -> Result<(), KernelError> {
     let Operands { xs, ws, bs, os } = io;
     let g = &conv.g;
-    let (in_plane, px, taps) = (g.in_h * g.in_w, g.out_pixels(), g.kernel_h * g.kernel_w);
-    let (ci, co, mult) = (g.in_channels(), g.out_channels(), g.group_out);
-    let planes = conv.batch * co;
+    let px = g.out_pixels();
+    let planes = conv.batch * g.out_channels();
     let bands = bands.min(ColumnBlocks::<f32>::MAX_BLOCKS);
     let band_rows = g.out_h.div_ceil(bands);
     let bands = g.out_h.div_ceil(band_rows);
@@ -459,10 +468,7 @@ fn depthwise_bands(
         // their bands share in a plane at the same time.
         let start = t * planes / bands;
         for p in (start..planes).chain(0..start) {
-            let (n, oc) = (p / co, p % co);
-            let x = &xs[(n * ci + oc / mult) * in_plane..][..in_plane];
-            let w = &ws[oc * taps..(oc + 1) * taps];
-            let b = bs.map_or(0.0, |b| b[oc]);
+            let (x, w, b) = plane_operands(g, (xs, ws, bs), p);
             let out = block.row_mut(p);
             if !kernel.run(&x[first * g.in_w..], w, (b, epilogue.clamp), out, scratch) {
                 ok.store(false, Ordering::Relaxed);
