@@ -347,6 +347,15 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
                 ..product(weights, columns)
             };
             let dst = &mut o_img[grp * g.group_out * px..(grp + 1) * g.group_out * px];
+            if pointwise && splits_depth(g, ctx.pool().threads()) {
+                if scratch.is_none() {
+                    let need = gemm::split_depth_scratch_len(isa, &mm, ctx.pool().threads());
+                    scratch = Some(ctx.scratch_dirty::<f32>(need)?);
+                }
+                let s = scratch.as_deref_mut().unwrap_or(&mut []);
+                gemm::gemm_split_depth(ctx.pool(), isa, &mm, dst, s)?;
+                continue;
+            }
             if pointwise {
                 run_gemm(ctx, isa, &mm, dst, &mut scratch)?;
                 continue;
@@ -424,6 +433,16 @@ fn splits_pixels(g: &ConvGeometry, threads: usize) -> bool {
         && g.out_h >= 4 * threads
         && g.out_pixels() >= MIN_BAND_OUTPUTS * threads
         && g.out_pixels() % 16 == 0
+}
+
+/// Whether a pointwise convolution on `threads` threads splits its product's depth (its
+/// input channels) rather than its output channels or pixels
+/// ([`gemm::gemm_split_depth`]): a projecting one (at least twice as many input channels
+/// as output channels) over planes too small for [`splits_pixels`]. The depthwise
+/// convolution before such a layer split its channels over the threads, so each thread
+/// then reads only the channels it wrote, rather than all of them.
+fn splits_depth(g: &ConvGeometry, threads: usize) -> bool {
+    threads > 1 && g.group_in >= 2 * g.group_out && g.out_pixels() < MIN_BAND_OUTPUTS * threads
 }
 
 /// Fewest outputs of one plane in one band of [`depthwise_bands`]: a 4 KiB page.

@@ -4,17 +4,38 @@ use proptest::prelude::*;
 use super::*;
 use crate::test_util::{mat, rand_vec};
 
-/// The product `g` with the kernels of `isa`, into outputs of type `O` (filled with `nan`
-/// first).
+/// Which entry point a test runs a product through.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    /// [`gemm`].
+    Gemm,
+    /// [`gemm_split_depth`].
+    SplitDepth,
+}
+
+impl Via {
+    fn scratch_len(self, isa: Isa, g: &Gemm<'_>, threads: usize) -> usize {
+        match self {
+            Via::Gemm => scratch_len(isa, g, threads),
+            Via::SplitDepth => split_depth_scratch_len(isa, g, threads),
+        }
+    }
+}
+
+/// The product `g` with the kernels of `isa` through `via`, into outputs of type `O`
+/// (filled with `nan` first).
 fn gemm_into<O: OutElem>(
-    pool: &ThreadPool,
+    (pool, via): (&ThreadPool, Via),
     isa: Isa,
     g: &Gemm<'_>,
     scratch: &mut [f32],
     nan: O,
 ) -> Vec<O> {
     let mut out = vec![nan; g.a.rows * g.b.cols];
-    gemm(pool, isa, g, &mut out, scratch).unwrap();
+    match via {
+        Via::Gemm => gemm(pool, isa, g, &mut out, scratch).unwrap(),
+        Via::SplitDepth => gemm_split_depth(pool, isa, g, &mut out, scratch).unwrap(),
+    }
     out
 }
 
@@ -96,7 +117,7 @@ fn check(
     tb: bool,
     dt: Dt,
     addend: u8,
-    threads: usize,
+    (threads, via): (usize, Via),
     seed: u64,
 ) {
     let av = convert(&rand_vec(m * k + 3, seed), dt);
@@ -166,18 +187,19 @@ fn check(
     let pool = ThreadPool::new(threads).unwrap();
     for &isa in Isa::available() {
         // NaN scratch: callers pass stale scratch, so nothing may be read unwritten.
-        let mut scratch = vec![f32::NAN; scratch_len(isa, &g, threads)];
+        let mut scratch = vec![f32::NAN; via.scratch_len(isa, &g, threads)];
         let tol = |w: f64| match dt {
             Dt::F32 => 1e-4 * (1.0 + w.abs()) * (1.0 + (k as f64).sqrt()),
             Dt::F16 => 2e-3 * (1.0 + w.abs()) + 1e-4 * k as f64,
             Dt::Bf16 => 1e-2 * (1.0 + w.abs()) + 1e-3 * k as f64,
         };
-        let what = format!("{isa:?} {dt:?} {m}x{n}x{k} ta={ta} tb={tb} add={addend} t={threads}");
-        let s = &mut scratch;
+        let what =
+            format!("{isa:?} {via:?} {dt:?} {m}x{n}x{k} ta={ta} tb={tb} add={addend} t={threads}");
+        let (s, pool) = (&mut scratch, (&pool, via));
         match dt {
-            Dt::F32 => assert_close(&gemm_into(&pool, isa, &g, s, f32::NAN), &want, tol, &what),
-            Dt::F16 => assert_close(&gemm_into(&pool, isa, &g, s, f16::NAN), &want, tol, &what),
-            Dt::Bf16 => assert_close(&gemm_into(&pool, isa, &g, s, bf16::NAN), &want, tol, &what),
+            Dt::F32 => assert_close(&gemm_into(pool, isa, &g, s, f32::NAN), &want, tol, &what),
+            Dt::F16 => assert_close(&gemm_into(pool, isa, &g, s, f16::NAN), &want, tol, &what),
+            Dt::Bf16 => assert_close(&gemm_into(pool, isa, &g, s, bf16::NAN), &want, tol, &what),
         }
     }
 }
@@ -201,7 +223,28 @@ fn gemm_edge_shapes() {
         (528, 40, 300),
     ] {
         for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
-            check(m, n, k, ta, tb, Dt::F32, (m + n) as u8 % 4, 2, 7);
+            check(
+                m,
+                n,
+                k,
+                ta,
+                tb,
+                Dt::F32,
+                (m + n) as u8 % 4,
+                (2, Via::Gemm),
+                7,
+            );
+            check(
+                m,
+                n,
+                k,
+                ta,
+                tb,
+                Dt::F32,
+                (m + n) as u8 % 4,
+                (3, Via::SplitDepth),
+                7,
+            );
         }
     }
 }
@@ -210,8 +253,9 @@ fn gemm_edge_shapes() {
 fn gemm_half_types() {
     for dt in [Dt::F16, Dt::Bf16] {
         for (m, n, k) in [(1, 40, 70), (9, 33, 300), (3, 1, 17)] {
-            check(m, n, k, false, true, dt, 1, 2, 11);
-            check(m, n, k, false, false, dt, 2, 1, 12);
+            check(m, n, k, false, true, dt, 1, (2, Via::Gemm), 11);
+            check(m, n, k, false, false, dt, 2, (1, Via::Gemm), 12);
+            check(m, n, k, false, false, dt, 2, (2, Via::SplitDepth), 13);
         }
     }
 }
@@ -263,7 +307,17 @@ proptest! {
         m in 0usize..40, n in 0usize..70, k in 0usize..300,
         ta in any::<bool>(), tb in any::<bool>(), addend in 0u8..4, threads in 1usize..4, seed in any::<u64>(),
     ) {
-        check(m, n, k, ta, tb, Dt::F32, addend, threads, seed);
+        check(m, n, k, ta, tb, Dt::F32, addend, (threads, Via::Gemm), seed);
+    }
+
+    /// The depth-split product: the same values (within rounding) on any thread count,
+    /// with every finish, strided and transposed operands.
+    #[test]
+    fn split_depth_matches_reference(
+        m in 0usize..40, n in 0usize..70, k in 0usize..300,
+        ta in any::<bool>(), tb in any::<bool>(), addend in 0u8..4, threads in 1usize..5, seed in any::<u64>(),
+    ) {
+        check(m, n, k, ta, tb, Dt::F32, addend, (threads, Via::SplitDepth), seed);
     }
 }
 
@@ -276,7 +330,7 @@ proptest! {
         n in 2usize..1200, k in 1usize..200, ta in any::<bool>(), addend in 0u8..4,
         threads in 1usize..4, seed in any::<u64>(),
     ) {
-        check(1, n, k, ta, false, Dt::F32, addend, threads, seed);
+        check(1, n, k, ta, false, Dt::F32, addend, (threads, Via::Gemm), seed);
     }
 }
 
@@ -484,11 +538,15 @@ fn the_finish_in_the_micro_kernel_is_the_finish_afterwards() {
         let b = rand_vec(k * n, 4);
         let bias = rand_vec(m.max(n), 5);
         let plain = product_of(mat(&a, m, k, k, 1), mat(&b, k, n, n, 1));
-        for threads in [1, 2, 3] {
+        for (threads, via) in [1, 2, 3]
+            .into_iter()
+            .flat_map(|t| [(t, Via::Gemm), (t, Via::SplitDepth)])
+        {
             let pool = ThreadPool::new(threads).unwrap();
+            let pool = (&pool, via);
             for &isa in Isa::available() {
-                let mut scratch = vec![f32::NAN; scratch_len(isa, &plain, threads)];
-                let p = gemm_into(&pool, isa, &plain, &mut scratch, f32::NAN);
+                let mut scratch = vec![f32::NAN; via.scratch_len(isa, &plain, threads)];
+                let p = gemm_into(pool, isa, &plain, &mut scratch, f32::NAN);
                 for (per_row, clamp) in [
                     (true, Some((-0.5, 0.75))),
                     (false, Some((0.0, f32::INFINITY))),
@@ -504,7 +562,7 @@ fn the_finish_in_the_micro_kernel_is_the_finish_afterwards() {
                         clamp,
                         ..plain
                     };
-                    let got = gemm_into(&pool, isa, &g, &mut scratch, f32::NAN);
+                    let got = gemm_into(pool, isa, &g, &mut scratch, f32::NAN);
                     for (idx, (&got, &v)) in got.iter().zip(&p).enumerate() {
                         let (i, j) = (idx / n, idx % n);
                         let add = if per_row { bias[i] } else { bias[j] };
@@ -512,7 +570,7 @@ fn the_finish_in_the_micro_kernel_is_the_finish_afterwards() {
                         assert_eq!(
                             got.to_bits(),
                             want.to_bits(),
-                            "{isa:?} {m}x{n}x{k} t={threads} ({i}, {j})"
+                            "{isa:?} {via:?} {m}x{n}x{k} t={threads} ({i}, {j})"
                         );
                     }
                 }

@@ -307,6 +307,34 @@ fn depthwise_in_row_bands_matches_one_thread_to_the_bit() {
 }
 
 #[test]
+fn projecting_pointwise_split_over_depth_matches_the_reference() {
+    // A 1x1 convolution with at least twice as many input channels as output channels,
+    // over planes too small to split by pixels: on several threads each task sums its own
+    // range of input channels (`splits_depth`). Two groups, a batch of two, 14x14 and 7x7
+    // planes, with and without a bias.
+    for (i, (size, groups, gi, go, bias)) in [
+        (14, 1, 96, 24, true),
+        (7, 2, 40, 8, false),
+        (14, 1, 384, 64, true),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let c = Case {
+            one_d: false,
+            transposed: false,
+            batch: 2,
+            bias,
+            out_pad: (0, 0),
+            g: ConvGeometry::same_on_both_axes((size, size), (1, 1), (1, 0), (groups, gi, go)),
+        };
+        for threads in [1, 2, 3] {
+            run(&c, i as u64, threads);
+        }
+    }
+}
+
+#[test]
 fn depthwise_bands_on_more_threads_than_blocks() {
     // 100 threads would make 100 bands of a 400x400 plane, more than one output can be
     // split into (`ColumnBlocks::MAX_BLOCKS`): the bands are capped, not refused.
