@@ -897,7 +897,8 @@ mod tests {
 
         /// The product over panels packed straight from the image gives the bits of the
         /// product over the built im2col matrix, on every instruction set and with
-        /// several tasks (column blocks not aligned to output rows).
+        /// several tasks (column blocks not aligned to output rows), split over the
+        /// depth or not.
         #[test]
         fn gemm_im2col_matches_the_built_matrix(g in conv_geometry(), seed in 0u32..100, threads in 1usize..4) {
             let g = ConvGeometry { groups: 1, group_out: g.group_out.max(1), ..g };
@@ -1046,15 +1047,36 @@ mod tests {
             b: view(&[], patch, px, px, 1),
             ..built
         };
-        for &isa in Isa::available() {
+        for (&isa, split_depth) in Isa::available()
+            .iter()
+            .flat_map(|i| [(i, false), (i, true)])
+        {
             let need = gemm::im2col_scratch_len(isa, &built, threads)
-                .max(gemm::scratch_len(isa, &built, threads));
+                .max(gemm::scratch_len(isa, &built, threads))
+                .max(gemm::split_depth_scratch_len(isa, &built, threads));
             let mut scratch = vec![f32::NAN; need];
             let mut want = vec![f32::NAN; co * px];
-            gemm::gemm(&pool, isa, &built, &mut want, &mut scratch).unwrap();
+            if split_depth {
+                gemm::gemm_split_depth(&pool, isa, &built, &mut want, &mut scratch).unwrap();
+            } else {
+                gemm::gemm(&pool, isa, &built, &mut want, &mut scratch).unwrap();
+            }
             for image in &images {
                 let mut got = vec![f32::NAN; co * px];
-                gemm::gemm_im2col(&pool, isa, &from_image, image, &mut got, &mut scratch).unwrap();
+                if split_depth {
+                    gemm::gemm_im2col_split_depth(
+                        &pool,
+                        isa,
+                        &from_image,
+                        image,
+                        &mut got,
+                        &mut scratch,
+                    )
+                    .unwrap();
+                } else {
+                    gemm::gemm_im2col(&pool, isa, &from_image, image, &mut got, &mut scratch)
+                        .unwrap();
+                }
                 let same = got
                     .iter()
                     .zip(&want)

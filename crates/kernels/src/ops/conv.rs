@@ -347,11 +347,12 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
                 ..product(weights, columns)
             };
             let dst = &mut o_img[grp * g.group_out * px..(grp + 1) * g.group_out * px];
-            if pointwise && splits_depth(g, ctx.pool().threads()) {
-                if scratch.is_none() {
-                    let need = gemm::split_depth_scratch_len(isa, &mm, ctx.pool().threads());
-                    scratch = Some(ctx.scratch_dirty::<f32>(need)?);
-                }
+            let split_depth = splits_depth(g, ctx.pool().threads());
+            if split_depth && scratch.is_none() {
+                let need = gemm::split_depth_scratch_len(isa, &mm, ctx.pool().threads());
+                scratch = Some(ctx.scratch_dirty::<f32>(need)?);
+            }
+            if pointwise && split_depth {
                 let s = scratch.as_deref_mut().unwrap_or(&mut []);
                 gemm::gemm_split_depth(ctx.pool(), isa, &mm, dst, s)?;
                 continue;
@@ -367,7 +368,11 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
             let s = scratch.as_deref_mut().unwrap_or(&mut []);
             let image =
                 Im2col::phase_split(ctx.pool(), g, x_grp, phases).ok_or_else(geometry_error)?;
-            gemm::gemm_im2col(ctx.pool(), isa, &mm, &image, dst, s)?;
+            if split_depth {
+                gemm::gemm_im2col_split_depth(ctx.pool(), isa, &mm, &image, dst, s)?;
+            } else {
+                gemm::gemm_im2col(ctx.pool(), isa, &mm, &image, dst, s)?;
+            }
         }
     }
     Ok(())
@@ -435,14 +440,15 @@ fn splits_pixels(g: &ConvGeometry, threads: usize) -> bool {
         && g.out_pixels() % 16 == 0
 }
 
-/// Whether a pointwise convolution on `threads` threads splits its product's depth (its
-/// input channels) rather than its output channels or pixels
-/// ([`gemm::gemm_split_depth`]): a projecting one (at least twice as many input channels
-/// as output channels) over planes too small for [`splits_pixels`]. The depthwise
-/// convolution before such a layer split its channels over the threads, so each thread
-/// then reads only the channels it wrote, rather than all of them.
+/// Whether a convolution's GEMM on `threads` threads splits its depth (input channels
+/// and taps) rather than its output channels or pixels ([`gemm::gemm_split_depth`]):
+/// one with at least twice as many products per output as output channels (a
+/// projecting pointwise convolution, most 3x3 ones) over planes too small for
+/// [`splits_pixels`]. The layer before it split its channels over the threads (a
+/// depthwise convolution, a GEMM split by output channels), so each thread then reads,
+/// and for an im2col matrix packs, only the channels it wrote, rather than all of them.
 fn splits_depth(g: &ConvGeometry, threads: usize) -> bool {
-    threads > 1 && g.group_in >= 2 * g.group_out && g.out_pixels() < MIN_BAND_OUTPUTS * threads
+    threads > 1 && g.patch_len() >= 2 * g.group_out && g.out_pixels() < MIN_BAND_OUTPUTS * threads
 }
 
 /// Fewest outputs of one plane in one band of [`depthwise_bands`]: a 4 KiB page.

@@ -38,7 +38,7 @@ use crate::{GRAIN_SIZE, Isa, LinalgError, ThreadPool};
 pub use f32_api::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_with};
 use kernels::{APanel, BPanel, MAX_NR, Tile, TilePost, micro_kernel, panel_dot};
 pub use kernels::{WeightElem, dot_rows};
-pub use split_depth::{gemm_split_depth, split_depth_scratch_len};
+pub use split_depth::{gemm_im2col_split_depth, gemm_split_depth, split_depth_scratch_len};
 
 /// Depth of one packed block (k).
 const KC: usize = 256;
@@ -415,6 +415,12 @@ pub fn gemm_im2col(
     out: &mut [f32],
     scratch: &mut [f32],
 ) -> Result<(), LinalgError> {
+    check_im2col(g, image)?;
+    run(pool, isa, g, RightSource::Im2col(image, 0), out, scratch)
+}
+
+/// Fails unless `image` is the im2col operand that `g`'s B stands for.
+fn check_im2col(g: &Gemm<'_>, image: &Im2col<'_>) -> Result<(), LinalgError> {
     if g.b.rows != image.rows() || g.b.cols != image.cols() || !image.fits() {
         return Err(LinalgError::Shape(format!(
             "an im2col operand of {}x{} for planes of {} values: the geometry needs {}x{} over {} x {} x {}",
@@ -428,7 +434,7 @@ pub fn gemm_im2col(
             image.geometry().in_w,
         )));
     }
-    run(pool, isa, g, RightSource::Im2col(image), out, scratch)
+    Ok(())
 }
 
 /// Where the tiled product reads B from.
@@ -438,9 +444,10 @@ enum RightSource<'s> {
     View,
     /// Panels packed ahead of time (`g.b` only gives the shape).
     Packed(&'s PackedB),
-    /// An im2col matrix packed block by block from its image (`g.b` only gives the
-    /// shape).
-    Im2col(&'s Im2col<'s>),
+    /// An im2col matrix packed block by block from its image, from the given row of the
+    /// matrix on (`g.b` only gives the shape: a product over part of the depth reads
+    /// rows from there).
+    Im2col(&'s Im2col<'s>, usize),
 }
 
 /// [`gemm`] with B from `src`.
@@ -1297,7 +1304,9 @@ fn task(
                 }
             }
             RightSource::View => pack_b_for(isa, t.nr, &g.b, (k0, kc), (c0, nb), bpack),
-            RightSource::Im2col(image) => image.pack_panels(isa, t.nr, (k0, kc), (c0, nb), bpack),
+            RightSource::Im2col(image, first) => {
+                image.pack_panels(isa, t.nr, (first + k0, kc), (c0, nb), bpack)
+            }
             RightSource::Packed(_) => {}
         }
         let last = k0 + kc == k;

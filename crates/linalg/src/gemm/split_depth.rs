@@ -13,7 +13,11 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{Gemm, MatRef, OutElem, finish_row, gemm, scratch_len};
+use super::{
+    Gemm, MatRef, OutElem, RightSource, check_im2col, finish_row, im2col_scratch_len, run,
+    scratch_len,
+};
+use crate::conv_nchw::Im2col;
 use crate::{Isa, LinalgError, ThreadPool};
 
 /// Into how many depth ranges [`gemm_split_depth`] cuts a product of depth `k` on
@@ -52,22 +56,23 @@ fn depth_part<'a>(g: &Gemm<'a>, (k0, k1): (usize, usize)) -> Gemm<'a> {
 }
 
 /// f32 elements of one task's share of the scratch: its partial product, then the
-/// serial product's scratch of its (longest) depth range.
+/// serial product's scratch of its (longest) depth range, B read as a view or packed
+/// from an im2col image.
 fn task_len(isa: Isa, g: &Gemm<'_>, threads: usize) -> usize {
     let (m, n, k) = (g.a.rows, g.b.cols, g.a.cols);
     let part = depth_part(g, (0, range_len(k, threads).min(k)));
-    m * n + scratch_len(isa, &part, 1)
+    m * n + scratch_len(isa, &part, 1).max(im2col_scratch_len(isa, &part, 1))
 }
 
-/// Scratch (f32 elements) that [`gemm_split_depth`] needs on `threads` threads: each
-/// range's task share, then a row per thread for summing.
+/// Scratch (f32 elements) that [`gemm_split_depth`] and [`gemm_im2col_split_depth`]
+/// need on `threads` threads: each range's task share, then a row per thread for
+/// summing (or, with one range, what the product needs unsplit).
 pub fn split_depth_scratch_len(isa: Isa, g: &Gemm<'_>, threads: usize) -> usize {
     let (n, k) = (g.b.cols, g.a.cols);
-    let parts = ranges(k, threads);
-    if parts < 2 {
-        return scratch_len(isa, g, threads);
+    if ranges(k, threads) < 2 {
+        return scratch_len(isa, g, threads).max(im2col_scratch_len(isa, g, threads));
     }
-    parts * task_len(isa, g, threads) + threads * n
+    ranges(k, threads) * task_len(isa, g, threads) + threads * n
 }
 
 /// `g` into `out` (`m*n`, row-major), split over its depth into one contiguous range
@@ -80,13 +85,38 @@ pub fn gemm_split_depth<O: OutElem>(
     out: &mut [O],
     scratch: &mut [f32],
 ) -> Result<(), LinalgError> {
+    split_depth(pool, isa, g, RightSource::View, out, scratch)
+}
+
+/// [`gemm_im2col`] split over its depth as [`gemm_split_depth`] is: each task packs
+/// and multiplies the im2col rows of its own range of input channels (and taps).
+pub fn gemm_im2col_split_depth(
+    pool: &ThreadPool,
+    isa: Isa,
+    g: &Gemm<'_>,
+    image: &Im2col<'_>,
+    out: &mut [f32],
+    scratch: &mut [f32],
+) -> Result<(), LinalgError> {
+    check_im2col(g, image)?;
+    split_depth(pool, isa, g, RightSource::Im2col(image, 0), out, scratch)
+}
+
+fn split_depth<O: OutElem>(
+    pool: &ThreadPool,
+    isa: Isa,
+    g: &Gemm<'_>,
+    src: RightSource<'_>,
+    out: &mut [O],
+    scratch: &mut [f32],
+) -> Result<(), LinalgError> {
     let (m, n, k) = g.dims();
     let threads = pool.threads();
     let parts = ranges(k, threads);
-    if parts < 2 || m == 0 || n == 0 {
-        return gemm(pool, isa, g, out, scratch);
+    if parts < 2 || m == 0 || n == 0 || matches!(src, RightSource::Packed(_)) {
+        return run(pool, isa, g, src, out, scratch);
     }
-    g.validate(false)?;
+    g.validate(!matches!(src, RightSource::View))?;
     let need = split_depth_scratch_len(isa, g, threads);
     if scratch.len() < need {
         return Err(LinalgError::ScratchTooSmall {
@@ -108,8 +138,12 @@ pub fn gemm_split_depth<O: OutElem>(
     let serial = ThreadPool::serial();
     pool.for_each_chunk_mut(tasks, per_task, 1, |t, chunk| {
         let depth = (t * per_range, ((t + 1) * per_range).min(k));
+        let src = match src {
+            RightSource::Im2col(image, first) => RightSource::Im2col(image, first + depth.0),
+            other => other,
+        };
         let (partial, work) = chunk.split_at_mut(m * n);
-        if gemm(&serial, isa, &depth_part(g, depth), partial, work).is_err() {
+        if run(&serial, isa, &depth_part(g, depth), src, partial, work).is_err() {
             failed.store(true, Ordering::Relaxed);
         }
     });

@@ -307,26 +307,35 @@ fn depthwise_in_row_bands_matches_one_thread_to_the_bit() {
 }
 
 #[test]
-fn projecting_pointwise_split_over_depth_matches_the_reference() {
-    // A 1x1 convolution with at least twice as many input channels as output channels,
+fn convolutions_split_over_depth_match_the_reference() {
+    // Convolutions with at least twice as many products per output as output channels,
     // over planes too small to split by pixels: on several threads each task sums its own
-    // range of input channels (`splits_depth`). Two groups, a batch of two, 14x14 and 7x7
-    // planes, with and without a bias.
-    for (i, (size, groups, gi, go, bias)) in [
-        (14, 1, 96, 24, true),
-        (7, 2, 40, 8, false),
-        (14, 1, 384, 64, true),
+    // range of input channels and taps (`splits_depth`). Projecting 1x1 ones (two groups,
+    // 14x14 and 7x7 planes) and 3x3 ones (stride 1 and 2), a batch of two, with and
+    // without a bias.
+    for (i, (size, (kernel, stride, pad), groups, gi, go, bias)) in [
+        (14, (1, 1, 0), 1, 96, 24, true),
+        (7, (1, 1, 0), 2, 40, 8, false),
+        (14, (1, 1, 0), 1, 384, 64, true),
+        (14, (3, 1, 1), 1, 32, 32, true),
+        (15, (3, 2, 1), 1, 16, 24, false),
     ]
     .into_iter()
     .enumerate()
     {
+        let g = ConvGeometry::same_on_both_axes(
+            (size, size),
+            (kernel, kernel),
+            (stride, pad),
+            (groups, gi, go),
+        );
         let c = Case {
             one_d: false,
             transposed: false,
             batch: 2,
             bias,
             out_pad: (0, 0),
-            g: ConvGeometry::same_on_both_axes((size, size), (1, 1), (1, 0), (groups, gi, go)),
+            g,
         };
         for threads in [1, 2, 3] {
             run(&c, i as u64, threads);
