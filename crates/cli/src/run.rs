@@ -46,6 +46,11 @@ pub struct RunArgs {
     /// time (outputs are from the last run).
     #[arg(long, default_value_t = 1, value_name = "N")]
     repeat: usize,
+    /// Idle this many milliseconds before each run (not timed), so that each run starts
+    /// as an application's occasional call does: the pool's workers asleep, caches and
+    /// clocks cooled. 0 runs them back to back.
+    #[arg(long, default_value_t = 0.0, value_name = "MS")]
+    gap_ms: f64,
     /// Kernel threads (0: one per available core).
     #[arg(long, default_value_t = 0, value_name = "N")]
     threads: usize,
@@ -169,6 +174,9 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
     if args.repeat == 0 {
         bail!("--repeat must be at least 1");
     }
+    if !(args.gap_ms.is_finite() && (0.0..=60_000.0).contains(&args.gap_ms)) {
+        bail!("--gap-ms must be between 0 and 60000 milliseconds");
+    }
     let calls = split_calls(&args, matches);
     let image = ImageOptions {
         resize: args.resize,
@@ -236,6 +244,9 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
                 .method_mut(&args.method)?
                 .set_inputs(call_inputs)
                 .with_context(|| format!("call {k}"))?;
+            if args.gap_ms > 0.0 {
+                std::thread::sleep(std::time::Duration::from_secs_f64(args.gap_ms / 1e3));
+            }
             let before = CountingAllocator::global_counts();
             let start = Instant::now();
             module

@@ -908,9 +908,26 @@ fn run_help_teaches_image_inputs_and_top_k() {
 }
 
 #[test]
+fn a_gap_outside_a_minute_is_refused() {
+    for gap in ["-1", "60001", "NaN"] {
+        let o = etch(&[
+            "run",
+            &fixture_arg("vision_resnet.pte"),
+            "--input",
+            &fixture_arg("vision_resnet/call0.in0.npy"),
+            &format!("--gap-ms={gap}"),
+        ]);
+        assert!(!o.status.success(), "--gap-ms {gap}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("--gap-ms"), "{gap}: {err}");
+    }
+}
+
+#[test]
 fn repeated_runs_give_the_official_outputs() {
     // ResNet's memory plan reuses the input's buffer once the input is dead: every
     // repetition must start from the given inputs again, not from what the last one left.
+    // The repetitions idle a little first (`--gap-ms`), as cold calls do.
     let dir = tempfile::tempdir().unwrap();
     let o = etch(&[
         "run",
@@ -919,6 +936,8 @@ fn repeated_runs_give_the_official_outputs() {
         &fixture_arg("vision_resnet/call0.in0.npy"),
         "--repeat",
         "3",
+        "--gap-ms",
+        "5",
         "--output-dir",
         &dir.path().display().to_string(),
     ]);
