@@ -15,7 +15,9 @@ pub struct ModelArgs {
     /// tokenizer.json (Hugging Face), a tiktoken file, or a llama2.c tokenizer.bin.
     #[arg(long, value_name = "FILE")]
     pub tokenizer: PathBuf,
-    /// Kernel threads (0: one per available core).
+    /// Kernel threads (0: one per available core). A pool with one per core pins each to
+    /// its core; the environment variable ETCH_PIN_THREADS=0 (never) or 1 (always)
+    /// overrides that.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub threads: usize,
     /// How to bring the .pte into memory (huge-pages: decode streams every weight per

@@ -51,7 +51,9 @@ pub struct RunArgs {
     /// clocks cooled. 0 runs them back to back.
     #[arg(long, default_value_t = 0.0, value_name = "MS")]
     gap_ms: f64,
-    /// Kernel threads (0: one per available core).
+    /// Kernel threads (0: one per available core). A pool with one per core pins each to
+    /// its core; the environment variable ETCH_PIN_THREADS=0 (never) or 1 (always)
+    /// overrides that.
     #[arg(long, default_value_t = 0, value_name = "N")]
     threads: usize,
     /// How to bring the .pte into memory.
