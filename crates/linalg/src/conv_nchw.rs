@@ -1057,22 +1057,17 @@ mod tests {
             let mut scratch = vec![f32::NAN; need];
             let mut want = vec![f32::NAN; co * px];
             if split_depth {
-                gemm::gemm_split_depth(&pool, isa, &built, &mut want, &mut scratch).unwrap();
+                let b = gemm::DepthSplitB::View;
+                gemm::gemm_split_depth(&pool, isa, &built, b, &mut want, &mut scratch).unwrap();
             } else {
                 gemm::gemm(&pool, isa, &built, &mut want, &mut scratch).unwrap();
             }
             for image in &images {
                 let mut got = vec![f32::NAN; co * px];
                 if split_depth {
-                    gemm::gemm_im2col_split_depth(
-                        &pool,
-                        isa,
-                        &from_image,
-                        image,
-                        &mut got,
-                        &mut scratch,
-                    )
-                    .unwrap();
+                    let b = gemm::DepthSplitB::Im2col(image);
+                    gemm::gemm_split_depth(&pool, isa, &from_image, b, &mut got, &mut scratch)
+                        .unwrap();
                 } else {
                     gemm::gemm_im2col(&pool, isa, &from_image, image, &mut got, &mut scratch)
                         .unwrap();

@@ -354,7 +354,7 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
             }
             if pointwise && split_depth {
                 let s = scratch.as_deref_mut().unwrap_or(&mut []);
-                gemm::gemm_split_depth(ctx.pool(), isa, &mm, dst, s)?;
+                gemm::gemm_split_depth(ctx.pool(), isa, &mm, gemm::DepthSplitB::View, dst, s)?;
                 continue;
             }
             if pointwise {
@@ -369,7 +369,8 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
             let image =
                 Im2col::phase_split(ctx.pool(), g, x_grp, phases).ok_or_else(geometry_error)?;
             if split_depth {
-                gemm::gemm_im2col_split_depth(ctx.pool(), isa, &mm, &image, dst, s)?;
+                let b = gemm::DepthSplitB::Im2col(&image);
+                gemm::gemm_split_depth(ctx.pool(), isa, &mm, b, dst, s)?;
             } else {
                 gemm::gemm_im2col(ctx.pool(), isa, &mm, &image, dst, s)?;
             }

@@ -38,7 +38,7 @@ use crate::{GRAIN_SIZE, Isa, LinalgError, ThreadPool};
 pub use f32_api::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_with};
 use kernels::{APanel, BPanel, MAX_NR, Tile, TilePost, micro_kernel, panel_dot};
 pub use kernels::{WeightElem, dot_rows};
-pub use split_depth::{gemm_im2col_split_depth, gemm_split_depth, split_depth_scratch_len};
+pub use split_depth::{DepthSplitB, gemm_split_depth, split_depth_scratch_len};
 
 /// Depth of one packed block (k).
 const KC: usize = 256;

@@ -64,8 +64,7 @@ fn task_len(isa: Isa, g: &Gemm<'_>, threads: usize) -> usize {
     m * n + scratch_len(isa, &part, 1).max(im2col_scratch_len(isa, &part, 1))
 }
 
-/// Scratch (f32 elements) that [`gemm_split_depth`] and [`gemm_im2col_split_depth`]
-/// need on `threads` threads: each range's task share, then a row per thread for
+/// Scratch (f32 elements) that [`gemm_split_depth`] needs on `threads` threads: each range's task share, then a row per thread for
 /// summing (or, with one range, what the product needs unsplit).
 pub fn split_depth_scratch_len(isa: Isa, g: &Gemm<'_>, threads: usize) -> usize {
     let (n, k) = (g.b.cols, g.a.cols);
@@ -75,31 +74,36 @@ pub fn split_depth_scratch_len(isa: Isa, g: &Gemm<'_>, threads: usize) -> usize 
     ranges(k, threads) * task_len(isa, g, threads) + threads * n
 }
 
+/// Where [`gemm_split_depth`] reads B from.
+#[derive(Clone, Copy)]
+pub enum DepthSplitB<'a> {
+    /// The product's own `g.b`.
+    View,
+    /// The im2col matrix of one convolution group's image, packed from it as
+    /// [`gemm_im2col`](super::gemm_im2col) does (`g.b` only gives the shape): each task
+    /// packs the rows of its own range of input channels and taps.
+    Im2col(&'a Im2col<'a>),
+}
+
 /// `g` into `out` (`m*n`, row-major), split over its depth into one contiguous range
 /// of A's columns and B's rows per thread (see the module's notes); `scratch` holds at
-/// least [`split_depth_scratch_len`] elements. With one range it is [`gemm`].
+/// least [`split_depth_scratch_len`] elements. With one range it is the unsplit
+/// product.
 pub fn gemm_split_depth<O: OutElem>(
     pool: &ThreadPool,
     isa: Isa,
     g: &Gemm<'_>,
+    b: DepthSplitB<'_>,
     out: &mut [O],
     scratch: &mut [f32],
 ) -> Result<(), LinalgError> {
-    split_depth(pool, isa, g, RightSource::View, out, scratch)
-}
-
-/// [`gemm_im2col`] split over its depth as [`gemm_split_depth`] is: each task packs
-/// and multiplies the im2col rows of its own range of input channels (and taps).
-pub fn gemm_im2col_split_depth(
-    pool: &ThreadPool,
-    isa: Isa,
-    g: &Gemm<'_>,
-    image: &Im2col<'_>,
-    out: &mut [f32],
-    scratch: &mut [f32],
-) -> Result<(), LinalgError> {
-    check_im2col(g, image)?;
-    split_depth(pool, isa, g, RightSource::Im2col(image, 0), out, scratch)
+    match b {
+        DepthSplitB::View => split_depth(pool, isa, g, RightSource::View, out, scratch),
+        DepthSplitB::Im2col(image) => {
+            check_im2col(g, image)?;
+            split_depth(pool, isa, g, RightSource::Im2col(image, 0), out, scratch)
+        }
+    }
 }
 
 fn split_depth<O: OutElem>(
