@@ -795,8 +795,10 @@ fn run_takes_an_image_and_prints_the_top_k_with_labels() {
         assert!((value - logits[*index]).abs() < 1e-5, "{text}");
     }
     assert!(lines.windows(2).all(|w| w[0].2 >= w[1].2), "{text}");
+    // The printed values are rounded to 6 decimals: only a logit clearly above the 4th
+    // printed one counts as larger.
     assert!(
-        logits.iter().filter(|&&l| l > lines[3].2).count() <= 3,
+        logits.iter().filter(|&&l| l > lines[3].2 + 1e-5).count() <= 3,
         "{text}"
     );
 
