@@ -444,8 +444,8 @@ fn splits_pixels(g: &ConvGeometry, threads: usize) -> bool {
 /// Whether a convolution's GEMM on `threads` threads splits its depth (input channels
 /// and taps) rather than its output channels or pixels ([`gemm::gemm_split_depth`]):
 /// one with at least twice as many products per output as output channels (a
-/// projecting pointwise convolution, most 3x3 ones) over planes too small for
-/// [`splits_pixels`]. The layer before it split its channels over the threads (a
+/// projecting pointwise convolution, most 3x3 ones) over planes of fewer than
+/// [`MIN_BAND_OUTPUTS`] pixels per thread. The layer before it split its channels over the threads (a
 /// depthwise convolution, a GEMM split by output channels), so each thread then reads,
 /// and for an im2col matrix packs, only the channels it wrote, rather than all of them.
 fn splits_depth(g: &ConvGeometry, threads: usize) -> bool {

@@ -64,8 +64,9 @@ fn task_len(isa: Isa, g: &Gemm<'_>, threads: usize) -> usize {
     m * n + scratch_len(isa, &part, 1).max(im2col_scratch_len(isa, &part, 1))
 }
 
-/// Scratch (f32 elements) that [`gemm_split_depth`] needs on `threads` threads: each range's task share, then a row per thread for
-/// summing (or, with one range, what the product needs unsplit).
+/// Scratch (f32 elements) that [`gemm_split_depth`] needs on `threads` threads: each
+/// range's task share, then a row per thread for summing (or, with one range, what the
+/// product needs unsplit).
 pub fn split_depth_scratch_len(isa: Isa, g: &Gemm<'_>, threads: usize) -> usize {
     let (n, k) = (g.b.cols, g.a.cols);
     if ranges(k, threads) < 2 {
