@@ -23,7 +23,7 @@ pub const PIN_THREADS_ENV: &str = "ETCH_PIN_THREADS";
 
 /// Whether a pool of `threads` workers pins them, on a process allowed `cpus` CPUs, for
 /// the setting of [`PIN_THREADS_ENV`].
-pub fn pins_workers(threads: usize, cpus: usize, setting: Option<&str>) -> bool {
+fn pins_workers(threads: usize, cpus: usize, setting: Option<&str>) -> bool {
     match setting.map(str::trim) {
         Some("0") => false,
         Some("1") => threads > 1 && cpus > 0,

@@ -312,8 +312,19 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
         && g.stride_w == 1
         && g.pad_top == 0
         && g.pad_left == 0;
-    let isa = etch_linalg::dispatch().gemm;
-    let mut scratch: Option<&mut [f32]> = None;
+    let (isa, pool) = (etch_linalg::dispatch().gemm, ctx.pool());
+    let split_depth = splits_depth(g, pool.threads());
+    // Every product of the call has one shape (the groups' offsets aside), so one
+    // scratch serves them all.
+    let shape = product(
+        view(Elems::F32(ws), 0, g.group_out, patch, patch, 1),
+        view(Elems::F32(&[]), 0, patch, px, px, 1),
+    );
+    let scratch = ctx.scratch_dirty::<f32>(match (split_depth, pointwise) {
+        (true, _) => gemm::split_depth_scratch_len(isa, &shape, pool.threads()),
+        (false, true) => gemm::scratch_len(isa, &shape, pool.threads()),
+        (false, false) => gemm::im2col_scratch_len(isa, &shape, pool.threads()),
+    })?;
     // A padded or strided convolution reads each group's planes split into zero-padded
     // phase planes, so that packing its panels is contiguous copies.
     let phases = if pointwise {
@@ -347,32 +358,22 @@ fn im2col_gemm(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result
                 ..product(weights, columns)
             };
             let dst = &mut o_img[grp * g.group_out * px..(grp + 1) * g.group_out * px];
-            let split_depth = splits_depth(g, ctx.pool().threads());
-            if split_depth && scratch.is_none() {
-                let need = gemm::split_depth_scratch_len(isa, &mm, ctx.pool().threads());
-                scratch = Some(ctx.scratch_dirty::<f32>(need)?);
-            }
-            if pointwise && split_depth {
-                let s = scratch.as_deref_mut().unwrap_or(&mut []);
-                gemm::gemm_split_depth(ctx.pool(), isa, &mm, gemm::DepthSplitB::View, dst, s)?;
-                continue;
-            }
-            if pointwise {
-                run_gemm(ctx, isa, &mm, dst, &mut scratch)?;
-                continue;
-            }
-            if scratch.is_none() {
-                let need = gemm::im2col_scratch_len(isa, &mm, ctx.pool().threads());
-                scratch = Some(ctx.scratch_dirty::<f32>(need)?);
-            }
-            let s = scratch.as_deref_mut().unwrap_or(&mut []);
-            let image =
-                Im2col::phase_split(ctx.pool(), g, x_grp, phases).ok_or_else(geometry_error)?;
-            if split_depth {
-                let b = gemm::DepthSplitB::Im2col(&image);
-                gemm::gemm_split_depth(ctx.pool(), isa, &mm, b, dst, s)?;
-            } else {
-                gemm::gemm_im2col(ctx.pool(), isa, &mm, &image, dst, s)?;
+            let image = match pointwise {
+                true => None,
+                false => {
+                    Some(Im2col::phase_split(pool, g, x_grp, phases).ok_or_else(geometry_error)?)
+                }
+            };
+            match (&image, split_depth) {
+                (None, false) => gemm::gemm(pool, isa, &mm, dst, scratch)?,
+                (None, true) => {
+                    gemm::gemm_split_depth(pool, isa, &mm, gemm::DepthSplitB::View, dst, scratch)?
+                }
+                (Some(image), false) => gemm::gemm_im2col(pool, isa, &mm, image, dst, scratch)?,
+                (Some(image), true) => {
+                    let b = gemm::DepthSplitB::Im2col(image);
+                    gemm::gemm_split_depth(pool, isa, &mm, b, dst, scratch)?
+                }
             }
         }
     }

@@ -11,7 +11,7 @@
 //! The sums differ from the serial product in the last bits (two partial sums added,
 //! rather than one running sum), and do not depend on which thread runs which task.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use super::{
     Gemm, MatRef, OutElem, RightSource, check_im2col, finish_row, im2col_scratch_len, run,
@@ -139,7 +139,7 @@ fn split_depth<O: OutElem>(
     }
     let (per_task, per_range) = (task_len(isa, g, threads), range_len(k, threads));
     let (tasks, sums) = scratch[..need].split_at_mut(parts * per_task);
-    let failed = AtomicBool::new(false);
+    let failed: Mutex<Option<LinalgError>> = Mutex::new(None);
     let serial = ThreadPool::serial();
     pool.for_each_chunk_mut(tasks, per_task, 1, |t, chunk| {
         let depth = (t * per_range, ((t + 1) * per_range).min(k));
@@ -148,14 +148,14 @@ fn split_depth<O: OutElem>(
             other => other,
         };
         let (partial, work) = chunk.split_at_mut(m * n);
-        if run(&serial, isa, &depth_part(g, depth), src, partial, work).is_err() {
-            failed.store(true, Ordering::Relaxed);
+        if let Err(e) = run(&serial, isa, &depth_part(g, depth), src, partial, work)
+            && let Ok(mut first) = failed.lock()
+        {
+            first.get_or_insert(e);
         }
     });
-    if failed.load(Ordering::Relaxed) {
-        return Err(LinalgError::Shape(format!(
-            "a {m}x{k} times {k}x{n} product in {parts} depth ranges"
-        )));
+    if let Some(e) = failed.into_inner().ok().flatten() {
+        return Err(e);
     }
     let tasks = &*tasks;
     let partial = |t: usize, i: usize| &tasks[t * per_task + i * n..][..n];

@@ -18,6 +18,20 @@ struct Case {
     bias: bool,
 }
 
+impl Case {
+    /// A plain 2-d convolution (not transposed) of `batch` images.
+    fn conv2d(g: ConvGeometry, batch: usize, bias: bool) -> Case {
+        Case {
+            one_d: false,
+            transposed: false,
+            batch,
+            bias,
+            out_pad: (0, 0),
+            g,
+        }
+    }
+}
+
 fn case() -> impl Strategy<Value = Case> {
     (
         (any::<bool>(), any::<bool>(), 1usize..3, any::<bool>()),
@@ -210,13 +224,8 @@ proptest! {
 #[test]
 fn depthwise_with_multiplier_and_large_planes() {
     // Depthwise (group_in 1) with a depth multiplier of 2, big enough to go parallel.
-    let c = Case {
-        one_d: false,
-        transposed: false,
-        batch: 1,
-        bias: true,
-        out_pad: (0, 0),
-        g: ConvGeometry {
+    let c = Case::conv2d(
+        ConvGeometry {
             in_h: 40,
             in_w: 37,
             out_h: 20,
@@ -233,7 +242,9 @@ fn depthwise_with_multiplier_and_large_planes() {
             group_in: 1,
             group_out: 2,
         },
-    };
+        1,
+        true,
+    );
     run(&c, 7, 2);
     // A big pointwise and a big strided 3x3 convolution.
     let pw = Case {
@@ -286,14 +297,7 @@ fn depthwise_in_row_bands_matches_one_thread_to_the_bit() {
         ..base
     };
     for (i, g) in [base, strided, dilated].into_iter().enumerate() {
-        let c = Case {
-            one_d: false,
-            transposed: false,
-            batch: 2,
-            bias: true,
-            out_pad: (0, 0),
-            g,
-        };
+        let c = Case::conv2d(g, 2, true);
         let one = run(&c, i as u64, 1);
         for threads in [2, 3] {
             let banded = run(&c, i as u64, threads);
@@ -329,14 +333,7 @@ fn convolutions_split_over_depth_match_the_reference() {
             (stride, pad),
             (groups, gi, go),
         );
-        let c = Case {
-            one_d: false,
-            transposed: false,
-            batch: 2,
-            bias,
-            out_pad: (0, 0),
-            g,
-        };
+        let c = Case::conv2d(g, 2, bias);
         for threads in [1, 2, 3] {
             run(&c, i as u64, threads);
         }
@@ -348,14 +345,7 @@ fn depthwise_bands_on_more_threads_than_blocks() {
     // 100 threads would make 100 bands of a 400x400 plane, more than one output can be
     // split into (`ColumnBlocks::MAX_BLOCKS`): the bands are capped, not refused.
     let g = ConvGeometry::same_on_both_axes((400, 400), (3, 3), (1, 1), (2, 1, 1));
-    let c = Case {
-        one_d: false,
-        transposed: false,
-        batch: 1,
-        bias: false,
-        out_pad: (0, 0),
-        g,
-    };
+    let c = Case::conv2d(g, 1, false);
     run(&c, 3, 100);
 }
 
