@@ -3,7 +3,8 @@
 //! operator's path), in multiply-adds per second as criterion "elements", so that a
 //! layer's figure compares with the machine's FMA peak (`hwlimits`). Then MobileNetV2's
 //! largest pointwise (1x1) convolutions, a plain GEMM over the input planes with a bias
-//! and ReLU6 as the operator runs them, on one thread and on two (`t1`, `t2`). Run with
+//! and ReLU6 as the operator runs them, on one thread and on two (`t1`, `t2`), also with
+//! the filter read from outside the core's caches (`cold_filter_t1`, `cold_filter_t2`). Run with
 //! `cargo bench -p etch-linalg --bench conv_gemm -- --warm-up-time 1 --measurement-time 3`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
@@ -102,7 +103,7 @@ fn bench(c: &mut Criterion) {
 
 /// (spatial size, input channels, output channels) of MobileNetV2's pointwise layers:
 /// expanding and projecting, from the largest planes to the smallest.
-const POINTWISE: [(usize, usize, usize); 8] = [
+const POINTWISE: [(usize, usize, usize); 9] = [
     (112, 32, 16),
     (112, 16, 96),
     (56, 24, 144),
@@ -111,6 +112,7 @@ const POINTWISE: [(usize, usize, usize); 8] = [
     (14, 384, 64),
     (14, 64, 384),
     (7, 960, 160),
+    (7, 960, 320),
 ];
 
 fn bench_pointwise(c: &mut Criterion) {
@@ -152,6 +154,29 @@ fn bench_pointwise(c: &mut Criterion) {
                                 .expect("a valid product");
                         }
                         start.elapsed()
+                    })
+                })
+            });
+            // The filter read from outside the core's caches, as in a forward pass, where
+            // every layer's weights were last read a whole call ago: a different copy
+            // each time, 24 MiB in all.
+            let copies = (24 << 20) / (4 * filter.len()).max(1) + 1;
+            let filters: Vec<Vec<f32>> = (0..copies)
+                .map(|i| data(c_out * c_in, 2 + i as u32))
+                .collect();
+            let mut f = 0;
+            group.bench_function(format!("cold_filter_t{threads}"), |b| {
+                b.iter(|| {
+                    f = (f + 1) % filters.len();
+                    let product = convolution(
+                        view(&filters[f], c_out, c_in),
+                        view(&input, c_in, px),
+                        &bias,
+                        (0.0, 6.0),
+                    );
+                    pool.install_hot(|| {
+                        gemm::gemm(&pool, isa, &product, &mut output, &mut scratch)
+                            .expect("a valid product")
                     })
                 })
             });

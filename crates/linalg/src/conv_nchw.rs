@@ -11,6 +11,8 @@
 #[cfg(target_arch = "x86_64")]
 mod depthwise_avx512;
 #[cfg(target_arch = "x86_64")]
+mod depthwise_flat;
+#[cfg(target_arch = "x86_64")]
 mod depthwise_square;
 #[cfg(target_arch = "x86_64")]
 mod max_pool_avx512;
@@ -408,6 +410,10 @@ impl PlaneConv {
                 k.plane(g, (input, filter), bias, output);
                 return true;
             }
+            Some(DirectKernel::Flat(k)) => {
+                k.plane(g, (input, filter), bias, output);
+                return true;
+            }
             None => {}
         }
         #[cfg(target_arch = "x86_64")]
@@ -432,6 +438,9 @@ impl PlaneConv {
 #[allow(clippy::large_enum_variant)]
 #[cfg(target_arch = "x86_64")]
 enum DirectKernel {
+    /// A small plane with stride 1 and the output as wide as the input, swept as one
+    /// flat row (AVX2 or AVX-512).
+    Flat(depthwise_flat::Flat),
     /// A 3x3 or 5x5 filter, stride 1 or 2 both ways (AVX2 or AVX-512).
     Square(depthwise_square::Square),
     /// Other column-stride-2 geometries (AVX-512).
@@ -443,6 +452,12 @@ impl DirectKernel {
     /// The kernel of `isa` that handles `g`, if any.
     fn new(isa: Isa, g: &ConvGeometry) -> Option<DirectKernel> {
         let wide = isa.avx512().is_some();
+        if let Some(k) = isa
+            .avx2()
+            .and_then(|cpu| depthwise_flat::Flat::new(cpu, wide, g))
+        {
+            return Some(DirectKernel::Flat(k));
+        }
         if let Some(k) = isa
             .avx2()
             .and_then(|cpu| depthwise_square::Square::new(cpu, wide, g))
@@ -1164,6 +1179,39 @@ mod tests {
                 dilation_w: 1,
                 pad_top,
                 pad_left,
+                groups: 1,
+                group_in: 1,
+                group_out: 1,
+            };
+            direct_matches_polyphase(&g, seed)?;
+        }
+
+        /// The flat kernel (stride 1, output rows as wide as the input rows and narrower
+        /// than a vector, a small plane) gives the polyphase kernel's values, over
+        /// filters from 1x1 to 5x5, square or not, any padding above and below, and
+        /// planes from one row to past the kernel's size limit, clamp included.
+        #[test]
+        fn depthwise_flat_matches_polyphase(
+            (kernel_h, kernel_w) in (1usize..6, 1usize..6),
+            (top, bottom, left) in (0usize..5, 0usize..5, 0usize..5),
+            (h, w) in (1usize..40, 1usize..16),
+            seed in 0u32..100,
+        ) {
+            let out_h = (h + top + bottom + 1).saturating_sub(kernel_h);
+            prop_assume!(out_h > 0);
+            let g = ConvGeometry {
+                in_h: h,
+                in_w: w,
+                out_h,
+                out_w: w,
+                kernel_h,
+                kernel_w,
+                stride_h: 1,
+                stride_w: 1,
+                dilation_h: 1,
+                dilation_w: 1,
+                pad_top: top,
+                pad_left: left % kernel_w,
                 groups: 1,
                 group_in: 1,
                 group_out: 1,
