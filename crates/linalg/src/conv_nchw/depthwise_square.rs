@@ -297,10 +297,12 @@ struct Plane<'a, V: Vector, const K: usize, const S: usize> {
 }
 
 impl<V: Vector, const K: usize, const S: usize> Plane<'_, V, K, S> {
-    /// The kernel rows of output row `oy` that lie inside the plane.
+    /// The kernel rows of output row `oy` that lie inside the plane (none for a row
+    /// whose kernel lies wholly in the padding below it).
     fn kernel_rows(&self, oy: usize) -> Range<usize> {
         let top = S * oy;
-        self.g.pad_top.saturating_sub(top)..(self.g.in_h + self.g.pad_top - top).min(K)
+        let g = self.g;
+        g.pad_top.saturating_sub(top)..(g.in_h + g.pad_top).saturating_sub(top).min(K)
     }
 
     /// Where tap `(0, 0)` of vector `v` of output row `oy` reads (it may lie outside
