@@ -25,8 +25,35 @@ pub(super) unsafe fn kernel_6x16(
     accumulate: bool,
     post: Option<&TilePost>,
 ) {
+    // SAFETY: the caller's promise, AVX2 and FMA enabled here (a tile of at most 8
+    // columns is one the one-vector kernel takes).
+    unsafe {
+        if c.2 <= 8 {
+            kernel_6x8(kc, a, b, c, accumulate, post)
+        } else {
+            x86::kernel::<Narrow, MR>(kc, a, b, c, accumulate, post)
+        }
+    }
+}
+
+/// [`x86::kernel_one_vector`]: a tile of at most 8 columns. Not inlined, so that the
+/// 16-column kernel's code stays as it is.
+///
+/// # Safety
+/// As [`kernel_6x16`], with `c.2 <= 8`.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn kernel_6x8(
+    kc: usize,
+    a: (*const f32, usize),
+    b: (*const f32, usize),
+    c: (*mut f32, usize, usize),
+    accumulate: bool,
+    post: Option<&TilePost>,
+) {
     // SAFETY: the caller's promise, AVX2 and FMA enabled here.
-    unsafe { x86::kernel::<Narrow, MR>(kc, a, b, c, accumulate, post) }
+    unsafe { x86::kernel_one_vector::<Narrow, MR>(kc, a, b, c, accumulate, post) }
 }
 
 /// [`x86::panel_dot`] of a 16-column panel.

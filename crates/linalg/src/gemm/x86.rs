@@ -2,7 +2,8 @@
 //! the entry points of `avx512` (16 lanes) and `avx2` (8 lanes).
 //!
 //! * The micro-kernel computes an `MR x 2*LANES` tile: two accumulators per row, the A
-//!   values broadcast one at a time against the two B vectors of each step.
+//!   values broadcast one at a time against the two B vectors of each step; a tile of
+//!   at most `LANES` columns has its own kernel with one.
 //! * The panel product streams one packed `2*LANES`-column panel against one row (the
 //!   matrix-vector product over a packed B), four steps at a time into separate
 //!   accumulators so that the FMA latency never stalls the weight stream.
@@ -95,6 +96,65 @@ pub(super) unsafe fn kernel<V: Vector, const MR: usize>(
                 v0.store_first(cr, cols0);
                 v1.store_first(cr.add(lanes), cols1);
             }
+        }
+    }
+}
+
+/// [`kernel`] for a tile of at most `LANES` columns (the last of a row whose width is not
+/// a multiple of `2*LANES`): only B's first vector of each step is multiplied, half the
+/// work of the two-vector tile for the same values.
+///
+/// # Safety
+/// As [`kernel`], with `cols <= LANES`.
+#[inline(always)]
+pub(super) unsafe fn kernel_one_vector<V: Vector, const MR: usize>(
+    kc: usize,
+    (a, lda): (*const f32, usize),
+    (b, ldb): (*const f32, usize),
+    (c, ldc, cols): (*mut f32, usize, usize),
+    accumulate: bool,
+    post: Option<&TilePost>,
+) {
+    let cols = cols.min(V::LANES);
+    // SAFETY (every block below): the CPU has V's instructions (the caller's promise).
+    let mut acc = [unsafe { V::splat(0.0) }; MR];
+    // The steps, with `$at(k, r)` the address of A's value for row r at step k.
+    macro_rules! steps {
+        ($at:expr) => {
+            for k in 0..kc {
+                // SAFETY: k < kc, so B's first vector of step k (at k*ldb) is inside b.
+                let bv = unsafe { V::load(b.add(k * ldb)) };
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: r < MR and k < kc: inside A (see the function's contract).
+                    unsafe { *acc = V::splat(*$at(k, r)).fmadd(bv, *acc) };
+                }
+            }
+        };
+    }
+    if lda == 0 {
+        steps!(|k: usize, r: usize| a.wrapping_add(k * MR + r));
+    } else {
+        steps!(|k: usize, r: usize| a.wrapping_add(r * lda + k));
+    }
+    for (r, &v) in acc.iter().enumerate() {
+        // SAFETY: the tile has MR rows of `cols` floats at stride ldc, and only those
+        // are read and written (the lanes past them masked off).
+        unsafe {
+            let cr = c.add(r * ldc);
+            let mut v = v;
+            if accumulate {
+                v = v.add(V::load_first(cr, cols));
+            }
+            if let Some(post) = post {
+                // As in `kernel`: exactly `output_clamp`.
+                let row_add = V::splat(post.row_add[r]);
+                let (lo, hi) = (V::splat(post.lo), V::splat(post.hi));
+                v = v
+                    .add(row_add)
+                    .add(V::load(post.col_add.as_ptr()))
+                    .clamp(lo, hi);
+            }
+            v.store_first(cr, cols);
         }
     }
 }
