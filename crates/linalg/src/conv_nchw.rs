@@ -438,8 +438,8 @@ impl PlaneConv {
 #[allow(clippy::large_enum_variant)]
 #[cfg(target_arch = "x86_64")]
 enum DirectKernel {
-    /// A small plane with stride 1 and the output as wide as the input, swept as one
-    /// flat row (AVX2 or AVX-512).
+    /// A small plane of rows at most half a vector wide, stride 1 and the output as
+    /// wide as the input, swept as one flat row (AVX2 or AVX-512).
     Flat(depthwise_flat::Flat),
     /// A 3x3 or 5x5 filter, stride 1 or 2 both ways (AVX2 or AVX-512).
     Square(depthwise_square::Square),
@@ -1186,8 +1186,8 @@ mod tests {
             direct_matches_polyphase(&g, seed)?;
         }
 
-        /// The flat kernel (stride 1, output rows as wide as the input rows and narrower
-        /// than a vector, a small plane) gives the polyphase kernel's values, over
+        /// The flat kernel (stride 1, output rows as wide as the input rows and at most
+        /// half a vector wide, a small plane) gives the polyphase kernel's values, over
         /// filters from 1x1 to 5x5, square or not, any padding above and below, and
         /// planes from one row to past the kernel's size limit, clamp included.
         #[test]
