@@ -11,50 +11,15 @@ use crate::simd_x86::Narrow;
 /// Rows of the tile.
 const MR: usize = 6;
 
-/// [`x86::kernel`] of a 6x16 tile.
-///
-/// # Safety
-/// Needs AVX2 and FMA; the operands as [`x86::kernel`] says, with 8 lanes.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn kernel_6x16(
-    kc: usize,
-    a: (*const f32, usize),
-    b: (*const f32, usize),
-    c: (*mut f32, usize, usize),
-    accumulate: bool,
-    post: Option<&TilePost>,
-) {
-    // SAFETY: the caller's promise, AVX2 and FMA enabled here (a tile of at most 8
-    // columns is one the one-vector kernel takes).
-    unsafe {
-        if c.2 <= 8 {
-            kernel_6x8(kc, a, b, c, accumulate, post)
-        } else {
-            x86::kernel::<Narrow, MR>(kc, a, b, c, accumulate, post)
-        }
-    }
-}
+x86::tile_entry!(
+    /// [`x86::kernel`] of a 6x16 tile.
+    kernel_6x16 = kernel::<Narrow, MR>, "avx2,fma"
+);
 
-/// [`x86::kernel_one_vector`]: a tile of at most 8 columns. Not inlined, so that the
-/// 16-column kernel's code stays as it is.
-///
-/// # Safety
-/// As [`kernel_6x16`], with `c.2 <= 8`.
-#[allow(clippy::too_many_arguments)]
-#[inline(never)]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn kernel_6x8(
-    kc: usize,
-    a: (*const f32, usize),
-    b: (*const f32, usize),
-    c: (*mut f32, usize, usize),
-    accumulate: bool,
-    post: Option<&TilePost>,
-) {
-    // SAFETY: the caller's promise, AVX2 and FMA enabled here.
-    unsafe { x86::kernel_one_vector::<Narrow, MR>(kc, a, b, c, accumulate, post) }
-}
+x86::tile_entry!(
+    /// [`x86::kernel_one_vector`] of a 6x8 tile (at most 8 columns).
+    kernel_6x8 = kernel_one_vector::<Narrow, MR>, "avx2,fma"
+);
 
 /// [`x86::panel_dot`] of a 16-column panel.
 ///

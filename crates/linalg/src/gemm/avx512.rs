@@ -6,50 +6,15 @@ use super::x86;
 use crate::CpuSupport;
 use crate::simd_x86::Wide;
 
-/// [`x86::kernel`] of an `AVX512_MR x 32` tile.
-///
-/// # Safety
-/// Needs AVX-512 F; the operands as [`x86::kernel`] says, with 16 lanes.
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn kernel_mrx32(
-    kc: usize,
-    a: (*const f32, usize),
-    b: (*const f32, usize),
-    c: (*mut f32, usize, usize),
-    accumulate: bool,
-    post: Option<&TilePost>,
-) {
-    // SAFETY: the caller's promise, AVX-512 F enabled here (a tile of at most 16
-    // columns is one the one-vector kernel takes).
-    unsafe {
-        if c.2 <= 16 {
-            kernel_mrx16(kc, a, b, c, accumulate, post)
-        } else {
-            x86::kernel::<Wide, AVX512_MR>(kc, a, b, c, accumulate, post)
-        }
-    }
-}
+x86::tile_entry!(
+    /// [`x86::kernel`] of an `AVX512_MR x 32` tile.
+    kernel_mrx32 = kernel::<Wide, AVX512_MR>, "avx512f"
+);
 
-/// [`x86::kernel_one_vector`]: a tile of at most 16 columns. Not inlined, so that the
-/// 32-column kernel's code stays as it is.
-///
-/// # Safety
-/// As [`kernel_mrx32`], with `c.2 <= 16`.
-#[allow(clippy::too_many_arguments)]
-#[inline(never)]
-#[target_feature(enable = "avx512f")]
-unsafe fn kernel_mrx16(
-    kc: usize,
-    a: (*const f32, usize),
-    b: (*const f32, usize),
-    c: (*mut f32, usize, usize),
-    accumulate: bool,
-    post: Option<&TilePost>,
-) {
-    // SAFETY: the caller's promise, AVX-512 F enabled here.
-    unsafe { x86::kernel_one_vector::<Wide, AVX512_MR>(kc, a, b, c, accumulate, post) }
-}
+x86::tile_entry!(
+    /// [`x86::kernel_one_vector`] of an `AVX512_MR x 16` tile (at most 16 columns).
+    kernel_mrx16 = kernel_one_vector::<Wide, AVX512_MR>, "avx512f"
+);
 
 /// [`x86::panel_dot`] of a 32-column panel.
 ///

@@ -151,11 +151,21 @@ impl<'a> BPanel<'a> {
     }
 }
 
-/// The SIMD micro-kernel of `isa`, if it has one.
-fn simd_kernel(isa: Isa) -> Option<SimdKernel> {
+/// The SIMD micro-kernel of `isa` for a tile of `cols` columns, if it has one: on x86-64
+/// a tile of at most one vector of columns (the last of a row whose width is not a
+/// multiple of the tile's) has a kernel of its own that multiplies only B's first
+/// vector, half the work for the same values.
+fn simd_kernel(isa: Isa, cols: usize) -> Option<SimdKernel> {
+    // (NEON has one kernel for every width.)
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = cols;
     match isa {
         #[cfg(target_arch = "x86_64")]
+        Isa::Avx2(_) if cols <= 8 => Some(super::avx2::kernel_6x8),
+        #[cfg(target_arch = "x86_64")]
         Isa::Avx2(_) => Some(super::avx2::kernel_6x16),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512(_) | Isa::Avx512Vnni(_) if cols <= 16 => Some(super::avx512::kernel_mrx16),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::kernel_mrx32),
         #[cfg(target_arch = "aarch64")]
@@ -197,8 +207,7 @@ pub(crate) fn micro_kernel(
         return;
     }
     assert!(rows <= t.mr && cols <= t.nr);
-    let simd = simd_kernel(isa);
-    if let Some(kernel) = simd
+    if let Some(kernel) = simd_kernel(isa, cols)
         && rows == t.mr
     {
         let ld = out.ld();
@@ -213,7 +222,7 @@ pub(crate) fn micro_kernel(
         return;
     }
     let mut tile = [0f32; MAX_TILE];
-    match simd {
+    match simd_kernel(isa, t.nr) {
         // SAFETY: as above, with the local tile (row stride nr) as c.
         Some(kernel) => unsafe {
             kernel(

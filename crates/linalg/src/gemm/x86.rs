@@ -13,6 +13,32 @@
 use super::kernels::{TilePost, WeightElem, dot_scalar};
 use crate::simd_x86::Vector;
 
+/// Defines `$name`, the micro-kernel entry point compiled with `$features`: the body
+/// `x86::$body::<$width, $mr>` ([`kernel`] or [`kernel_one_vector`]) behind the
+/// [`super::kernels::SimdKernel`] signature.
+macro_rules! tile_entry {
+    ($(#[$doc:meta])* $name:ident = $body:ident::<$width:ty, $mr:ident>, $features:literal) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        #[doc = concat!("Needs `", $features, "`; the operands as the body says.")]
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $name(
+            kc: usize,
+            a: (*const f32, usize),
+            b: (*const f32, usize),
+            c: (*mut f32, usize, usize),
+            accumulate: bool,
+            post: Option<&TilePost>,
+        ) {
+            // SAFETY: the caller's promise, the instructions enabled here.
+            unsafe { super::x86::$body::<$width, $mr>(kc, a, b, c, accumulate, post) }
+        }
+    };
+}
+pub(super) use tile_entry;
+
 /// The `MR x 2*LANES` micro-kernel: `tile (+)= A · B` over `kc` steps, then `post`,
 /// stored to the first `cols` (1 to `2*LANES`) columns of the tile.
 ///
