@@ -157,17 +157,27 @@ type Packing<'i, 'd> = (
 );
 
 /// [`Im2col::pack_panels`] over phase planes laid out as `layout`, compiled for
-/// `isa`'s vectors (a piece of a panel is one or two vector moves with AVX-512).
+/// `isa`'s vectors: with AVX2 or AVX-512 a piece of a panel (at most two vectors) is
+/// two masked vector moves, with no loop or length test.
 pub(super) fn pack_from_phases(isa: crate::Isa, packing: Packing<'_, '_>) {
     #[cfg(target_arch = "x86_64")]
     {
+        use crate::simd_x86::{Narrow, Wide};
         #[target_feature(enable = "avx512f,avx2")]
         unsafe fn wide(packing: Packing<'_, '_>) {
-            pack(packing)
+            // SAFETY: this function's instructions are the vectors' (its caller's
+            // promise).
+            pack(packing, |step, tap, pieces| unsafe {
+                copy_pieces_simd::<Wide>(step, tap, pieces)
+            })
         }
-        #[target_feature(enable = "avx2")]
+        #[target_feature(enable = "avx2,fma")]
         unsafe fn avx2(packing: Packing<'_, '_>) {
-            pack(packing)
+            // SAFETY: this function's instructions are the vectors' (its caller's
+            // promise).
+            pack(packing, |step, tap, pieces| unsafe {
+                copy_pieces_simd::<Narrow>(step, tap, pieces)
+            })
         }
         if isa.avx512().is_some() {
             // SAFETY: the `CpuSupport` token behind `avx512()` proves AVX-512 F (and
@@ -176,18 +186,66 @@ pub(super) fn pack_from_phases(isa: crate::Isa, packing: Packing<'_, '_>) {
             return;
         }
         if isa.avx2().is_some() {
-            // SAFETY: the `CpuSupport` token behind `avx2()` proves AVX2 was detected.
+            // SAFETY: the `CpuSupport` token behind `avx2()` proves AVX2 and FMA were
+            // detected.
             unsafe { avx2(packing) };
             return;
         }
     }
     let _ = isa;
-    pack(packing)
+    pack(packing, copy_pieces)
 }
 
-/// [`pack_from_phases`] for whichever vectors it is compiled with.
+/// Copies `pieces` of one row of K: each from `tap` at `src` to `step` at `dst`.
+fn copy_pieces(step: &mut [f32], tap: &[f32], pieces: &[Piece]) {
+    for p in pieces {
+        copy_floats(&mut step[p.dst..p.dst + p.len], &tap[p.src..p.src + p.len]);
+    }
+}
+
+/// [`copy_pieces`] with `V`'s vectors: a piece of at most two vectors (every piece of a
+/// panel `2 * LANES` wide) is two masked loads and stores; a longer one, or pieces that
+/// would reach past either slice, go through [`copy_pieces`].
+///
+/// # Safety
+/// The CPU has `V`'s instructions.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn pack((image, layout, nr, (k0, kc), (c0, nb), dst): Packing<'_, '_>) {
+unsafe fn copy_pieces_simd<V: crate::simd_x86::Vector>(
+    step: &mut [f32],
+    tap: &[f32],
+    pieces: &[Piece],
+) {
+    let n = V::LANES;
+    let fits = pieces
+        .iter()
+        .all(|p| p.len <= 2 * n && p.dst + p.len <= step.len() && p.src + p.len <= tap.len());
+    if !fits {
+        copy_pieces(step, tap, pieces);
+        return;
+    }
+    let (dst, src) = (step.as_mut_ptr(), tap.as_ptr());
+    for p in pieces {
+        let (first, second) = (p.len.min(n), p.len.saturating_sub(n));
+        // SAFETY: the CPU has V's instructions (the caller's promise); the piece's
+        // `len` values from `src` and to `dst` lie inside `tap` and `step` (checked
+        // above), and the masked moves touch only those.
+        unsafe {
+            V::load_first(src.add(p.src), first).store_first(dst.add(p.dst), first);
+            if second > 0 {
+                V::load_first(src.add(p.src + n), second).store_first(dst.add(p.dst + n), second);
+            }
+        }
+    }
+}
+
+/// [`pack_from_phases`] for whichever vectors it is compiled with, each row of K's
+/// pieces copied by `copy`.
+#[inline(always)]
+fn pack(
+    (image, layout, nr, (k0, kc), (c0, nb), dst): Packing<'_, '_>,
+    copy: impl Fn(&mut [f32], &[f32], &[Piece]),
+) {
     let g = &image.geometry;
     let ow = g.out_w;
     let panel_len = kc * nr;
@@ -218,10 +276,7 @@ fn pack((image, layout, nr, (k0, kc), (c0, nb), dst): Packing<'_, '_>) {
             let TapIndex { ci, ky, kx } = index;
             index = index.next(g);
             let tap = &image.planes[ci * layout.channel_len + layout.taps[ky * g.kernel_w + kx]..];
-            let step = &mut dst[kk * nr..];
-            for p in &pieces[..count] {
-                copy_floats(&mut step[p.dst..p.dst + p.len], &tap[p.src..p.src + p.len]);
-            }
+            copy(&mut dst[kk * nr..], tap, &pieces[..count]);
         }
     }
     // The last panel's columns past `nb` are zero.
