@@ -70,20 +70,28 @@ impl Flat {
             return None;
         }
         let (h, w) = (g.in_h as isize, g.in_w as isize);
+        // Per tap, its (row, column) shift from the output pixel.
+        let mut shifts = [(0isize, 0isize); MAX_TAPS];
         let mut offsets = [0isize; MAX_TAPS];
-        let mut lanes = [[0u16; MAX_TAPS]; MAX_VECTORS];
-        for t in 0..taps {
+        for (t, (shift, offset)) in shifts.iter_mut().zip(&mut offsets).take(taps).enumerate() {
             let dy = (t / g.kernel_w) as isize - g.pad_top as isize;
             let dx = (t % g.kernel_w) as isize - g.pad_left as isize;
-            offsets[t] = dy * w + dx;
-            for (v, vector) in lanes.iter_mut().enumerate().take(pixels.div_ceil(n)) {
-                for l in 0..n {
-                    let o = v * n + l;
-                    let (y, x) = ((o / g.out_w) as isize + dy, (o % g.out_w) as isize + dx);
-                    if o < pixels && (0..h).contains(&y) && (0..w).contains(&x) {
-                        vector[t] |= 1 << l;
-                    }
+            (*shift, *offset) = ((dy, dx), dy * w + dx);
+        }
+        // Built once per convolution call: the pixels in order, their row and column
+        // counted rather than divided out.
+        let mut lanes = [[0u16; MAX_TAPS]; MAX_VECTORS];
+        let (mut y, mut x) = (0isize, 0isize);
+        for o in 0..pixels {
+            let bit = 1u16 << (o % n);
+            for (mask, &(dy, dx)) in lanes[o / n].iter_mut().zip(&shifts[..taps]) {
+                if (0..h).contains(&(y + dy)) && (0..w).contains(&(x + dx)) {
+                    *mask |= bit;
                 }
+            }
+            x += 1;
+            if x == w {
+                (y, x) = (y + 1, 0);
             }
         }
         Some(Flat {
