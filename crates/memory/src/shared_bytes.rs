@@ -1,5 +1,5 @@
 //! Immutable, cheaply clonable byte sources: a static slice, an owned aligned buffer,
-//! or a memory-mapped file.
+//! a memory-mapped file, or weights made at load.
 
 use std::fs::File;
 use std::path::Path;
@@ -16,6 +16,9 @@ pub enum SharedBytes {
     Static(&'static [u8]),
     Heap(Arc<crate::AlignedBuffer>),
     Mapped(Arc<MappedFile>),
+    /// Bytes made at load and streamed on every call (folded weights): large ones on
+    /// transparent huge pages, carved from shared slabs (see [`crate::WeightBuffer`]).
+    Weights(Arc<crate::WeightBuffer<u8>>),
 }
 
 /// Alignment of file contents read into memory (cache-line, enough for every dtype).
@@ -28,6 +31,7 @@ impl SharedBytes {
             SharedBytes::Static(s) => s,
             SharedBytes::Heap(b) => b.as_slice(),
             SharedBytes::Mapped(m) => m.as_slice(),
+            SharedBytes::Weights(w) => w,
         }
     }
 
