@@ -400,6 +400,7 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
                 "folded_batch_norms": folded_steps.batch_norms,
                 "folded_activations": folded_steps.activations,
                 "unread_indices": folded_steps.unread_indices,
+                "input_major_filters": folded_steps.input_major_filters,
                 "temp_peak_bytes": temp.peak_bytes_live,
                 "temp_hits": temp.hits,
                 "temp_misses": temp.misses,
@@ -461,11 +462,12 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         println!(
             "folded constants: {folded_bytes} bytes ({} constant steps run at load, {} batch \
              norms and {} activations folded into convolutions, {} max poolings writing no \
-             indices)",
+             indices, {} pointwise filters stored input-channel major)",
             folded_steps.constant_steps,
             folded_steps.batch_norms,
             folded_steps.activations,
-            folded_steps.unread_indices
+            folded_steps.unread_indices,
+            folded_steps.input_major_filters
         );
         println!(
             "temp allocator: peak {} bytes live, {} hits, {} misses, {} system allocations",

@@ -4,12 +4,13 @@
 //! layer's figure compares with the machine's FMA peak (`hwlimits`). Then MobileNetV2's
 //! largest pointwise (1x1) convolutions, a plain GEMM over the input planes with a bias
 //! and ReLU6 as the operator runs them, on one thread and on two (`t1`, `t2`), also with
-//! the filter read from outside the core's caches (`cold_filter_t1`, `cold_filter_t2`). Run with
+//! the filter read from outside the core's caches (`cold_filter_t1`, `cold_filter_t2`), and
+//! on planes up to 28x28 the channels-in-lanes kernel (`lanes_t1`, `lanes_t2`). Run with
 //! `cargo bench -p etch-linalg --bench conv_gemm -- --warm-up-time 1 --measurement-time 3`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use etch_linalg::conv::ConvGeometry;
-use etch_linalg::conv_nchw::Im2col;
+use etch_linalg::conv_nchw::{self, Im2col, PointwiseSizes};
 use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
 use etch_linalg::{ThreadPool, dispatch};
 
@@ -103,15 +104,18 @@ fn bench(c: &mut Criterion) {
 
 /// (spatial size, input channels, output channels) of MobileNetV2's pointwise layers:
 /// expanding and projecting, from the largest planes to the smallest.
-const POINTWISE: [(usize, usize, usize); 9] = [
+const POINTWISE: [(usize, usize, usize); 12] = [
+    (7, 96, 48),
     (112, 32, 16),
     (112, 16, 96),
     (56, 24, 144),
     (56, 144, 24),
     (28, 192, 32),
+    (28, 32, 192),
     (14, 384, 64),
     (14, 64, 384),
     (7, 960, 160),
+    (7, 160, 960),
     (7, 960, 320),
 ];
 
@@ -180,6 +184,34 @@ fn bench_pointwise(c: &mut Criterion) {
                     })
                 })
             });
+            // The output channels in the lanes, the filter stored input-channel major
+            // (as folded at load for small planes).
+            if conv_nchw::has_pointwise_channels_in_lanes(isa) && size <= 28 {
+                let filter_t: Vec<f32> = (0..c_in * c_out)
+                    .map(|i| filter[(i % c_out) * c_in + i / c_out])
+                    .collect();
+                let sizes = PointwiseSizes {
+                    c_in,
+                    c_out,
+                    pixels: px,
+                };
+                group.bench_function(format!("lanes_t{threads}"), |b| {
+                    b.iter(|| {
+                        pool.install_hot(|| {
+                            let operands = (&input[..], &filter_t[..]);
+                            let epilogue = (Some(&bias[..]), Some((0.0, 6.0)));
+                            conv_nchw::pointwise_channels_in_lanes(
+                                &pool,
+                                isa,
+                                sizes,
+                                operands,
+                                epilogue,
+                                &mut output,
+                            )
+                        })
+                    })
+                });
+            }
             let mut i = 0;
             group.bench_function(format!("cold_t{threads}"), |b| {
                 b.iter(|| {

@@ -16,6 +16,8 @@ mod depthwise_flat;
 mod depthwise_square;
 #[cfg(target_arch = "x86_64")]
 mod max_pool_avx512;
+#[cfg(target_arch = "x86_64")]
+mod pointwise_lanes;
 
 /// Lanes `l` of a `lanes`-lane load (at most 16) at column `base` whose column
 /// `base + l` lies in `0..width`, bit `l` for lane `l`: the load mask of the direct
@@ -32,8 +34,8 @@ mod polyphase;
 
 use std::ops::Range;
 
-use crate::Isa;
 use crate::conv::ConvGeometry;
+use crate::{Isa, ThreadPool};
 
 /// First and one-past-last output coordinate whose tap `tap` reads inside `0..size`:
 /// `o * stride + tap * dilation - pad` in range.
@@ -306,6 +308,88 @@ impl<'a> Im2col<'a> {
             }
         }
     }
+}
+
+/// The sizes of a 1x1 convolution of one image (stride 1, no padding, one group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PointwiseSizes {
+    /// Input channels (the product's depth).
+    pub c_in: usize,
+    /// Output channels.
+    pub c_out: usize,
+    /// Pixels of a plane (input and output alike).
+    pub pixels: usize,
+}
+
+/// True when `isa` has the kernel of [`pointwise_channels_in_lanes`] (AVX2 or AVX-512
+/// on x86-64).
+pub fn has_pointwise_channels_in_lanes(isa: Isa) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return isa.avx2().is_some();
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = isa;
+        false
+    }
+}
+
+/// A 1x1 convolution (stride 1, no padding, one group) of `input`'s `c_in` planes with
+/// a filter stored input-channel major (`filter[k * c_out + co]`, the `[c_in, c_out]`
+/// transpose of the usual `[c_out, c_in]`), plus `bias` (one per output channel),
+/// clamped into `clamp` as [`output_clamp`](crate::output_clamp) does, into `output`'s
+/// `c_out` planes, with the output channels in the vector lanes: for small planes,
+/// where a GEMM with pixels in the lanes wastes most of a plane's last vector. Output
+/// channels are split over `pool`'s threads. Returns `false`, writing nothing, when
+/// `isa` has no such kernel ([`has_pointwise_channels_in_lanes`]) or a slice is shorter
+/// than `sizes` says.
+pub fn pointwise_channels_in_lanes(
+    pool: &ThreadPool,
+    isa: Isa,
+    sizes: PointwiseSizes,
+    (input, filter): (&[f32], &[f32]),
+    (bias, clamp): (Option<&[f32]>, Option<(f32, f32)>),
+    output: &mut [f32],
+) -> bool {
+    let PointwiseSizes {
+        c_in,
+        c_out,
+        pixels,
+    } = sizes;
+    let fits = |len: usize, a: usize, b: usize| a.checked_mul(b).is_some_and(|n| n <= len);
+    if !fits(input.len(), c_in, pixels)
+        || !fits(filter.len(), c_in, c_out)
+        || !fits(output.len(), c_out, pixels)
+        || bias.is_some_and(|b| b.len() < c_out)
+    {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let Some(cpu) = isa.avx2() {
+        if c_out == 0 || pixels == 0 {
+            return true;
+        }
+        let wide = isa.avx512().is_some();
+        let op = pointwise_lanes::Operands {
+            input,
+            filter,
+            bias,
+            clamp,
+            c_in,
+            c_out,
+            pixels,
+        };
+        let step = pointwise_lanes::channel_step(wide);
+        let per_task = c_out.div_ceil(pool.threads()).div_ceil(step) * step;
+        let output = &mut output[..c_out * pixels];
+        pool.for_each_chunk_mut(output, per_task * pixels, 1, |t, planes| {
+            let first = t * per_task;
+            let channels = first..(first + planes.len() / pixels).min(c_out);
+            pointwise_lanes::run(cpu, wide, &op, channels, planes);
+        });
+        return true;
+    }
+    let _ = (pool, isa, clamp);
+    false
 }
 
 /// Scratch elements a plane convolution or [`PlaneMaxPool`] runs best with for `g`
@@ -1314,5 +1398,101 @@ mod tests {
         let plane = PlaneConv::new(&g, 0);
         assert!(!plane.run(&[0.0; 9], &[0.0; 8], (0.0, None), &mut [0.0; 9], &mut []));
         assert!(!col2im_add_nchw(&g, &[0.0; 80], &mut [0.0; 9]));
+    }
+
+    /// `pointwise_channels_in_lanes`'s sums in its order: products in input-channel
+    /// order, fused, from 0; then the bias; then the clamp.
+    fn pointwise_reference(
+        sizes: PointwiseSizes,
+        (input, filter): (&[f32], &[f32]),
+        (bias, clamp): (Option<&[f32]>, Option<(f32, f32)>),
+    ) -> Vec<f32> {
+        let PointwiseSizes {
+            c_in,
+            c_out,
+            pixels,
+        } = sizes;
+        let mut out = vec![0f32; c_out * pixels];
+        for co in 0..c_out {
+            for p in 0..pixels {
+                let mut acc = 0f32;
+                for k in 0..c_in {
+                    acc = input[k * pixels + p].mul_add(filter[k * c_out + co], acc);
+                }
+                let v = acc + bias.map_or(0.0, |b| b[co]);
+                out[co * pixels + p] = clamp.map_or(v, |c| crate::output_clamp(v, c));
+            }
+        }
+        out
+    }
+
+    proptest! {
+        /// The channels-in-lanes pointwise kernel gives the reference's bits on every
+        /// instruction set of this CPU that has it, over channel counts and planes that
+        /// are and are not whole tiles and vectors, on 1 to 3 threads, with and
+        /// without bias and clamp.
+        #[test]
+        fn pointwise_channels_in_lanes_matches_the_reference(
+            (c_in, c_out, pixels) in (1usize..40, 1usize..90, 1usize..60),
+            threads in 1usize..4,
+            (with_bias, with_clamp) in (any::<bool>(), any::<bool>()),
+            seed in 0u32..100,
+        ) {
+            let sizes = PointwiseSizes { c_in, c_out, pixels };
+            let input = grid_values(c_in * pixels, seed);
+            let filter = grid_values(c_in * c_out, seed + 1);
+            let bias = grid_values(c_out, seed + 2);
+            let bias = with_bias.then_some(&bias[..]);
+            let clamp = with_clamp.then_some((-0.5f32, 0.75f32));
+            let want = pointwise_reference(sizes, (&input, &filter), (bias, clamp));
+            let pool = ThreadPool::new(threads).expect("a pool");
+            for &isa in Isa::available() {
+                let mut out = vec![f32::NAN; c_out * pixels];
+                let ran = pointwise_channels_in_lanes(
+                    &pool, isa, sizes, (&input, &filter), (bias, clamp), &mut out,
+                );
+                prop_assert_eq!(ran, has_pointwise_channels_in_lanes(isa));
+                if ran {
+                    prop_assert_eq!(&out, &want, "{}", isa.name());
+                }
+            }
+        }
+    }
+
+    /// Slices shorter than the sizes say are refused, nothing written.
+    #[test]
+    fn pointwise_channels_in_lanes_refuses_short_slices() {
+        let sizes = PointwiseSizes {
+            c_in: 2,
+            c_out: 3,
+            pixels: 4,
+        };
+        let pool = ThreadPool::serial();
+        let isa = crate::dispatch().gemm;
+        let mut out = [7.0f32; 12];
+        for (input, filter, bias) in [
+            (&[0f32; 7][..], &[0f32; 6][..], None),
+            (&[0f32; 8][..], &[0f32; 5][..], None),
+            (&[0f32; 8][..], &[0f32; 6][..], Some(&[0f32; 2][..])),
+        ] {
+            let ran = pointwise_channels_in_lanes(
+                &pool,
+                isa,
+                sizes,
+                (input, filter),
+                (bias, None),
+                &mut out,
+            );
+            assert!(!ran);
+        }
+        assert!(!pointwise_channels_in_lanes(
+            &pool,
+            isa,
+            sizes,
+            (&[0.0; 8], &[0.0; 6]),
+            (None, None),
+            &mut out[..11]
+        ));
+        assert_eq!(out, [7.0; 12]);
     }
 }

@@ -58,6 +58,23 @@ pub(crate) trait Vector: Copy {
     unsafe fn evens(a: Self, b: Self) -> Self;
     /// Lanes 1, 3, 5, .. of `a` then of `b`.
     unsafe fn odds(a: Self, b: Self) -> Self;
+    /// `rows` (at most 8) stored transposed: lane `l` of `rows[r]` to address
+    /// `out + l * stride + r`, for the first `lanes` lanes (those addresses must be
+    /// writable). Lane by lane through the stack, unless a width has a faster way.
+    #[inline(always)]
+    unsafe fn store_transposed(rows: &[Self], out: *mut f32, stride: usize, lanes: usize) {
+        let mut sums = [[0f32; 16]; 8];
+        for (row, v) in sums.iter_mut().zip(rows) {
+            // SAFETY: a row of `sums` holds 16 >= LANES values.
+            unsafe { v.store(row.as_mut_ptr()) };
+        }
+        for l in 0..lanes.min(Self::LANES) {
+            for (r, row) in sums.iter().take(rows.len()).enumerate() {
+                // SAFETY: the caller's promise.
+                unsafe { *out.add(l * stride + r) = row[l] };
+            }
+        }
+    }
 }
 
 /// 16 lanes of AVX-512 F.
@@ -152,6 +169,64 @@ impl Vector for Wide {
         unsafe {
             let idx = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
             Wide(_mm512_permutex2var_ps(a.0, idx, b.0))
+        }
+    }
+    /// An 8x16 transpose in registers (missing rows zero): two rounds of unpacks make,
+    /// in each 128-bit block `j`, channel `4j + i`'s rows 0-3 (`u[i]`) and 4-7
+    /// (`u[4 + i]`); a two-source permute pairs them into channels `i`, `4 + i`,
+    /// `8 + i`, `12 + i`, eight rows each; each half is one masked store.
+    #[inline(always)]
+    unsafe fn store_transposed(rows: &[Self], out: *mut f32, stride: usize, lanes: usize) {
+        let n = rows.len().min(8);
+        unsafe {
+            let a: [__m512; 8] = std::array::from_fn(|r| match rows.get(r) {
+                Some(v) if r < n => v.0,
+                _ => _mm512_setzero_ps(),
+            });
+            let t = [
+                _mm512_castps_pd(_mm512_unpacklo_ps(a[0], a[1])),
+                _mm512_castps_pd(_mm512_unpackhi_ps(a[0], a[1])),
+                _mm512_castps_pd(_mm512_unpacklo_ps(a[2], a[3])),
+                _mm512_castps_pd(_mm512_unpackhi_ps(a[2], a[3])),
+                _mm512_castps_pd(_mm512_unpacklo_ps(a[4], a[5])),
+                _mm512_castps_pd(_mm512_unpackhi_ps(a[4], a[5])),
+                _mm512_castps_pd(_mm512_unpacklo_ps(a[6], a[7])),
+                _mm512_castps_pd(_mm512_unpackhi_ps(a[6], a[7])),
+            ];
+            let u = [
+                _mm512_castpd_ps(_mm512_unpacklo_pd(t[0], t[2])),
+                _mm512_castpd_ps(_mm512_unpackhi_pd(t[0], t[2])),
+                _mm512_castpd_ps(_mm512_unpacklo_pd(t[1], t[3])),
+                _mm512_castpd_ps(_mm512_unpackhi_pd(t[1], t[3])),
+                _mm512_castpd_ps(_mm512_unpacklo_pd(t[4], t[6])),
+                _mm512_castpd_ps(_mm512_unpackhi_pd(t[4], t[6])),
+                _mm512_castpd_ps(_mm512_unpacklo_pd(t[5], t[7])),
+                _mm512_castpd_ps(_mm512_unpackhi_pd(t[5], t[7])),
+            ];
+            let first_blocks =
+                _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
+            let last_blocks =
+                _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+            let low = ((1u32 << n) - 1) as __mmask16;
+            let high = low << 8;
+            for i in 0..4 {
+                let pairs = [
+                    _mm512_permutex2var_ps(u[i], first_blocks, u[4 + i]),
+                    _mm512_permutex2var_ps(u[i], last_blocks, u[4 + i]),
+                ];
+                for (half, pair) in pairs.into_iter().enumerate() {
+                    // Channel `c` in the low half, `c + 4` in the high half (stored
+                    // from 8 lanes before its row: lanes 0-7 are masked off).
+                    let c = 8 * half + i;
+                    if c < lanes {
+                        _mm512_mask_storeu_ps(out.wrapping_add(c * stride), low, pair);
+                    }
+                    if c + 4 < lanes {
+                        let at = out.wrapping_add((c + 4) * stride).wrapping_sub(8);
+                        _mm512_mask_storeu_ps(at, high, pair);
+                    }
+                }
+            }
         }
     }
 }

@@ -7,6 +7,7 @@
 mod common;
 
 use common::program::{ChainB, InstrB, PlanB, ProgramB, TensorB, ValueB, f32_bytes};
+use etch_kernels::ops::conv::prefers_input_major_filter;
 use etch_memory::SharedBytes;
 use etch_runtime::npy::read_npy_file;
 use etch_runtime::{FoldCounts, HostTensor, Method, Program, RuntimeError, Value};
@@ -75,8 +76,13 @@ impl Net {
 
     /// `convolution.out(x, w, bias)` with stride 1, padding 1, one group, into `out`.
     fn conv_3x3_padded(&mut self, x: i32, w: i32, bias: i32, transposed: bool, out: i32) {
+        self.conv(x, w, bias, (transposed, 1), out);
+    }
+
+    /// A 2-d convolution with stride 1 and `pad` on every side.
+    fn conv(&mut self, x: i32, w: i32, bias: i32, (transposed, pad): (bool, i64), out: i32) {
         let stride = self.ints(&[1, 1]);
-        let padding = self.ints(&[1, 1]);
+        let padding = self.ints(&[pad, pad]);
         let dilation = self.ints(&[1, 1]);
         let tr = self.push(ValueB::Bool(transposed));
         let output_padding = self.ints(&[0, 0]);
@@ -317,6 +323,8 @@ struct Variant {
     extra_reader: bool,
     /// The weight is stored channels-last (dim order `[0, 2, 3, 1]`).
     channels_last_weight: bool,
+    /// A 1x1 convolution without padding rather than 3x3 with padding 1.
+    pointwise: bool,
 }
 
 /// `relu(batch_norm(conv(x, W, None)))` over `[1, 3, 4, 4]` with a 3x3 kernel, padding 1,
@@ -325,13 +333,14 @@ struct Variant {
 fn conv_bn_relu(layout: &Layout, variant: Variant) -> (SharedBytes, HostTensor) {
     let mut n = Net::new(layout.planned);
     let x = n.at(&[1, 3, 4, 4], layout.x);
-    let w = n.constant(&[3, 3, 3, 3], &ramp(81, 0.25));
+    let (k, pad) = if variant.pointwise { (1, 0) } else { (3, 1) };
+    let w = n.constant(&[3, 3, k, k], &ramp(9 * (k * k) as usize, 0.25));
     if let (true, ValueB::Tensor(t)) = (variant.channels_last_weight, &mut n.values[w as usize]) {
         t.dim_order = Some(vec![0, 2, 3, 1]);
     }
     let bias = n.push(ValueB::Null);
     let o = n.at(&[1, 3, 4, 4], layout.conv_out);
-    n.conv_3x3_padded(x, w, bias, variant.transposed, o);
+    n.conv(x, w, bias, (variant.transposed, pad as i64), o);
     let gamma = n.constant(&[3], &[1.5, -0.5, 2.0]);
     let beta = n.constant(&[3], &[0.1, 0.2, -0.3]);
     let mean = n.constant(&[3], &[0.5, -1.0, 0.25]);
@@ -398,6 +407,48 @@ fn a_batch_norm_after_a_convolution_folds_into_it() {
         );
         // A [3, 3, 3, 3] weight (324 bytes) and a [3] bias, each on a cache line.
         assert_eq!(plan.folded_bytes(), 384 + 64);
+    }
+}
+
+#[test]
+fn small_plane_pointwise_filters_are_stored_input_major() {
+    // Where the CPU has the channels-in-lanes kernel, a 1x1 convolution over 4x4
+    // planes reads its filter `[c_in, c_out]`: the batch norm fold makes it so (one
+    // copy: a [3, 3, 1, 1] weight and a [3] bias, each on a cache line).
+    let stored = usize::from(prefers_input_major_filter(16));
+    let variant = Variant {
+        pointwise: true,
+        ..Default::default()
+    };
+    let (bytes, x) = conv_bn_relu(&SEPARATE, variant);
+    let [(on, on_count), (off, _)] = both_ways(&bytes, std::slice::from_ref(&x));
+    assert_eq!(on_count, 1);
+    assert_close(&on, &off);
+    let plan = program(&bytes, true).plan("forward").unwrap();
+    assert_eq!(plan.folded_steps().input_major_filters, stored);
+    assert_eq!(plan.folded_bytes(), 64 + 64);
+
+    // Without a batch norm, the file's filter is stored so as a new constant (8 input
+    // channels to 5: 160 bytes); with padding it is left as it is.
+    for (pad, want) in [(0, stored), (1, 0)] {
+        let mut n = Net::new(2048);
+        let x = n.at(&[1, 8, 4, 4], 0);
+        let w = n.constant(&[5, 8, 1, 1], &ramp(40, 0.25));
+        let bias = n.constant(&[5], &[0.5, -0.25, 0.0, 1.0, -1.0]);
+        let side = 4 + 2 * pad as i32;
+        let o = n.at(&[1, 5, side, side], 1024);
+        n.conv(x, w, bias, (false, pad), o);
+        let bytes = n.bytes(&[x], &[o]);
+        let x = HostTensor::from_slice(&[1, 8, 4, 4], &ramp(128, 0.3));
+        let [(on, _), (off, _)] = both_ways(&bytes, std::slice::from_ref(&x));
+        assert_close(&on, &off);
+        let plan = program(&bytes, true).plan("forward").unwrap();
+        assert_eq!(
+            plan.folded_steps().input_major_filters,
+            want,
+            "padding {pad}"
+        );
+        assert_eq!(plan.folded_bytes(), 192 * want, "padding {pad}");
     }
 }
 

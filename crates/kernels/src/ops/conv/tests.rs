@@ -398,3 +398,108 @@ fn bad_calls_are_errors() {
         .is_err()
     );
 }
+
+/// A 1x1 convolution of `c_in` to `c_out` channels over `size` planes, its filter
+/// stored contiguous and input-channel major (dim order `(1, 0, ..)`, as load-time
+/// folding stores small-plane pointwise filters): both give the same outputs, with and
+/// without a clamp, one image or several, on `threads` threads.
+fn input_major_case(
+    (c_in, c_out, one_d): (usize, usize, bool),
+    (h, w, stride, pad): (usize, usize, usize, usize),
+    (batch, bias, threads): (usize, bool, usize),
+    seed: u64,
+) {
+    let mut rng = Lcg(seed);
+    let h = if one_d { 1 } else { h };
+    let shape = |n: usize, c: usize, hh: usize, ww: usize| -> Vec<usize> {
+        if one_d {
+            vec![n, c, ww]
+        } else {
+            vec![n, c, hh, ww]
+        }
+    };
+    let spatial = |v: i64| if one_d { vec![v] } else { vec![v, v] };
+    let out_len = |i: usize| (i + 2 * pad - 1) / stride + 1;
+    let (oh, ow) = if one_d {
+        (1, out_len(w))
+    } else {
+        (out_len(h), out_len(w))
+    };
+    let x: Vec<f32> = rng
+        .vec(batch * c_in * h * w, 1.0)
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+    let wv: Vec<f32> = rng
+        .vec(c_out * c_in, 1.0)
+        .iter()
+        .map(|&v| v as f32)
+        .collect();
+    let b: Vec<f32> = rng.vec(c_out, 1.0).iter().map(|&v| v as f32).collect();
+    let mut hs = harness(threads);
+    let xt = hs.tensor(&shape(batch, c_in, h, w), &x);
+    let w_shape = shape(c_out, c_in, 1, 1);
+    let contiguous = hs.tensor(&w_shape, &wv);
+    let order: &[u8] = if one_d { &[1, 0, 2] } else { &[1, 0, 2, 3] };
+    let input_major = hs.tensor_with_order(&w_shape, order, &wv);
+    let bt = if bias {
+        hs.tensor(&[c_out], &b)
+    } else {
+        hs.none()
+    };
+    let (st, pd, dl) = (
+        hs.int_list(&spatial(stride as i64)),
+        hs.int_list(&spatial(pad as i64)),
+        hs.int_list(&spatial(1)),
+    );
+    let (tr, opad, groups) = (hs.bool(false), hs.int_list(&spatial(0)), hs.int(1));
+    let out_shape = shape(batch, c_out, oh, ow);
+    for clamp in [None, Some((-0.25f32, 0.5f32))] {
+        let epilogue = Epilogue {
+            clamp,
+            ..Epilogue::default()
+        };
+        let mut outs = Vec::new();
+        for wt in [contiguous, input_major] {
+            let out = hs.out(ScalarType::Float, &out_shape);
+            let args = [xt, wt, bt, st, pd, dl, tr, opad, groups, out, out];
+            hs.call_with_epilogue("aten::convolution.out", &args, epilogue)
+                .unwrap();
+            outs.push(read(&mut hs, out));
+        }
+        assert_close(&outs[1], &outs[0], 1e-5, 1e-5);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Input-channel-major 1x1 filters: stride 1 without padding runs the
+    /// channels-in-lanes kernel (where the CPU has it), other strides and padding the
+    /// GEMM with the filter read as a transposed view.
+    #[test]
+    fn input_major_filters_match_contiguous_ones(
+        (c_in, c_out, one_d) in (1usize..24, 1usize..52, any::<bool>()),
+        (h, w, stride, pad) in (1usize..10, 1usize..10, 1usize..3, 0usize..2),
+        (batch, bias, threads) in (1usize..3, any::<bool>(), 1usize..4),
+        seed in any::<u64>(),
+    ) {
+        input_major_case((c_in, c_out, one_d), (h, w, stride, pad), (batch, bias, threads), seed);
+    }
+}
+
+#[test]
+fn input_major_filters_of_larger_kernels_are_refused() {
+    let mut h = Harness::new();
+    let x = h.tensor(&[1, 2, 4, 4], &[0f32; 32]);
+    let w = h.tensor_with_order(&[3, 2, 3, 3], &[1, 0, 2, 3], &[0f32; 54]);
+    let none = h.none();
+    let one = h.int_list(&[1, 1]);
+    let zero = h.int_list(&[0, 0]);
+    let f = h.bool(false);
+    let g1 = h.int(1);
+    let out = h.out(ScalarType::Float, &[1, 3, 2, 2]);
+    let args = [x, w, none, one, zero, one, f, zero, g1, out, out];
+    let err = h.call("aten::convolution.out", &args).unwrap_err();
+    assert!(err.to_string().contains("dim order"), "{err}");
+}

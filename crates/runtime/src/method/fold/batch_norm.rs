@@ -12,6 +12,7 @@ use etch_kernels::Tensor;
 use super::super::{FoldCounts, Step};
 use super::Folder;
 use super::activation::{Activation, activation_after, retarget};
+use super::input_major::{input_major, input_major_order};
 use super::lifetimes::{Lifetimes, Placement, is_fresh_out_like, place_out_earlier};
 use super::uses::Uses;
 use crate::RuntimeError;
@@ -22,9 +23,13 @@ const BATCH_NORM: &str = "aten::_native_batch_norm_legit_no_training.out";
 /// `convolution.out(input, weight, bias, stride, padding, dilation, transposed,
 /// output_padding, groups, out)` and its return slot.
 pub(super) mod conv_arg {
+    pub const INPUT: usize = 0;
     pub const WEIGHT: usize = 1;
     pub const BIAS: usize = 2;
+    pub const STRIDE: usize = 3;
+    pub const PADDING: usize = 4;
     pub const TRANSPOSED: usize = 6;
+    pub const GROUPS: usize = 8;
     pub const OUT: usize = 9;
     pub const RETURN: usize = 10;
     pub const COUNT: usize = 11;
@@ -91,6 +96,7 @@ pub(super) fn fold_batch_norms(
         let Some(pair) = match_pair(folder, uses, (c, conv), (b, bn)) else {
             continue;
         };
+        let order = input_major_order(folder, uses, conv);
         let target = match place_out_earlier(folder, lifetimes, c, pair.conv_out, pair.out0) {
             Some(at) => Target::BatchNormOut(at),
             None => {
@@ -108,9 +114,12 @@ pub(super) fn fold_batch_norms(
                 }
             }
         };
-        let Some((weight, bias)) = fold_pair(folder, &pair)? else {
+        let Some((weight, bias)) = fold_pair(folder, &pair, order)? else {
             continue;
         };
+        if order.is_some() {
+            counts.input_major_filters += 1;
+        }
         match target {
             Target::BatchNormOut(out0_at) => {
                 if Some(out0_at) != Placement::of(folder.plan(), pair.out0) {
@@ -255,9 +264,14 @@ fn per_channel(
     }
 }
 
-/// Computes the folded weight and bias and appends them as constants; `None` when a
-/// constant's data does not match its shape.
-fn fold_pair(folder: &mut Folder<'_>, p: &Pair) -> Result<Option<(usize, usize)>, RuntimeError> {
+/// Computes the folded weight and bias and appends them as constants, the weight
+/// stored input-channel major with dim order `order` when given
+/// ([`input_major_order`]); `None` when a constant's data does not match its shape.
+fn fold_pair(
+    folder: &mut Folder<'_>,
+    p: &Pair,
+    order: Option<&[u8]>,
+) -> Result<Option<(usize, usize)>, RuntimeError> {
     let Some(weight_t) = folder.tensor(p.weight) else {
         return Ok(None);
     };
@@ -319,6 +333,13 @@ fn fold_pair(folder: &mut Folder<'_>, p: &Pair) -> Result<Option<(usize, usize)>
     }
     let bias_t = Tensor::new(ScalarType::Float, &[c], None)
         .map_err(|e| folder.err(p.out0, e.to_string()))?;
+    let (weight_t, new_weight) = match order {
+        Some(order) => match input_major(folder, (&weight_t, &new_weight), order, p.weight)? {
+            Some(stored) => stored,
+            None => return Ok(None),
+        },
+        None => (weight_t, new_weight),
+    };
     let added = folder.add_f32_constants(&[(weight_t, &new_weight), (bias_t, &new_bias)])?;
     match added[..] {
         [w, b] => Ok(Some((w, b))),

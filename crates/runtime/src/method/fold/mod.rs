@@ -13,6 +13,9 @@
 //! * **Activation into convolution** ([`activation`]): a `hardtanh` or `relu` right
 //!   after the convolution that alone feeds it becomes the convolution's output clamp
 //!   (an [`Epilogue`](etch_kernels::Epilogue)); the activation step goes.
+//! * **Input-major pointwise filters** ([`input_major`]): the constant filter of a 1x1
+//!   convolution over small planes is stored `[c_in, c_out]` (dim order `(1, 0, 2, 3)`),
+//!   the layout its fastest kernel reads (output channels in the vector lanes).
 //! * **Unread indices** ([`unread_indices`]): a `max_pool2d_with_indices` whose indices
 //!   no other step reads and no method returns writes its values alone.
 //!
@@ -30,6 +33,7 @@ mod activation;
 mod batch_norm;
 mod constant;
 mod folder;
+mod input_major;
 mod lifetimes;
 mod unread_indices;
 mod uses;
@@ -156,6 +160,8 @@ pub(super) fn fold(
         (&uses, &mut lifetimes),
         names,
     );
+    let names = (operator_names, &mut counts);
+    input_major::store_input_major_filters(&mut folder, steps, &keep, &uses, names)?;
     unread_indices::mark_unread_indices(steps, &keep, &uses, (operator_names, &mut counts));
     let mut folded = folder.finish();
     folded.counts = counts;

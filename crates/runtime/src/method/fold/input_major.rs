@@ -1,0 +1,141 @@
+//! Small-plane pointwise filters stored input-channel major.
+//!
+//! A 1x1 convolution with stride 1, no padding and one group over small planes
+//! (MobileNetV2's 7x7 layers) runs faster with the output channels in the vector lanes,
+//! which reads one row of the filter per input channel: the filter `[c_out, c_in, 1, 1]`
+//! stored as `[c_in, c_out]`, i.e. with dim order `(1, 0, 2, 3)` (see
+//! [`etch_kernels::ops::conv::prefers_input_major_filter`], which decides where). Its
+//! constant filter is stored so here, once; the kernel reads the layout from the
+//! tensor's dim order. A filter the batch norm fold makes is stored so as it is made
+//! ([`input_major_order`] in `batch_norm.rs`), so that no second copy is kept.
+
+use etch_format::{ShapeDynamism, Value as FileValue};
+use etch_kernels::Tensor;
+use etch_kernels::ops::conv::prefers_input_major_filter;
+
+use super::super::{FoldCounts, Step};
+use super::Folder;
+use super::batch_norm::{CONVOLUTION, conv_arg, kernel_args, static_f32};
+use super::uses::Uses;
+use crate::RuntimeError;
+
+/// The dim order a convolution's filter should be stored in, when the step `conv` (its
+/// arguments) is a 1x1 f32 convolution with fixed stride 1, padding 0, one group, not
+/// transposed, whose static input has planes the kernel prefers an input-major filter
+/// for and whose filter is a static contiguous f32 tensor.
+pub(super) fn input_major_order(
+    folder: &Folder<'_>,
+    uses: &Uses,
+    conv: &[usize],
+) -> Option<&'static [u8]> {
+    let plan = folder.plan();
+    if conv.len() != conv_arg::COUNT {
+        return None;
+    }
+    let fixed = |v: usize| uses.is_fixed(v).then(|| plan.values.get(v)).flatten();
+    let ints = |v: usize| -> Option<Vec<i64>> {
+        match fixed(v)? {
+            FileValue::IntList(items) => items
+                .iter()
+                .map(|&i| match fixed(i)? {
+                    FileValue::Int(n) => Some(*n),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        }
+    };
+    let plain = matches!(
+        fixed(conv[conv_arg::TRANSPOSED]),
+        Some(FileValue::Bool(false))
+    ) && matches!(fixed(conv[conv_arg::GROUPS]), Some(FileValue::Int(1)))
+        && ints(conv[conv_arg::STRIDE])?.iter().all(|&s| s == 1)
+        && ints(conv[conv_arg::PADDING])?.iter().all(|&p| p == 0);
+    let weight = static_f32(folder, conv[conv_arg::WEIGHT])?;
+    let input = static_f32(folder, conv[conv_arg::INPUT])?;
+    let rank = weight.rank();
+    let order: &'static [u8] = match rank {
+        3 => &[1, 0, 2],
+        4 => &[1, 0, 2, 3],
+        _ => return None,
+    };
+    let one_by_one = weight.sizes()[2..].iter().all(|&k| k == 1);
+    let pixels: usize = input.sizes().get(2..)?.iter().product();
+    (plain
+        && one_by_one
+        && weight.is_contiguous()
+        && input.rank() == rank
+        && input.sizes().get(1) == weight.sizes().get(1)
+        && prefers_input_major_filter(pixels))
+    .then_some(order)
+}
+
+/// `weight` (`[c_out, c_in, ..]` with 1x1 spatial sizes, contiguous) stored as
+/// `[c_in, c_out]`, and its tensor with dim order `order`; `None` when the data does not
+/// match the shape.
+pub(super) fn input_major(
+    folder: &Folder<'_>,
+    (weight_t, weight): (&Tensor, &[f32]),
+    order: &[u8],
+    at: usize,
+) -> Result<Option<(Tensor, Vec<f32>)>, RuntimeError> {
+    let (c_out, c_in) = (weight_t.sizes()[0], weight_t.sizes()[1]);
+    if weight.len() != c_out * c_in {
+        return Ok(None);
+    }
+    let mut stored = vec![0f32; weight.len()];
+    for (co, row) in weight.chunks_exact(c_in.max(1)).enumerate() {
+        for (k, &w) in row.iter().enumerate() {
+            stored[k * c_out + co] = w;
+        }
+    }
+    let t = Tensor::with_layout(
+        weight_t.dtype(),
+        weight_t.sizes(),
+        order,
+        ShapeDynamism::Static,
+        None,
+    )
+    .map_err(|e| folder.err(at, e.to_string()))?;
+    Ok(Some((t, stored)))
+}
+
+/// Stores the constant filter of each kept convolution step that prefers it input-channel
+/// major (a new constant; the step reads it instead).
+pub(super) fn store_input_major_filters(
+    folder: &mut Folder<'_>,
+    steps: &mut [Step],
+    keep: &[bool],
+    uses: &Uses,
+    (operator_names, counts): (&[String], &mut FoldCounts),
+) -> Result<(), RuntimeError> {
+    for (c, step) in steps.iter_mut().enumerate() {
+        if !keep[c] {
+            continue;
+        }
+        let Some(conv) = kernel_args(step, CONVOLUTION, operator_names) else {
+            continue;
+        };
+        let Some(order) = input_major_order(folder, uses, conv) else {
+            continue;
+        };
+        let w = conv[conv_arg::WEIGHT];
+        let (Some(weight_t), true) = (folder.tensor(w), folder.is_constant(w)) else {
+            continue;
+        };
+        let Some(weight) = folder.f32_data(w)? else {
+            continue;
+        };
+        let Some((t, stored)) = input_major(folder, (&weight_t, &weight), order, w)? else {
+            continue;
+        };
+        let [added] = folder.add_f32_constants(&[(t, &stored)])?[..] else {
+            continue;
+        };
+        if let Step::Kernel { args, .. } = step {
+            args[conv_arg::WEIGHT] = added;
+        }
+        counts.input_major_filters += 1;
+    }
+    Ok(())
+}
