@@ -408,8 +408,11 @@ fn isa() -> etch_linalg::Isa {
 /// Most pixels of a plane on which a pointwise convolution prefers its filter stored
 /// input-channel major ([`prefers_input_major_filter`]): 64, four AVX-512 vectors.
 /// MobileNetV2's 7x7 layers (49 pixels: a GEMM with pixels in the lanes fills 77% of
-/// them) ran 5-25% faster with the output channels in the lanes, its 14x14 ones no
-/// faster.
+/// them) ran 18-34% faster in a whole call with the output channels in the lanes, on
+/// one thread. Its 14x14 layers were 0-23% faster in isolation (with the filter out of
+/// the core's caches) but on two threads 6-60% slower in a whole call: each thread
+/// reads every input channel, half of them written on the other core, where the GEMM
+/// splits the depth.
 pub const INPUT_MAJOR_MAX_PIXELS: usize = 64;
 
 /// Whether a 1x1 convolution with stride 1, no padding and one group over planes of

@@ -111,8 +111,9 @@ unsafe fn narrow_channels(_: CpuSupport, raw: &Raw, end: usize) {
     unsafe { channels::<Narrow, NARROW_PIXELS, NARROW_VECTORS>(raw, end) }
 }
 
-/// The output channels `raw.first .. end`, `NV` vectors of them at a time (fewer for
-/// the last), each over all pixels.
+/// The output channels `raw.first .. end`, in panels of at most `NV` vectors, as even
+/// as they can be (64 channels are two panels of two AVX-512 vectors, not three and
+/// one: a one-vector tile loads as much as it multiplies), each over all pixels.
 ///
 /// # Safety
 /// The CPU has `V`'s instructions; the pointers hold what [`Operands`] says, `out` the
@@ -120,11 +121,14 @@ unsafe fn narrow_channels(_: CpuSupport, raw: &Raw, end: usize) {
 #[inline(always)]
 unsafe fn channels<V: Vector, const R: usize, const NV: usize>(raw: &Raw, end: usize) {
     let mut co = raw.first;
+    let vectors = end.saturating_sub(co).div_ceil(V::LANES);
+    let panels = vectors.div_ceil(NV);
     // SAFETY (every call): the caller's promise; each panel's channels lie below `end`.
     unsafe {
-        while co < end {
-            let cols = (end - co).min(NV * V::LANES);
-            match cols.div_ceil(V::LANES) {
+        for i in 0..panels {
+            let width = vectors / panels + usize::from(i < vectors % panels);
+            let cols = (end - co).min(width * V::LANES);
+            match width {
                 3 => raw.panel::<V, R, 3>(co, cols),
                 2 => raw.panel::<V, R, 2>(co, cols),
                 _ => raw.panel::<V, R, 1>(co, cols),
