@@ -462,7 +462,7 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         println!(
             "folded constants: {folded_bytes} bytes ({} constant steps run at load, {} batch \
              norms and {} activations folded into convolutions, {} max poolings writing no \
-             indices, {} pointwise filters stored input-channel major)",
+             indices, {} convolution filters stored input-channel major)",
             folded_steps.constant_steps,
             folded_steps.batch_norms,
             folded_steps.activations,

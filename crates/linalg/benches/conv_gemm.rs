@@ -104,8 +104,7 @@ fn bench(c: &mut Criterion) {
 
 /// (spatial size, input channels, output channels) of MobileNetV2's pointwise layers:
 /// expanding and projecting, from the largest planes to the smallest.
-const POINTWISE: [(usize, usize, usize); 12] = [
-    (7, 96, 48),
+const POINTWISE: [(usize, usize, usize); 11] = [
     (112, 32, 16),
     (112, 16, 96),
     (56, 24, 144),

@@ -397,11 +397,15 @@ fn a_batch_norm_after_a_convolution_folds_into_it() {
         assert_eq!((on_count, off_count), (1, 3));
         assert_close(&on, &off);
         let plan = program(&bytes, true).plan("forward").unwrap();
+        // Over 4x4 planes the contiguous filter is stored input-channel major where the
+        // CPU has the kernel for it.
+        let input_major = usize::from(prefers_input_major_filter(16, 27) && !channels_last_weight);
         assert_eq!(
             plan.folded_steps(),
             FoldCounts {
                 batch_norms: 1,
                 activations: 1,
+                input_major_filters: input_major,
                 ..Default::default()
             }
         );
@@ -415,7 +419,7 @@ fn small_plane_pointwise_filters_are_stored_input_major() {
     // Where the CPU has the channels-in-lanes kernel, a 1x1 convolution over 4x4
     // planes reads its filter `[c_in, c_out]`: the batch norm fold makes it so (one
     // copy: a [3, 3, 1, 1] weight and a [3] bias, each on a cache line).
-    let stored = usize::from(prefers_input_major_filter(16));
+    let stored = usize::from(prefers_input_major_filter(16, 3));
     let variant = Variant {
         pointwise: true,
         ..Default::default()
@@ -429,8 +433,9 @@ fn small_plane_pointwise_filters_are_stored_input_major() {
     assert_eq!(plan.folded_bytes(), 64 + 64);
 
     // Without a batch norm, the file's filter is stored so as a new constant (8 input
-    // channels to 5: 160 bytes); with padding it is left as it is.
-    for (pad, want) in [(0, stored), (1, 0)] {
+    // channels to 5: 160 bytes), also with padding (the kernel then reads im2col rows).
+    for pad in [0, 1] {
+        let want = stored;
         let mut n = Net::new(2048);
         let x = n.at(&[1, 8, 4, 4], 0);
         let w = n.constant(&[5, 8, 1, 1], &ramp(40, 0.25));
@@ -536,7 +541,14 @@ fn an_activation_after_a_convolution_becomes_its_output_clamp() {
     assert!(off.contains(&-1.0) && off.contains(&2.5), "{off:?}");
     let plan = program(&bytes, true).plan("forward").unwrap();
     let counts = plan.folded_steps();
-    assert_eq!((counts.activations, plan.folded_bytes()), (1, 0));
+    // Over 4x4 planes the filter (216 bytes) is stored input-channel major where the
+    // CPU has the kernel for it.
+    let stored = if prefers_input_major_filter(16, 27) {
+        256
+    } else {
+        0
+    };
+    assert_eq!((counts.activations, plan.folded_bytes()), (1, stored));
 
     // Stays: the convolution's out is read by more than the activation (an output
     // here), or the bounds are an empty range (hardtanh then fills in a bound).

@@ -27,8 +27,8 @@ pub struct FoldCounts {
     pub activations: usize,
     /// Max pooling steps whose indices nothing reads, which write their values alone.
     pub unread_indices: usize,
-    /// Filters of 1x1 convolutions over small planes stored input-channel major (the
-    /// layout of the kernel with the output channels in the vector lanes).
+    /// Filters of convolutions over small planes stored input-channel major (the layout
+    /// of the kernel with the output channels in the vector lanes).
     pub input_major_filters: usize,
 }
 pub use meta::{MethodMeta, TensorInfo, ValueInfo};

@@ -405,6 +405,7 @@ fn bad_calls_are_errors() {
 /// without a clamp, one image or several, on `threads` threads.
 fn input_major_case(
     (c_in, c_out, one_d): (usize, usize, bool),
+    (k, general): (usize, bool),
     (h, w, stride, pad): (usize, usize, usize, usize),
     (batch, bias, threads): (usize, bool, usize),
     seed: u64,
@@ -419,7 +420,7 @@ fn input_major_case(
         }
     };
     let spatial = |v: i64| if one_d { vec![v] } else { vec![v, v] };
-    let out_len = |i: usize| (i + 2 * pad - 1) / stride + 1;
+    let out_len = |i: usize| (i + 2 * pad - k) / stride + 1;
     let (oh, ow) = if one_d {
         (1, out_len(w))
     } else {
@@ -431,16 +432,21 @@ fn input_major_case(
         .map(|&v| v as f32)
         .collect();
     let wv: Vec<f32> = rng
-        .vec(c_out * c_in, 1.0)
+        .vec(c_out * c_in * k * if one_d { 1 } else { k }, 1.0)
         .iter()
         .map(|&v| v as f32)
         .collect();
     let b: Vec<f32> = rng.vec(c_out, 1.0).iter().map(|&v| v as f32).collect();
     let mut hs = harness(threads);
     let xt = hs.tensor(&shape(batch, c_in, h, w), &x);
-    let w_shape = shape(c_out, c_in, 1, 1);
+    let w_shape = shape(c_out, c_in, k, k);
     let contiguous = hs.tensor(&w_shape, &wv);
-    let order: &[u8] = if one_d { &[1, 0, 2] } else { &[1, 0, 2, 3] };
+    let order: &[u8] = match (one_d, general || k > 1) {
+        (true, false) => &[1, 0, 2],
+        (true, true) => &[1, 2, 0],
+        (false, false) => &[1, 0, 2, 3],
+        (false, true) => &[1, 2, 3, 0],
+    };
     let input_major = hs.tensor_with_order(&w_shape, order, &wv);
     let bt = if bias {
         hs.tensor(&[c_out], &b)
@@ -474,17 +480,20 @@ fn input_major_case(
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
-    /// Input-channel-major 1x1 filters: stride 1 without padding runs the
-    /// channels-in-lanes kernel (where the CPU has it), other strides and padding the
-    /// GEMM with the filter read as a transposed view.
+    /// Input-channel-major filters, 1x1 (either dim order) and 3x3: the
+    /// channels-in-lanes kernel where the CPU has it (on the input planes for a 1x1
+    /// stride-1 unpadded filter, on im2col rows otherwise), else the GEMM with the
+    /// filter read as a transposed view.
     #[test]
     fn input_major_filters_match_contiguous_ones(
         (c_in, c_out, one_d) in (1usize..24, 1usize..52, any::<bool>()),
-        (h, w, stride, pad) in (1usize..10, 1usize..10, 1usize..3, 0usize..2),
+        (k, general) in (prop_oneof![Just(1usize), Just(3)], any::<bool>()),
+        (h, w, stride, pad) in (3usize..10, 3usize..10, 1usize..3, 0usize..2),
         (batch, bias, threads) in (1usize..3, any::<bool>(), 1usize..4),
         seed in any::<u64>(),
     ) {
-        input_major_case((c_in, c_out, one_d), (h, w, stride, pad), (batch, bias, threads), seed);
+        let kernel = (k, general);
+        input_major_case((c_in, c_out, one_d), kernel, (h, w, stride, pad), (batch, bias, threads), seed);
     }
 }
 

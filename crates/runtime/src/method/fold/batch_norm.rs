@@ -23,11 +23,8 @@ const BATCH_NORM: &str = "aten::_native_batch_norm_legit_no_training.out";
 /// `convolution.out(input, weight, bias, stride, padding, dilation, transposed,
 /// output_padding, groups, out)` and its return slot.
 pub(super) mod conv_arg {
-    pub const INPUT: usize = 0;
     pub const WEIGHT: usize = 1;
     pub const BIAS: usize = 2;
-    pub const STRIDE: usize = 3;
-    pub const PADDING: usize = 4;
     pub const TRANSPOSED: usize = 6;
     pub const GROUPS: usize = 8;
     pub const OUT: usize = 9;

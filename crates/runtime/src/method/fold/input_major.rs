@@ -1,9 +1,10 @@
-//! Small-plane pointwise filters stored input-channel major.
+//! Small-plane convolution filters stored input-channel major.
 //!
-//! A 1x1 convolution with stride 1, no padding and one group over small planes
-//! (MobileNetV2's 7x7 layers) runs faster with the output channels in the vector lanes,
-//! which reads one row of the filter per input channel: the filter `[c_out, c_in, 1, 1]`
-//! stored as `[c_in, c_out]`, i.e. with dim order `(1, 0, 2, 3)` (see
+//! A convolution of one group over small planes and of modest depth (MobileNetV2's 7x7
+//! pointwise layers, ResNet-18's 1x1 downsampling to 7x7) runs faster with the output
+//! channels in the vector lanes, which reads one row of the filter per input channel
+//! (per im2col row): the filter `[c_out, c_in, kh, kw]` stored as `[c_in, kh, kw,
+//! c_out]`, i.e. with dim order `(1, 2, 3, 0)`, or `(1, 0, 2, 3)` for a 1x1 filter (see
 //! [`etch_kernels::ops::conv::prefers_input_major_filter`], which decides where). Its
 //! constant filter is stored so here, once; the kernel reads the layout from the
 //! tensor's dim order. A filter the batch norm fold makes is stored so as it is made
@@ -20,9 +21,10 @@ use super::uses::Uses;
 use crate::RuntimeError;
 
 /// The dim order a convolution's filter should be stored in, when the step `conv` (its
-/// arguments) is a 1x1 f32 convolution with fixed stride 1, padding 0, one group, not
-/// transposed, whose static input has planes the kernel prefers an input-major filter
-/// for and whose filter is a static contiguous f32 tensor.
+/// arguments) is an f32 convolution of one group (fixed), not transposed, whose static
+/// out has planes the kernel prefers an input-major filter for and whose filter is a
+/// static contiguous f32 tensor: `(1, 0, 2, 3)` for a 1x1 filter, `(1, 2, 3, 0)`
+/// otherwise (`[c_in, kh, kw, c_out]`, a row per im2col row).
 pub(super) fn input_major_order(
     folder: &Folder<'_>,
     uses: &Uses,
@@ -33,59 +35,46 @@ pub(super) fn input_major_order(
         return None;
     }
     let fixed = |v: usize| uses.is_fixed(v).then(|| plan.values.get(v)).flatten();
-    let ints = |v: usize| -> Option<Vec<i64>> {
-        match fixed(v)? {
-            FileValue::IntList(items) => items
-                .iter()
-                .map(|&i| match fixed(i)? {
-                    FileValue::Int(n) => Some(*n),
-                    _ => None,
-                })
-                .collect(),
-            _ => None,
-        }
-    };
     let plain = matches!(
         fixed(conv[conv_arg::TRANSPOSED]),
         Some(FileValue::Bool(false))
-    ) && matches!(fixed(conv[conv_arg::GROUPS]), Some(FileValue::Int(1)))
-        && ints(conv[conv_arg::STRIDE])?.iter().all(|&s| s == 1)
-        && ints(conv[conv_arg::PADDING])?.iter().all(|&p| p == 0);
+    ) && matches!(fixed(conv[conv_arg::GROUPS]), Some(FileValue::Int(1)));
     let weight = static_f32(folder, conv[conv_arg::WEIGHT])?;
-    let input = static_f32(folder, conv[conv_arg::INPUT])?;
-    let rank = weight.rank();
-    let order: &'static [u8] = match rank {
-        3 => &[1, 0, 2],
-        4 => &[1, 0, 2, 3],
+    let out = static_f32(folder, conv[conv_arg::OUT])?;
+    let one_by_one = weight.sizes().get(2..)?.iter().all(|&k| k == 1);
+    let order: &'static [u8] = match (weight.rank(), one_by_one) {
+        (3, true) => &[1, 0, 2],
+        (3, false) => &[1, 2, 0],
+        (4, true) => &[1, 0, 2, 3],
+        (4, false) => &[1, 2, 3, 0],
         _ => return None,
     };
-    let one_by_one = weight.sizes()[2..].iter().all(|&k| k == 1);
-    let pixels: usize = input.sizes().get(2..)?.iter().product();
+    let pixels: usize = out.sizes().get(2..)?.iter().product();
+    let depth: usize = weight.sizes().get(1..)?.iter().product();
     (plain
-        && one_by_one
         && weight.is_contiguous()
-        && input.rank() == rank
-        && input.sizes().get(1) == weight.sizes().get(1)
-        && prefers_input_major_filter(pixels))
+        && out.rank() == weight.rank()
+        && prefers_input_major_filter(pixels, depth))
     .then_some(order)
 }
 
-/// `weight` (`[c_out, c_in, ..]` with 1x1 spatial sizes, contiguous) stored as
-/// `[c_in, c_out]`, and its tensor with dim order `order`; `None` when the data does not
-/// match the shape.
+/// `weight` (`[c_out, ..]`, contiguous) stored as `[.., c_out]` (each output channel's
+/// values a column), and its tensor with dim order `order`; `None` when the data does
+/// not match the shape.
 pub(super) fn input_major(
     folder: &Folder<'_>,
     (weight_t, weight): (&Tensor, &[f32]),
     order: &[u8],
     at: usize,
 ) -> Result<Option<(Tensor, Vec<f32>)>, RuntimeError> {
-    let (c_out, c_in) = (weight_t.sizes()[0], weight_t.sizes()[1]);
-    if weight.len() != c_out * c_in {
+    let c_out = weight_t.sizes().first().copied().unwrap_or(0);
+    if c_out == 0 || weight.len() != weight_t.numel() || weight.len() % c_out != 0 {
         return Ok(None);
     }
+    let rows = weight.len() / c_out;
     let mut stored = vec![0f32; weight.len()];
-    for (co, row) in weight.chunks_exact(c_in.max(1)).enumerate() {
-        for (k, &w) in row.iter().enumerate() {
+    for (co, filter) in weight.chunks_exact(rows.max(1)).enumerate() {
+        for (k, &w) in filter.iter().enumerate() {
             stored[k * c_out + co] = w;
         }
     }
