@@ -183,26 +183,23 @@ impl Vector for Wide {
                 Some(v) if r < n => v.0,
                 _ => _mm512_setzero_ps(),
             });
-            let t = [
-                _mm512_castps_pd(_mm512_unpacklo_ps(a[0], a[1])),
-                _mm512_castps_pd(_mm512_unpackhi_ps(a[0], a[1])),
-                _mm512_castps_pd(_mm512_unpacklo_ps(a[2], a[3])),
-                _mm512_castps_pd(_mm512_unpackhi_ps(a[2], a[3])),
-                _mm512_castps_pd(_mm512_unpacklo_ps(a[4], a[5])),
-                _mm512_castps_pd(_mm512_unpackhi_ps(a[4], a[5])),
-                _mm512_castps_pd(_mm512_unpacklo_ps(a[6], a[7])),
-                _mm512_castps_pd(_mm512_unpackhi_ps(a[6], a[7])),
-            ];
-            let u = [
-                _mm512_castpd_ps(_mm512_unpacklo_pd(t[0], t[2])),
-                _mm512_castpd_ps(_mm512_unpackhi_pd(t[0], t[2])),
-                _mm512_castpd_ps(_mm512_unpacklo_pd(t[1], t[3])),
-                _mm512_castpd_ps(_mm512_unpackhi_pd(t[1], t[3])),
-                _mm512_castpd_ps(_mm512_unpacklo_pd(t[4], t[6])),
-                _mm512_castpd_ps(_mm512_unpackhi_pd(t[4], t[6])),
-                _mm512_castpd_ps(_mm512_unpacklo_pd(t[5], t[7])),
-                _mm512_castpd_ps(_mm512_unpackhi_pd(t[5], t[7])),
-            ];
+            // t[2p], t[2p + 1]: the low and high unpacks of rows 2p and 2p + 1.
+            let t: [__m512d; 8] = std::array::from_fn(|i| {
+                let (x, y) = (a[i & !1], a[i | 1]);
+                _mm512_castps_pd(match i % 2 {
+                    0 => _mm512_unpacklo_ps(x, y),
+                    _ => _mm512_unpackhi_ps(x, y),
+                })
+            });
+            // u[4h + j]: channel 4b + j of rows 4h .. 4h + 4 in block b, from the 64-bit
+            // halves of t[4h + j / 2] and t[4h + j / 2 + 2].
+            let u: [__m512; 8] = std::array::from_fn(|i| {
+                let (x, y) = (t[(i & !3) + (i % 4) / 2], t[(i & !3) + (i % 4) / 2 + 2]);
+                _mm512_castpd_ps(match i % 2 {
+                    0 => _mm512_unpacklo_pd(x, y),
+                    _ => _mm512_unpackhi_pd(x, y),
+                })
+            });
             let first_blocks =
                 _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
             let last_blocks =

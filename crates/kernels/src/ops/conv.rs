@@ -313,7 +313,7 @@ fn run_gemm<'s>(
 /// One GEMM per image and group; B is the group's input itself for a 1x1 stride-1
 /// unpadded kernel, and its im2col matrix, packed straight from the input, otherwise.
 ///
-/// With `input_major` (a 1x1 filter of one group stored `[c_in, c_out]`, see
+/// With `input_major` (a filter of one group stored `[c_in * kh * kw, c_out]`, see
 /// [`is_input_major`]) the filter is read as the transposed view it is.
 fn im2col_gemm(
     ctx: &KernelContext<'_>,
@@ -336,7 +336,7 @@ fn im2col_gemm(
     // Every product of the call has one shape (the groups' offsets aside), so one
     // scratch serves them all.
     let weights = |grp: usize| match input_major {
-        // One group: `[c_in, c_out]`, element (co, k) at `k * c_out + co`.
+        // One group: `[patch, c_out]`, element (co, k) at `k * c_out + co`.
         true => view(Elems::F32(ws), 0, g.group_out, patch, 1, g.group_out),
         false => view(
             Elems::F32(ws),
