@@ -228,13 +228,14 @@ fn convolution(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
     let sizes = conv.out_sizes();
     let out = out.resize(a, &sizes[..conv.rank])?;
     let input_major = is_input_major(&conv, &w);
-    for (t, what) in [
-        (&x, "convolution input"),
-        (&w, "convolution weight"),
-        (&out, "convolution out"),
+    // An input-major filter is the one other layout a filter may have.
+    for (t, what, nchw_or_channels_last) in [
+        (&x, "convolution input", true),
+        (&w, "convolution weight", !input_major),
+        (&out, "convolution out", true),
     ] {
         f32_only(t, "convolution (f32 only)")?;
-        if !(input_major && std::ptr::eq(t, &w)) {
+        if nchw_or_channels_last {
             require_nchw_or_channels_last(t, what)?;
         }
     }
@@ -475,11 +476,10 @@ fn channels_in_lanes(
         g.in_channels() * g.in_h * g.in_w,
         sizes.c_out * sizes.pixels,
     );
-    let col = match g.is_pointwise() {
+    let mut col = match g.is_pointwise() {
         true => None,
         false => Some(ctx.scratch_dirty::<f32>(sizes.c_in * sizes.pixels)?),
     };
-    let mut col = col;
     let clamp = ctx.epilogue().clamp;
     for n in 0..conv.batch {
         let x = xs.get(n * in_img..(n + 1) * in_img);

@@ -1,5 +1,6 @@
 //! A 1x1 convolution (stride 1, no padding, one group) of NCHW planes with the output
-//! channels in the vector lanes, for small planes.
+//! channels in the vector lanes, for small planes; any other convolution of one group
+//! is the same product over its im2col rows (which the caller writes).
 //!
 //! The GEMM behind a pointwise convolution puts pixels in the lanes: a 7x7 plane is 49
 //! pixels, four AVX-512 vectors of which the last holds one pixel, so a quarter of its
