@@ -5,12 +5,13 @@
 //! largest pointwise (1x1) convolutions, a plain GEMM over the input planes with a bias
 //! and ReLU6 as the operator runs them, on one thread and on two (`t1`, `t2`), also with
 //! the filter read from outside the core's caches (`cold_filter_t1`, `cold_filter_t2`), and
-//! on planes up to 28x28 the channels-in-lanes kernel (`lanes_t1`, `lanes_t2`). Run with
+//! on planes up to 28x28 the channels-in-lanes kernel (`lanes_t1`, `lanes_t2`; `lanes` for
+//! ResNet-18's layers, the filter stored input-channel major as folded at load). Run with
 //! `cargo bench -p etch-linalg --bench conv_gemm -- --warm-up-time 1 --measurement-time 3`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use etch_linalg::conv::ConvGeometry;
-use etch_linalg::conv_nchw::{self, Im2col, PointwiseSizes};
+use etch_linalg::conv_nchw::{self, Im2col};
 use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
 use etch_linalg::{ThreadPool, dispatch};
 
@@ -98,8 +99,35 @@ fn bench(c: &mut Criterion) {
                     .expect("a valid product");
             })
         });
+        if conv_nchw::has_channels_in_lanes(isa) {
+            let filter_t = input_major(&filter, c_out);
+            let mut lanes_scratch = vec![0f32; conv_nchw::channels_in_lanes_scratch_len(&g, 1)];
+            group.bench_function("lanes", |b| {
+                b.iter(|| {
+                    let operands = (&input[..], &filter_t[..]);
+                    let epilogue = (Some(&bias[..]), Some((0.0, f32::INFINITY)));
+                    conv_nchw::conv_channels_in_lanes(
+                        &pool,
+                        isa,
+                        &g,
+                        operands,
+                        epilogue,
+                        &mut output,
+                        &mut lanes_scratch,
+                    )
+                })
+            });
+        }
         group.finish();
     }
+}
+
+/// `filter` (`[c_out, depth]`) stored input-channel major, `[depth, c_out]`.
+fn input_major(filter: &[f32], c_out: usize) -> Vec<f32> {
+    let depth = filter.len() / c_out;
+    (0..filter.len())
+        .map(|i| filter[(i % c_out) * depth + i / c_out])
+        .collect()
 }
 
 /// (spatial size, input channels, output channels) of MobileNetV2's pointwise layers:
@@ -185,27 +213,25 @@ fn bench_pointwise(c: &mut Criterion) {
             });
             // The output channels in the lanes, the filter stored input-channel major
             // (as folded at load for small planes).
-            if conv_nchw::has_pointwise_channels_in_lanes(isa) && size <= 28 {
-                let filter_t: Vec<f32> = (0..c_in * c_out)
-                    .map(|i| filter[(i % c_out) * c_in + i / c_out])
-                    .collect();
-                let sizes = PointwiseSizes {
-                    c_in,
-                    c_out,
-                    pixels: px,
-                };
+            if conv_nchw::has_channels_in_lanes(isa) && size <= 28 {
+                let filter_t = input_major(&filter, c_out);
+                let g =
+                    ConvGeometry::same_on_both_axes((size, size), (1, 1), (1, 0), (1, c_in, c_out));
+                let mut lanes_scratch =
+                    vec![0f32; conv_nchw::channels_in_lanes_scratch_len(&g, threads)];
                 group.bench_function(format!("lanes_t{threads}"), |b| {
                     b.iter(|| {
                         pool.install_hot(|| {
                             let operands = (&input[..], &filter_t[..]);
                             let epilogue = (Some(&bias[..]), Some((0.0, 6.0)));
-                            conv_nchw::pointwise_channels_in_lanes(
+                            conv_nchw::conv_channels_in_lanes(
                                 &pool,
                                 isa,
-                                sizes,
+                                &g,
                                 operands,
                                 epilogue,
                                 &mut output,
+                                &mut lanes_scratch,
                             )
                         })
                     })

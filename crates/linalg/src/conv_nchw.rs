@@ -9,6 +9,8 @@
 //! A 1-d convolution is the 2-d one with `in_h = out_h = kernel_h = 1`.
 
 #[cfg(target_arch = "x86_64")]
+mod channels_in_lanes;
+#[cfg(target_arch = "x86_64")]
 mod depthwise_avx512;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_flat;
@@ -16,8 +18,6 @@ mod depthwise_flat;
 mod depthwise_square;
 #[cfg(target_arch = "x86_64")]
 mod max_pool_avx512;
-#[cfg(target_arch = "x86_64")]
-mod pointwise_lanes;
 
 /// Lanes `l` of a `lanes`-lane load (at most 16) at column `base` whose column
 /// `base + l` lies in `0..width`, bit `l` for lane `l`: the load mask of the direct
@@ -33,6 +33,11 @@ mod phase_panels;
 mod polyphase;
 
 use std::ops::Range;
+
+#[cfg(target_arch = "x86_64")]
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use etch_memory::ColumnBlocks;
 
 use crate::conv::ConvGeometry;
 use crate::{Isa, ThreadPool};
@@ -310,20 +315,9 @@ impl<'a> Im2col<'a> {
     }
 }
 
-/// The sizes of a 1x1 convolution of one image (stride 1, no padding, one group).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PointwiseSizes {
-    /// Input channels (the product's depth).
-    pub c_in: usize,
-    /// Output channels.
-    pub c_out: usize,
-    /// Pixels of a plane (input and output alike).
-    pub pixels: usize,
-}
-
-/// True when `isa` has the kernel of [`pointwise_channels_in_lanes`] (AVX2 or AVX-512
-/// on x86-64).
-pub fn has_pointwise_channels_in_lanes(isa: Isa) -> bool {
+/// True when `isa` has the kernel of [`conv_channels_in_lanes`] (AVX2 or AVX-512 on
+/// x86-64).
+pub fn has_channels_in_lanes(isa: Isa) -> bool {
     #[cfg(target_arch = "x86_64")]
     return isa.avx2().is_some();
     #[cfg(not(target_arch = "x86_64"))]
@@ -333,33 +327,77 @@ pub fn has_pointwise_channels_in_lanes(isa: Isa) -> bool {
     }
 }
 
-/// A 1x1 convolution (stride 1, no padding, one group) of `input`'s `c_in` planes with
-/// a filter stored input-channel major (`filter[k * c_out + co]`, the `[c_in, c_out]`
-/// transpose of the usual `[c_out, c_in]`), plus `bias` (one per output channel),
-/// clamped into `clamp` as [`output_clamp`](crate::output_clamp) does, into `output`'s
-/// `c_out` planes, with the output channels in the vector lanes: for small planes,
-/// where a GEMM with pixels in the lanes wastes most of a plane's last vector. Output
-/// channels are split over `pool`'s threads. Returns `false`, writing nothing, when
-/// `isa` has no such kernel ([`has_pointwise_channels_in_lanes`]) or a slice is shorter
-/// than `sizes` says.
-pub fn pointwise_channels_in_lanes(
+/// Most taps (`kernel_h * kernel_w`) of a convolution [`conv_channels_in_lanes`] runs.
+pub const CHANNELS_IN_LANES_MAX_TAPS: usize = 64;
+
+/// Scratch of one task of [`conv_channels_in_lanes`] (the sums of its tiles between
+/// blocks of the depth).
+#[cfg(target_arch = "x86_64")]
+const LANES_TASK_SCRATCH: usize = channels_in_lanes::TASK_SCRATCH;
+#[cfg(not(target_arch = "x86_64"))]
+const LANES_TASK_SCRATCH: usize = 0;
+
+/// The input window of [`conv_channels_in_lanes`]: `None` when the convolution reads
+/// its input planes in place (no padding, every tap inside the planes), or the rows and
+/// columns of the zero-padded planes it reads otherwise (as many as its taps reach).
+fn lanes_padded_planes(g: &ConvGeometry) -> Option<(usize, usize)> {
+    let reach = |out: usize, stride: usize, kernel: usize, dilation: usize| {
+        out.saturating_sub(1) * stride + kernel.saturating_sub(1) * dilation + 1
+    };
+    let rows = reach(g.out_h, g.stride_h, g.kernel_h, g.dilation_h);
+    let cols = reach(g.out_w, g.stride_w, g.kernel_w, g.dilation_w);
+    let in_place = g.pad_top == 0 && g.pad_left == 0 && rows <= g.in_h && cols <= g.in_w;
+    (!in_place).then_some((rows, cols))
+}
+
+/// Scratch elements [`conv_channels_in_lanes`] needs for `g` on `threads` threads: the
+/// zero-padded input planes, if it reads any, and each task's sums.
+pub fn channels_in_lanes_scratch_len(g: &ConvGeometry, threads: usize) -> usize {
+    let padded = lanes_padded_planes(g).map_or(0, |(h, w)| {
+        g.in_channels().saturating_mul(h).saturating_mul(w)
+    });
+    padded.saturating_add(threads.clamp(1, ColumnBlocks::<f32>::MAX_BLOCKS) * LANES_TASK_SCRATCH)
+}
+
+/// Fewest output pixels per task for which [`conv_channels_in_lanes`] splits a plane's
+/// pixels over the threads rather than its output channels: then each thread reads the
+/// rows its previous layer wrote (on that thread, where that layer split pixels too)
+/// rather than every input channel.
+#[cfg(target_arch = "x86_64")]
+const LANES_MIN_TASK_PIXELS: usize = 256;
+
+/// A convolution of one image and one group (`g.groups == 1`, not transposed) of
+/// `input`'s `c_in` planes with a filter stored input-channel major (`filter[(ci * kh *
+/// kw + ky * kw + kx) * c_out + co]`, dim order `(1, 2, 3, 0)` of `[c_out, c_in, kh,
+/// kw]`), plus `bias` (one per output channel), clamped into `clamp` as
+/// [`output_clamp`](crate::output_clamp) does, into `output`'s `c_out` planes, with
+/// the output channels in the vector lanes. The input is read in place, or from a
+/// zero-padded copy of its planes in `scratch` (at least
+/// [`channels_in_lanes_scratch_len`] elements). Large planes split their pixels over
+/// `pool`'s threads, small ones their output channels. Each output is the sum of its
+/// products in filter-row order, fused multiply-adds from 0, then the bias, then the
+/// clamp. Returns `false`, writing nothing, when `isa` has no such kernel
+/// ([`has_channels_in_lanes`]), the geometry is not one group or has more than
+/// [`CHANNELS_IN_LANES_MAX_TAPS`] taps, or a slice is shorter than `g` says.
+pub fn conv_channels_in_lanes(
     pool: &ThreadPool,
     isa: Isa,
-    sizes: PointwiseSizes,
+    g: &ConvGeometry,
     (input, filter): (&[f32], &[f32]),
     (bias, clamp): (Option<&[f32]>, Option<(f32, f32)>),
     output: &mut [f32],
+    scratch: &mut [f32],
 ) -> bool {
-    let PointwiseSizes {
-        c_in,
-        c_out,
-        pixels,
-    } = sizes;
+    let (c_in, c_out, pixels) = (g.in_channels(), g.out_channels(), g.out_pixels());
+    let taps = g.kernel_h * g.kernel_w;
     let fits = |len: usize, a: usize, b: usize| a.checked_mul(b).is_some_and(|n| n <= len);
-    if !fits(input.len(), c_in, pixels)
-        || !fits(filter.len(), c_in, c_out)
+    if g.groups != 1
+        || !(1..=CHANNELS_IN_LANES_MAX_TAPS).contains(&taps)
+        || !fits(input.len(), c_in, g.in_h * g.in_w)
+        || !fits(filter.len(), c_in * taps, c_out)
         || !fits(output.len(), c_out, pixels)
         || bias.is_some_and(|b| b.len() < c_out)
+        || scratch.len() < channels_in_lanes_scratch_len(g, pool.threads())
     {
         return false;
     }
@@ -368,28 +406,105 @@ pub fn pointwise_channels_in_lanes(
         if c_out == 0 || pixels == 0 {
             return true;
         }
-        let wide = isa.avx512().is_some();
-        let op = pointwise_lanes::Operands {
-            input,
+        let padded = lanes_padded_planes(g);
+        let (plane_h, plane_w) = padded.unwrap_or((g.in_h, g.in_w));
+        let (copy, sums) = match padded {
+            Some((h, w)) => scratch.split_at_mut(c_in * h * w),
+            None => scratch.split_at_mut(0),
+        };
+        let x: &[f32] = match padded {
+            Some(_) => {
+                pad_planes(pool, g, (plane_h, plane_w), input, copy);
+                copy
+            }
+            None => &input[..c_in * g.in_h * g.in_w],
+        };
+        let mut window = channels_in_lanes::Window {
+            plane: plane_h * plane_w,
+            taps: [0; channels_in_lanes::MAX_TAPS],
+            taps_len: taps,
+            out_w: g.out_w.max(1),
+            row_pitch: g.stride_h * plane_w,
+            col_step: g.stride_w,
+        };
+        for (t, at) in window.taps.iter_mut().take(taps).enumerate() {
+            *at = (t / g.kernel_w) * g.dilation_h * plane_w + (t % g.kernel_w) * g.dilation_w;
+        }
+        // The last pixel's last tap of the last channel must be inside the input.
+        let last = (g.out_h - 1) * window.row_pitch
+            + (g.out_w - 1) * window.col_step
+            + (c_in.max(1) - 1) * window.plane
+            + window.taps[taps - 1];
+        if c_in > 0 && last >= x.len() {
+            return false;
+        }
+        let op = channels_in_lanes::Operands {
+            input: x,
+            window,
+            c_in,
             filter,
             bias,
             clamp,
-            c_in,
             c_out,
             pixels,
         };
-        let step = pointwise_lanes::channel_step(wide);
-        let per_task = c_out.div_ceil(pool.threads()).div_ceil(step) * step;
+        let threads = pool.threads().clamp(1, ColumnBlocks::<f32>::MAX_BLOCKS);
+        let step = channels_in_lanes::channel_step(isa.avx512().is_some());
+        let block = if threads > 1 && pixels >= threads * LANES_MIN_TASK_PIXELS {
+            // Whole cache lines per task where the plane is.
+            (c_out, pixels.div_ceil(threads).next_multiple_of(16))
+        } else {
+            (c_out.div_ceil(threads).div_ceil(step) * step, pixels)
+        };
         let output = &mut output[..c_out * pixels];
-        pool.for_each_chunk_mut(output, per_task * pixels, 1, |t, planes| {
-            let first = t * per_task;
-            let channels = first..(first + planes.len() / pixels).min(c_out);
-            pointwise_lanes::run(cpu, wide, &op, channels, planes);
+        let Some(blocks) = ColumnBlocks::grid(output, (c_out, pixels), pixels, block) else {
+            return false;
+        };
+        let sums = &mut sums[..blocks.blocks() * LANES_TASK_SCRATCH];
+        let ok = AtomicBool::new(true);
+        let wide = isa.avx512().is_some();
+        pool.for_each_chunk_mut(sums, LANES_TASK_SCRATCH, 1, |t, sums| {
+            let done = blocks.take(t).is_some_and(|mut out| {
+                let ranges = (blocks.rows(t), blocks.columns(t));
+                channels_in_lanes::run(cpu, wide, &op, ranges, &mut out, sums)
+            });
+            if !done {
+                ok.store(false, Ordering::Relaxed);
+            }
         });
-        return true;
+        return ok.load(Ordering::Relaxed);
     }
     let _ = (pool, isa, clamp);
     false
+}
+
+/// `input`'s planes copied into `padded` as planes of `rows x cols`, input pixel
+/// `(y, x)` at `(y + pad_top, x + pad_left)`, zeros elsewhere; in parallel, a range of
+/// planes per task. `padded` holds exactly `in_channels` such planes.
+#[cfg(target_arch = "x86_64")]
+fn pad_planes(
+    pool: &ThreadPool,
+    g: &ConvGeometry,
+    (rows, cols): (usize, usize),
+    input: &[f32],
+    padded: &mut [f32],
+) {
+    let in_plane = g.in_h * g.in_w;
+    let (x0, x1) = (g.pad_left.min(cols), (g.pad_left + g.in_w).min(cols));
+    let min_planes = (crate::GRAIN_SIZE / (rows * cols).max(1)).max(1);
+    pool.for_each_chunk_mut(padded, rows * cols, min_planes, |c, plane| {
+        let src = &input[c * in_plane..(c + 1) * in_plane];
+        for (y, row) in plane.chunks_exact_mut(cols).enumerate() {
+            match (y.checked_sub(g.pad_top), x1 > x0) {
+                (Some(sy), true) if sy < g.in_h => {
+                    row[..x0].fill(0.0);
+                    row[x0..x1].copy_from_slice(&src[sy * g.in_w..][..x1 - x0]);
+                    row[x1..].fill(0.0);
+                }
+                _ => row.fill(0.0),
+            }
+        }
+    });
 }
 
 /// Scratch elements a plane convolution or [`PlaneMaxPool`] runs best with for `g`
@@ -1400,58 +1515,101 @@ mod tests {
         assert!(!col2im_add_nchw(&g, &[0.0; 80], &mut [0.0; 9]));
     }
 
-    /// `pointwise_channels_in_lanes`'s sums in its order: products in input-channel
-    /// order, fused, from 0; then the bias; then the clamp.
-    fn pointwise_reference(
-        sizes: PointwiseSizes,
+    /// `conv_channels_in_lanes`'s sums in its order: products in filter-row order
+    /// (input channel, then tap row, then tap column; a tap in the padding reads 0),
+    /// fused, from 0; then the bias; then the clamp. `filter` is input-channel major.
+    fn lanes_reference(
+        g: &ConvGeometry,
         (input, filter): (&[f32], &[f32]),
         (bias, clamp): (Option<&[f32]>, Option<(f32, f32)>),
     ) -> Vec<f32> {
-        let PointwiseSizes {
-            c_in,
-            c_out,
-            pixels,
-        } = sizes;
-        let mut out = vec![0f32; c_out * pixels];
+        let (c_in, c_out, px) = (g.in_channels(), g.out_channels(), g.out_pixels());
+        let (kh, kw) = (g.kernel_h, g.kernel_w);
+        let mut out = vec![0f32; c_out * px];
         for co in 0..c_out {
-            for p in 0..pixels {
+            for p in 0..px {
+                let (oy, ox) = (p / g.out_w, p % g.out_w);
                 let mut acc = 0f32;
-                for k in 0..c_in {
-                    acc = input[k * pixels + p].mul_add(filter[k * c_out + co], acc);
+                for ci in 0..c_in {
+                    for ky in 0..kh {
+                        for kx in 0..kw {
+                            let x = match (g.source_row(oy, ky), g.source_col(ox, kx)) {
+                                (Some(y), Some(x)) => input[(ci * g.in_h + y) * g.in_w + x],
+                                _ => 0.0,
+                            };
+                            let w = filter[((ci * kh + ky) * kw + kx) * c_out + co];
+                            acc = x.mul_add(w, acc);
+                        }
+                    }
                 }
                 let v = acc + bias.map_or(0.0, |b| b[co]);
-                out[co * pixels + p] = clamp.map_or(v, |c| crate::output_clamp(v, c));
+                out[co * px + p] = clamp.map_or(v, |c| crate::output_clamp(v, c));
             }
         }
         out
     }
 
+    /// Geometries of one group for the channels-in-lanes kernel: planes up to 23x23
+    /// (more than one band of tiles, and enough pixels to split them over threads),
+    /// kernels up to 3x3 with stride, dilation and padding, depths of one block and of
+    /// several.
+    fn lanes_geometry() -> impl Strategy<Value = ConvGeometry> {
+        (
+            (1usize..24, 1usize..24, 1usize..4, 1usize..4),
+            (1usize..3, 1usize..3, 1usize..3, 1usize..3),
+            (0usize..3, 0usize..3, 1usize..20, 1usize..40),
+        )
+            .prop_filter_map(
+                "kernel fits",
+                |((ih, iw, kh, kw), (sh, sw, dh, dw), (ph, pw, ci, co))| {
+                    let g =
+                        ConvGeometry::same_on_both_axes((ih, iw), (kh, kw), (1, 0), (1, ci, co));
+                    let (eff_h, eff_w) = (dh * (kh - 1) + 1, dw * (kw - 1) + 1);
+                    if ih + 2 * ph < eff_h || iw + 2 * pw < eff_w {
+                        return None;
+                    }
+                    Some(ConvGeometry {
+                        out_h: (ih + 2 * ph - eff_h) / sh + 1,
+                        out_w: (iw + 2 * pw - eff_w) / sw + 1,
+                        stride_h: sh,
+                        stride_w: sw,
+                        dilation_h: dh,
+                        dilation_w: dw,
+                        pad_top: ph,
+                        pad_left: pw,
+                        ..g
+                    })
+                },
+            )
+    }
+
     proptest! {
-        /// The channels-in-lanes pointwise kernel gives the reference's bits on every
-        /// instruction set of this CPU that has it, over channel counts and planes that
-        /// are and are not whole tiles and vectors, on 1 to 3 threads, with and
-        /// without bias and clamp.
+        /// The channels-in-lanes kernel gives the reference's bits on every instruction
+        /// set of this CPU that has it, over planes and channel counts that are and are
+        /// not whole tiles and vectors, padded or read in place, on 1 to 3 threads
+        /// (split by channels or by pixels), with and without bias and clamp.
         #[test]
-        fn pointwise_channels_in_lanes_matches_the_reference(
-            (c_in, c_out, pixels) in (1usize..40, 1usize..90, 1usize..60),
+        fn channels_in_lanes_matches_the_reference(
+            g in lanes_geometry(),
             threads in 1usize..4,
             (with_bias, with_clamp) in (any::<bool>(), any::<bool>()),
             seed in 0u32..100,
         ) {
-            let sizes = PointwiseSizes { c_in, c_out, pixels };
-            let input = grid_values(c_in * pixels, seed);
-            let filter = grid_values(c_in * c_out, seed + 1);
+            let (c_in, c_out, px) = (g.in_channels(), g.out_channels(), g.out_pixels());
+            let input = grid_values(c_in * g.in_h * g.in_w, seed);
+            let filter = grid_values(g.patch_len() * c_out, seed + 1);
             let bias = grid_values(c_out, seed + 2);
             let bias = with_bias.then_some(&bias[..]);
             let clamp = with_clamp.then_some((-0.5f32, 0.75f32));
-            let want = pointwise_reference(sizes, (&input, &filter), (bias, clamp));
+            let want = lanes_reference(&g, (&input, &filter), (bias, clamp));
             let pool = ThreadPool::new(threads).expect("a pool");
+            let mut scratch = vec![f32::NAN; channels_in_lanes_scratch_len(&g, threads)];
             for &isa in Isa::available() {
-                let mut out = vec![f32::NAN; c_out * pixels];
-                let ran = pointwise_channels_in_lanes(
-                    &pool, isa, sizes, (&input, &filter), (bias, clamp), &mut out,
+                let mut out = vec![f32::NAN; c_out * px];
+                let ran = conv_channels_in_lanes(
+                    &pool, isa, &g, (&input, &filter), (bias, clamp), &mut out, &mut scratch,
                 );
-                prop_assert_eq!(ran, has_pointwise_channels_in_lanes(isa));
+                prop_assert_eq!(ran, has_channels_in_lanes(isa));
                 if ran {
                     prop_assert_eq!(&out, &want, "{}", isa.name());
                 }
@@ -1459,40 +1617,69 @@ mod tests {
         }
     }
 
-    /// Slices shorter than the sizes say are refused, nothing written.
+    /// Slices shorter than the geometry says, too little scratch, and more than one
+    /// group are refused, nothing written.
     #[test]
-    fn pointwise_channels_in_lanes_refuses_short_slices() {
-        let sizes = PointwiseSizes {
-            c_in: 2,
-            c_out: 3,
-            pixels: 4,
-        };
+    fn channels_in_lanes_refuses_what_does_not_fit() {
+        // 2 input channels of 3x3, a 3x3 kernel padded by 1: 3 output channels of 3x3.
+        let g = ConvGeometry::same_on_both_axes((3, 3), (3, 3), (1, 1), (1, 2, 3));
         let pool = ThreadPool::serial();
         let isa = crate::dispatch().gemm;
-        let mut out = [7.0f32; 12];
+        let need = channels_in_lanes_scratch_len(&g, 1);
+        let mut scratch = vec![0f32; need];
+        let mut out = [7.0f32; 27];
         for (input, filter, bias) in [
-            (&[0f32; 7][..], &[0f32; 6][..], None),
-            (&[0f32; 8][..], &[0f32; 5][..], None),
-            (&[0f32; 8][..], &[0f32; 6][..], Some(&[0f32; 2][..])),
+            (&[0f32; 17][..], &[0f32; 54][..], None),
+            (&[0f32; 18][..], &[0f32; 53][..], None),
+            (&[0f32; 18][..], &[0f32; 54][..], Some(&[0f32; 2][..])),
         ] {
-            let ran = pointwise_channels_in_lanes(
+            let operands = (input, filter);
+            let ran = conv_channels_in_lanes(
                 &pool,
                 isa,
-                sizes,
-                (input, filter),
+                &g,
+                operands,
                 (bias, None),
                 &mut out,
+                &mut scratch,
             );
             assert!(!ran);
         }
-        assert!(!pointwise_channels_in_lanes(
+        let operands = (&[0.0; 18][..], &[0.0; 54][..]);
+        let short = &mut scratch[..need - 1];
+        assert!(!conv_channels_in_lanes(
             &pool,
             isa,
-            sizes,
-            (&[0.0; 8], &[0.0; 6]),
+            &g,
+            operands,
             (None, None),
-            &mut out[..11]
+            &mut out,
+            short
         ));
-        assert_eq!(out, [7.0; 12]);
+        let mut scratch = vec![0f32; need];
+        assert!(!conv_channels_in_lanes(
+            &pool,
+            isa,
+            &g,
+            operands,
+            (None, None),
+            &mut out[..26],
+            &mut scratch
+        ));
+        let grouped = ConvGeometry {
+            groups: 2,
+            group_in: 1,
+            ..g
+        };
+        assert!(!conv_channels_in_lanes(
+            &pool,
+            isa,
+            &grouped,
+            operands,
+            (None, None),
+            &mut out,
+            &mut scratch
+        ));
+        assert_eq!(out, [7.0; 27]);
     }
 }

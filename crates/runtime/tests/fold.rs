@@ -399,7 +399,8 @@ fn a_batch_norm_after_a_convolution_folds_into_it() {
         let plan = program(&bytes, true).plan("forward").unwrap();
         // Over 4x4 planes the contiguous filter is stored input-channel major where the
         // CPU has the kernel for it.
-        let input_major = usize::from(prefers_input_major_filter(16, 27) && !channels_last_weight);
+        let input_major =
+            usize::from(prefers_input_major_filter(16, 27, 9) && !channels_last_weight);
         assert_eq!(
             plan.folded_steps(),
             FoldCounts {
@@ -419,7 +420,7 @@ fn small_plane_pointwise_filters_are_stored_input_major() {
     // Where the CPU has the channels-in-lanes kernel, a 1x1 convolution over 4x4
     // planes reads its filter `[c_in, c_out]`: the batch norm fold makes it so (one
     // copy: a [3, 3, 1, 1] weight and a [3] bias, each on a cache line).
-    let stored = usize::from(prefers_input_major_filter(16, 3));
+    let stored = usize::from(prefers_input_major_filter(16, 3, 1));
     let variant = Variant {
         pointwise: true,
         ..Default::default()
@@ -543,7 +544,7 @@ fn an_activation_after_a_convolution_becomes_its_output_clamp() {
     let counts = plan.folded_steps();
     // Over 4x4 planes the filter (216 bytes) is stored input-channel major where the
     // CPU has the kernel for it.
-    let stored = if prefers_input_major_filter(16, 27) {
+    let stored = if prefers_input_major_filter(16, 27, 9) {
         256
     } else {
         0

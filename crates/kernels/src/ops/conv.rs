@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use etch_linalg::conv::ConvGeometry;
 use etch_linalg::conv_nchw::{
-    Im2col, PlaneConv, PointwiseSizes, col2im_add_nchw, has_pointwise_channels_in_lanes,
-    im2col_nchw, plane_scratch_len, pointwise_channels_in_lanes,
+    CHANNELS_IN_LANES_MAX_TAPS, Im2col, PlaneConv, channels_in_lanes_scratch_len, col2im_add_nchw,
+    conv_channels_in_lanes, has_channels_in_lanes, plane_scratch_len,
 };
 use etch_linalg::gemm::{self, Elems, Gemm};
 use etch_memory::ColumnBlocks;
@@ -263,7 +263,7 @@ fn convolution(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
         }
     } else if conv.g.group_in == 1 && conv.g.groups > 1 {
         depthwise(ctx, &conv, io)?;
-    } else if input_major && has_pointwise_channels_in_lanes(isa()) {
+    } else if input_major && runs_channels_in_lanes(&conv.g) {
         channels_in_lanes(ctx, &conv, io)?;
     } else {
         im2col_gemm(ctx, &conv, io, input_major)?;
@@ -416,25 +416,48 @@ fn isa() -> etch_linalg::Isa {
 /// splits the depth.
 pub const INPUT_MAJOR_MAX_PIXELS: usize = 64;
 
-/// Most products per output (`c_in * kh * kw`) of a convolution that prefers its filter
-/// stored input-channel major ([`prefers_input_major_filter`]). The channels-in-lanes
-/// kernel streams a panel's whole filter column (`depth` rows) once per tile of pixels
-/// without blocking the depth: ResNet-18's 3x3 512-channel layers at 7x7 (depth 4608,
-/// a 0.9 MB panel) took 1.6x as long as the GEMM; MobileNetV2's deepest 7x7 layer has
-/// depth 960, ResNet-18's 1x1 downsampling to 7x7 256 (0.75x the GEMM's time).
+/// Most products per output (`c_in * kh * kw`) of a small-plane convolution that
+/// prefers its filter stored input-channel major ([`prefers_input_major_filter`]).
+/// ResNet-18's 3x3 512-channel layers at 7x7 (depth 4608) took as long as the GEMM even
+/// with the depth blocked; MobileNetV2's deepest 7x7 layer has depth 960, ResNet-18's 1x1 downsampling
+/// to 7x7 256 (0.75x the GEMM's time).
 pub const INPUT_MAJOR_MAX_DEPTH: usize = 1024;
 
-/// Whether a convolution of one group (not transposed) with `depth` products per output
-/// (`c_in * kh * kw`) whose output planes have `pixels` pixels runs faster with its
-/// filter stored input-channel major (dim order `(1, 2, 3, 0)`, `[c_in * kh * kw,
-/// c_out]` in memory; `(1, 0, 2, 3)` for a 1x1 filter): on planes of at most
-/// [`INPUT_MAJOR_MAX_PIXELS`] pixels and at most [`INPUT_MAJOR_MAX_DEPTH`] products,
-/// where this CPU has the channels-in-lanes kernel (AVX2 or AVX-512). Load-time folding
-/// stores constant filters so when this holds.
-pub fn prefers_input_major_filter(pixels: usize, depth: usize) -> bool {
-    (1..=INPUT_MAJOR_MAX_PIXELS).contains(&pixels)
-        && (1..=INPUT_MAJOR_MAX_DEPTH).contains(&depth)
-        && has_pointwise_channels_in_lanes(isa())
+/// Fewest pixels of an output plane on which a convolution with more than one tap
+/// prefers its filter stored input-channel major ([`prefers_input_major_filter`]): 56x56.
+/// There the channels-in-lanes kernel reads the input planes in place (or padded once)
+/// where the GEMM packs every value into its panels once per tap: in isolation
+/// ResNet-18's stem (7x7, stride 2, 112x112 out) took 0.89-0.95x the GEMM's time, its
+/// 3x3 layers at 56x56 0.91-0.97x, MobileNetV2's stem 0.91-0.99x; on 28x28 and smaller
+/// planes the two were within 5%, and a strided 1x1 convolution was 1.1-1.4x slower.
+pub const INPUT_MAJOR_MIN_PIXELS_WITH_TAPS: usize = 56 * 56;
+
+/// Fewest products per output (`c_in * kh * kw`) of a convolution over large planes
+/// with more than one tap that prefers its filter stored input-channel major
+/// ([`prefers_input_major_filter`]). With few, the transposed stores of each tile weigh
+/// more: MobileNetV2's stem (3x3 over 3 channels, depth 27) was 6% slower in a whole
+/// call; ResNet-18's (7x7 over 3 channels, depth 147) 7% faster.
+pub const INPUT_MAJOR_MIN_DEPTH_WITH_TAPS: usize = 128;
+
+/// Whether a convolution of one group (not transposed) with `taps` taps (`kh * kw`) and
+/// `depth` products per output (`c_in * kh * kw`) whose output planes have `pixels`
+/// pixels runs faster with its filter stored input-channel major (dim order `(1, 2, 3,
+/// 0)`, `[c_in * kh * kw, c_out]` in memory; `(1, 0, 2, 3)` for a 1x1 filter), where
+/// this CPU has the channels-in-lanes kernel (AVX2 or AVX-512) and the kernel has at
+/// most [`CHANNELS_IN_LANES_MAX_TAPS`] taps: on planes of at most
+/// [`INPUT_MAJOR_MAX_PIXELS`] pixels and at most [`INPUT_MAJOR_MAX_DEPTH`] products, or
+/// with more than one tap on planes of at least [`INPUT_MAJOR_MIN_PIXELS_WITH_TAPS`] and
+/// at least [`INPUT_MAJOR_MIN_DEPTH_WITH_TAPS`] products.
+/// Load-time folding stores constant filters so when this holds.
+pub fn prefers_input_major_filter(pixels: usize, depth: usize, taps: usize) -> bool {
+    let small = (1..=INPUT_MAJOR_MAX_PIXELS).contains(&pixels)
+        && (1..=INPUT_MAJOR_MAX_DEPTH).contains(&depth);
+    let large_with_taps = taps > 1
+        && pixels >= INPUT_MAJOR_MIN_PIXELS_WITH_TAPS
+        && depth >= INPUT_MAJOR_MIN_DEPTH_WITH_TAPS;
+    (small || large_with_taps)
+        && (1..=CHANNELS_IN_LANES_MAX_TAPS).contains(&taps)
+        && has_channels_in_lanes(isa())
 }
 
 /// True when `w` is the filter of a convolution of one group stored input-channel
@@ -455,10 +478,16 @@ fn is_input_major(conv: &Conv, w: &Tensor) -> bool {
         && (w.dim_order() == general || (one_by_one && w.dim_order() == pointwise))
 }
 
+/// Whether this CPU runs a convolution of `g` with an input-major filter in the
+/// channels-in-lanes kernel: it has one, and the kernel has at most
+/// [`CHANNELS_IN_LANES_MAX_TAPS`] taps.
+fn runs_channels_in_lanes(g: &ConvGeometry) -> bool {
+    has_channels_in_lanes(isa()) && g.kernel_h * g.kernel_w <= CHANNELS_IN_LANES_MAX_TAPS
+}
+
 /// A convolution of one group with an input-channel-major filter, the output channels
-/// in the vector lanes, one image at a time: a pointwise one reads the input planes
-/// themselves, any other its im2col rows, written into scratch (in parallel, a range
-/// of rows per task).
+/// in the vector lanes, one image at a time, reading the input planes in place or
+/// through a zero-padded copy in scratch.
 fn channels_in_lanes(
     ctx: &KernelContext<'_>,
     conv: &Conv,
@@ -467,19 +496,11 @@ fn channels_in_lanes(
     let Operands { xs, ws, bs, os } = io;
     let g = &conv.g;
     let pool = ctx.pool();
-    let sizes = PointwiseSizes {
-        c_in: g.patch_len(),
-        c_out: g.out_channels(),
-        pixels: g.out_pixels(),
-    };
     let (in_img, out_img) = (
         g.in_channels() * g.in_h * g.in_w,
-        sizes.c_out * sizes.pixels,
+        g.out_channels() * g.out_pixels(),
     );
-    let mut col = match g.is_pointwise() {
-        true => None,
-        false => Some(ctx.scratch_dirty::<f32>(sizes.c_in * sizes.pixels)?),
-    };
+    let scratch = ctx.scratch_dirty::<f32>(channels_in_lanes_scratch_len(g, pool.threads()))?;
     let clamp = ctx.epilogue().clamp;
     for n in 0..conv.batch {
         let x = xs.get(n * in_img..(n + 1) * in_img);
@@ -487,23 +508,7 @@ fn channels_in_lanes(
         let (Some(x), Some(o)) = (x, o) else {
             return Err(geometry_error());
         };
-        let rows: &[f32] = match col.as_deref_mut() {
-            None => x,
-            Some(col) => {
-                let per_task = sizes.c_in.div_ceil(pool.threads()).max(1);
-                let ok = AtomicBool::new(true);
-                pool.for_each_chunk_mut(col, per_task * sizes.pixels, 1, |t, chunk| {
-                    let first = t * per_task;
-                    let rows = first..first + chunk.len() / sizes.pixels;
-                    if !im2col_nchw(g, x, rows, chunk) {
-                        ok.store(false, Ordering::Relaxed);
-                    }
-                });
-                geometry_checked(&ok)?;
-                col
-            }
-        };
-        if !pointwise_channels_in_lanes(pool, isa(), sizes, (rows, ws), (bs, clamp), o) {
+        if !conv_channels_in_lanes(pool, isa(), g, (x, ws), (bs, clamp), o, scratch) {
             return Err(geometry_error());
         }
     }

@@ -51,10 +51,11 @@ pub(super) fn input_major_order(
     };
     let pixels: usize = out.sizes().get(2..)?.iter().product();
     let depth: usize = weight.sizes().get(1..)?.iter().product();
+    let taps: usize = weight.sizes().get(2..)?.iter().product();
     (plain
         && weight.is_contiguous()
         && out.rank() == weight.rank()
-        && prefers_input_major_filter(pixels, depth))
+        && prefers_input_major_filter(pixels, depth, taps))
     .then_some(order)
 }
 
