@@ -46,6 +46,12 @@ pub struct RunArgs {
     /// time (outputs are from the last run).
     #[arg(long, default_value_t = 1, value_name = "N")]
     repeat: usize,
+    /// Runs the first call this many times before any timed run (not timed, not
+    /// profiled, not counted in the allocations), as benchmark harnesses do: the first
+    /// call of a method touches its memory plan and scratch for the first time. Default:
+    /// 1 with --repeat above 1, else 0.
+    #[arg(long, value_name = "N")]
+    warmup: Option<usize>,
     /// Idle this many milliseconds before each run (not timed), so that each run starts
     /// as an application's occasional call does: the pool's workers asleep, caches and
     /// clocks cooled. 0 runs them back to back.
@@ -232,8 +238,16 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         })
         .collect::<anyhow::Result<_>>()?;
     module.load_method(&args.method)?;
-    module.method_mut(&args.method)?.set_profiling(args.profile);
     let load_time = load_start.elapsed();
+    let warmup = args.warmup.unwrap_or(usize::from(args.repeat > 1));
+    if let Some(first) = inputs.first() {
+        for _ in 0..warmup {
+            let method = module.method_mut(&args.method)?;
+            method.set_inputs(first).context("warm-up call")?;
+            method.execute().context("warm-up call")?;
+        }
+    }
+    module.method_mut(&args.method)?.set_profiling(args.profile);
 
     let mut results = Vec::new();
     for (k, call_inputs) in inputs.iter().enumerate() {

@@ -189,6 +189,26 @@ fn run_writes_outputs() {
     assert!(dir.path().join("out0.npy").exists());
 }
 
+/// With `--repeat`, one warm-up call runs first by default (untimed, uncounted): the
+/// timed runs of a warmed-up method allocate nothing. `--warmup 0` counts the first
+/// call's allocations (its memory plan and scratch are touched for the first time).
+#[test]
+fn run_warms_up_before_timed_repeats() {
+    let allocations = |extra: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let v = json_stdout(&run_tiny_llama(dir.path(), extra));
+        v["calls"][0]["heap_allocations_per_run"]
+            .as_f64()
+            .expect("an allocation count")
+    };
+    assert_eq!(allocations(&["--repeat", "3", "--json"]), 0.0);
+    assert_eq!(
+        allocations(&["--repeat", "1", "--warmup", "2", "--json"]),
+        0.0
+    );
+    assert!(allocations(&["--repeat", "3", "--warmup", "0", "--json"]) > 0.0);
+}
+
 #[test]
 fn run_profile_json_lists_operators_and_every_instruction() {
     let dir = tempfile::tempdir().unwrap();
