@@ -423,20 +423,16 @@ pub const INPUT_MAJOR_MAX_PIXELS: usize = 64;
 /// to 7x7 256 (0.75x the GEMM's time).
 pub const INPUT_MAJOR_MAX_DEPTH: usize = 1024;
 
-/// Fewest pixels of an output plane on which a convolution with more than one tap
-/// prefers its filter stored input-channel major ([`prefers_input_major_filter`]): 56x56.
-/// There the channels-in-lanes kernel reads the input planes in place (or padded once)
-/// where the GEMM packs every value into its panels once per tap: in isolation
-/// ResNet-18's stem (7x7, stride 2, 112x112 out) took 0.89-0.95x the GEMM's time, its
-/// 3x3 layers at 56x56 0.91-0.97x, MobileNetV2's stem 0.91-0.99x; on 28x28 and smaller
-/// planes the two were within 5%, and a strided 1x1 convolution was 1.1-1.4x slower.
-pub const INPUT_MAJOR_MIN_PIXELS_WITH_TAPS: usize = 56 * 56;
-
-/// Fewest products per output (`c_in * kh * kw`) of a convolution over large planes
-/// with more than one tap that prefers its filter stored input-channel major
-/// ([`prefers_input_major_filter`]). With few, the transposed stores of each tile weigh
-/// more: MobileNetV2's stem (3x3 over 3 channels, depth 27) was 6% slower in a whole
-/// call; ResNet-18's (7x7 over 3 channels, depth 147) 7% faster.
+/// Fewest products per output (`c_in * kh * kw`) of a convolution with more than one
+/// tap that prefers its filter stored input-channel major
+/// ([`prefers_input_major_filter`]), on planes of any size. There the channels-in-lanes
+/// kernel reads the input planes in place (or padded once) where the GEMM packs every
+/// value into its panels once per tap: in a whole ResNet-18 call its 3x3 layers took
+/// 0.89-0.94x the GEMM's time at 56x56 to 14x14 and 0.73-0.82x at 7x7 (depth 4608, the
+/// depth blocked), one thread; the whole call 0.90x on one thread and 0.88-0.93x on two.
+/// With few products the transposed stores of each tile weigh more: MobileNetV2's stem
+/// (3x3 over 3 channels, depth 27) was 6% slower; ResNet-18's (7x7 over 3 channels,
+/// depth 147) 7% faster.
 pub const INPUT_MAJOR_MIN_DEPTH_WITH_TAPS: usize = 128;
 
 /// Whether a convolution of one group (not transposed) with `taps` taps (`kh * kw`) and
@@ -446,16 +442,13 @@ pub const INPUT_MAJOR_MIN_DEPTH_WITH_TAPS: usize = 128;
 /// this CPU has the channels-in-lanes kernel (AVX2 or AVX-512) and the kernel has at
 /// most [`CHANNELS_IN_LANES_MAX_TAPS`] taps: on planes of at most
 /// [`INPUT_MAJOR_MAX_PIXELS`] pixels and at most [`INPUT_MAJOR_MAX_DEPTH`] products, or
-/// with more than one tap on planes of at least [`INPUT_MAJOR_MIN_PIXELS_WITH_TAPS`] and
-/// at least [`INPUT_MAJOR_MIN_DEPTH_WITH_TAPS`] products.
+/// with more than one tap and at least [`INPUT_MAJOR_MIN_DEPTH_WITH_TAPS`] products.
 /// Load-time folding stores constant filters so when this holds.
 pub fn prefers_input_major_filter(pixels: usize, depth: usize, taps: usize) -> bool {
     let small = (1..=INPUT_MAJOR_MAX_PIXELS).contains(&pixels)
         && (1..=INPUT_MAJOR_MAX_DEPTH).contains(&depth);
-    let large_with_taps = taps > 1
-        && pixels >= INPUT_MAJOR_MIN_PIXELS_WITH_TAPS
-        && depth >= INPUT_MAJOR_MIN_DEPTH_WITH_TAPS;
-    (small || large_with_taps)
+    let deep_with_taps = taps > 1 && depth >= INPUT_MAJOR_MIN_DEPTH_WITH_TAPS;
+    (small || deep_with_taps)
         && (1..=CHANNELS_IN_LANES_MAX_TAPS).contains(&taps)
         && has_channels_in_lanes(isa())
 }
