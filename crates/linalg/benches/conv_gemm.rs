@@ -102,16 +102,14 @@ fn bench(c: &mut Criterion) {
         if conv_nchw::has_channels_in_lanes(isa) {
             let filter_t = input_major(&filter, c_out);
             let mut lanes_scratch = vec![0f32; conv_nchw::channels_in_lanes_scratch_len(&g, 1)];
+            let operands = (&input[..], &filter_t[..], &bias[..]);
             group.bench_function("lanes", |b| {
                 b.iter(|| {
-                    let operands = (&input[..], &filter_t[..]);
-                    let epilogue = (Some(&bias[..]), Some((0.0, f32::INFINITY)));
-                    conv_nchw::conv_channels_in_lanes(
+                    lanes(
                         &pool,
-                        isa,
                         &g,
                         operands,
-                        epilogue,
+                        f32::INFINITY,
                         &mut output,
                         &mut lanes_scratch,
                     )
@@ -120,6 +118,21 @@ fn bench(c: &mut Criterion) {
         }
         group.finish();
     }
+}
+
+/// The channels-in-lanes convolution of `g` (filter input-channel major), a bias per
+/// output channel, clamped into `0 ..= hi`.
+fn lanes(
+    pool: &ThreadPool,
+    g: &ConvGeometry,
+    (input, filter, bias): (&[f32], &[f32], &[f32]),
+    hi: f32,
+    output: &mut [f32],
+    scratch: &mut [f32],
+) -> bool {
+    let isa = dispatch().gemm;
+    let epilogue = (Some(bias), Some((0.0, hi)));
+    conv_nchw::conv_channels_in_lanes(pool, isa, g, (input, filter), epilogue, output, scratch)
 }
 
 /// `filter` (`[c_out, depth]`) stored input-channel major, `[depth, c_out]`.
@@ -219,20 +232,11 @@ fn bench_pointwise(c: &mut Criterion) {
                     ConvGeometry::same_on_both_axes((size, size), (1, 1), (1, 0), (1, c_in, c_out));
                 let mut lanes_scratch =
                     vec![0f32; conv_nchw::channels_in_lanes_scratch_len(&g, threads)];
+                let operands = (&input[..], &filter_t[..], &bias[..]);
                 group.bench_function(format!("lanes_t{threads}"), |b| {
                     b.iter(|| {
                         pool.install_hot(|| {
-                            let operands = (&input[..], &filter_t[..]);
-                            let epilogue = (Some(&bias[..]), Some((0.0, 6.0)));
-                            conv_nchw::conv_channels_in_lanes(
-                                &pool,
-                                isa,
-                                &g,
-                                operands,
-                                epilogue,
-                                &mut output,
-                                &mut lanes_scratch,
-                            )
+                            lanes(&pool, &g, operands, 6.0, &mut output, &mut lanes_scratch)
                         })
                     })
                 });

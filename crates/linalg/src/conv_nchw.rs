@@ -1058,7 +1058,7 @@ pub fn conv_transpose2d_nchw_reference(
 mod tests {
     use super::*;
     use crate::dense::{Mat, matmul_nt};
-    use crate::test_util::{conv_geometry, grid_values};
+    use crate::test_util::{conv_geometry, geometry, grid_values};
     use proptest::prelude::*;
 
     proptest! {
@@ -1559,28 +1559,9 @@ mod tests {
             (1usize..3, 1usize..3, 1usize..3, 1usize..3),
             (0usize..3, 0usize..3, 1usize..20, 1usize..40),
         )
-            .prop_filter_map(
-                "kernel fits",
-                |((ih, iw, kh, kw), (sh, sw, dh, dw), (ph, pw, ci, co))| {
-                    let g =
-                        ConvGeometry::same_on_both_axes((ih, iw), (kh, kw), (1, 0), (1, ci, co));
-                    let (eff_h, eff_w) = (dh * (kh - 1) + 1, dw * (kw - 1) + 1);
-                    if ih + 2 * ph < eff_h || iw + 2 * pw < eff_w {
-                        return None;
-                    }
-                    Some(ConvGeometry {
-                        out_h: (ih + 2 * ph - eff_h) / sh + 1,
-                        out_w: (iw + 2 * pw - eff_w) / sw + 1,
-                        stride_h: sh,
-                        stride_w: sw,
-                        dilation_h: dh,
-                        dilation_w: dw,
-                        pad_top: ph,
-                        pad_left: pw,
-                        ..g
-                    })
-                },
-            )
+            .prop_filter_map("kernel fits", |(size, steps, (ph, pw, ci, co))| {
+                geometry(size, steps, (ph, pw), (1, ci, co))
+            })
     }
 
     proptest! {
@@ -1646,26 +1627,21 @@ mod tests {
             assert!(!ran);
         }
         let operands = (&[0.0; 18][..], &[0.0; 54][..]);
-        let short = &mut scratch[..need - 1];
-        assert!(!conv_channels_in_lanes(
-            &pool,
-            isa,
-            &g,
-            operands,
-            (None, None),
-            &mut out,
-            short
-        ));
-        let mut scratch = vec![0f32; need];
-        assert!(!conv_channels_in_lanes(
-            &pool,
-            isa,
-            &g,
-            operands,
-            (None, None),
-            &mut out[..26],
-            &mut scratch
-        ));
+        let mut full = vec![0f32; need];
+        let mut short = vec![0f32; need - 1];
+        for (len, scratch) in [(27, &mut short), (26, &mut full)] {
+            let ran = conv_channels_in_lanes(
+                &pool,
+                isa,
+                &g,
+                operands,
+                (None, None),
+                &mut out[..len],
+                scratch,
+            );
+            assert!(!ran);
+        }
+        let mut scratch = full;
         let grouped = ConvGeometry {
             groups: 2,
             group_in: 1,

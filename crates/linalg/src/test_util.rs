@@ -36,33 +36,43 @@ pub(crate) fn conv_geometry() -> impl Strategy<Value = ConvGeometry> {
         (1usize..4, 1usize..4, 1usize..3, 1usize..3),
         (0usize..3, 0usize..3, 1usize..3, 1usize..4, 1usize..4),
     )
-        .prop_filter_map(
-            "kernel fits",
-            |((ih, iw, kh, kw), (sh, sw, dh, dw), (ph, pw, groups, gi, go))| {
-                let eff_h = dh * (kh - 1) + 1;
-                let eff_w = dw * (kw - 1) + 1;
-                if ih + 2 * ph < eff_h || iw + 2 * pw < eff_w {
-                    return None;
-                }
-                Some(ConvGeometry {
-                    in_h: ih,
-                    in_w: iw,
-                    out_h: (ih + 2 * ph - eff_h) / sh + 1,
-                    out_w: (iw + 2 * pw - eff_w) / sw + 1,
-                    kernel_h: kh,
-                    kernel_w: kw,
-                    stride_h: sh,
-                    stride_w: sw,
-                    dilation_h: dh,
-                    dilation_w: dw,
-                    pad_top: ph,
-                    pad_left: pw,
-                    groups,
-                    group_in: gi,
-                    group_out: go,
-                })
-            },
-        )
+        .prop_filter_map("kernel fits", |(size, steps, (ph, pw, groups, gi, go))| {
+            geometry(size, steps, (ph, pw), (groups, gi, go))
+        })
+}
+
+/// The geometry of an `ih x iw` input, a `kh x kw` kernel, strides `(sh, sw)`,
+/// dilations `(dh, dw)`, padding `(ph, pw)` before and after, and `(groups, group_in,
+/// group_out)` channels, the output as large as they allow; `None` when the dilated
+/// kernel does not fit the padded input.
+pub(crate) fn geometry(
+    (ih, iw, kh, kw): (usize, usize, usize, usize),
+    (sh, sw, dh, dw): (usize, usize, usize, usize),
+    (ph, pw): (usize, usize),
+    (groups, group_in, group_out): (usize, usize, usize),
+) -> Option<ConvGeometry> {
+    let eff_h = dh * (kh - 1) + 1;
+    let eff_w = dw * (kw - 1) + 1;
+    if ih + 2 * ph < eff_h || iw + 2 * pw < eff_w {
+        return None;
+    }
+    Some(ConvGeometry {
+        in_h: ih,
+        in_w: iw,
+        out_h: (ih + 2 * ph - eff_h) / sh + 1,
+        out_w: (iw + 2 * pw - eff_w) / sw + 1,
+        kernel_h: kh,
+        kernel_w: kw,
+        stride_h: sh,
+        stride_w: sw,
+        dilation_h: dh,
+        dilation_w: dw,
+        pad_top: ph,
+        pad_left: pw,
+        groups,
+        group_in,
+        group_out,
+    })
 }
 
 /// An f32 matrix view at offset 0 with strides `rs` and `cs`.
