@@ -207,6 +207,13 @@ fn run_warms_up_before_timed_repeats() {
         0.0
     );
     assert!(allocations(&["--repeat", "3", "--warmup", "0", "--json"]) > 0.0);
+    // A count that is not one is refused, naming the flag.
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_tiny_llama(dir.path(), &["--repeat", "3", "--warmup", "many"]);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "a negative --warmup ran: {err}");
+    assert!(err.contains("--warmup"), "the flag is not named: {err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
 }
 
 #[test]

@@ -324,9 +324,8 @@ impl Raw {
 
     /// `acc[v][r] += x[r][ci * plane + tap] * filter[ci * taps + t][co + v * LANES ..]`
     /// for the input channels `c0 .. c1` and every tap, in filter-row order. The sums
-    /// come by `&mut`: with no other way to reach them, they stay in registers through
-    /// the loops (as an array local to the tile, the compiler also stored each one to
-    /// memory at every step).
+    /// stay in registers through the loops as long as nothing indexes `acc` by a
+    /// variable (see the finish in [`Raw::tile`]).
     ///
     /// Where the tile's pixels lie one or two values apart in the input (a tile inside
     /// one output row, stride 1 or 2), every pixel is read from the first one's
