@@ -417,10 +417,12 @@ fn isa() -> etch_linalg::Isa {
 pub const INPUT_MAJOR_MAX_PIXELS: usize = 64;
 
 /// Most products per output (`c_in * kh * kw`) of a small-plane convolution that
-/// prefers its filter stored input-channel major ([`prefers_input_major_filter`]).
-/// ResNet-18's 3x3 512-channel layers at 7x7 (depth 4608) took as long as the GEMM even
-/// with the depth blocked; MobileNetV2's deepest 7x7 layer has depth 960, ResNet-18's 1x1 downsampling
-/// to 7x7 256 (0.75x the GEMM's time).
+/// prefers its filter stored input-channel major ([`prefers_input_major_filter`]). A
+/// 1x1 filter's depth is one block in the channels-in-lanes kernel (blocks made
+/// MobileNetV2's 7x7 pointwise layers 5-18% slower), so each tile streams the panel's
+/// whole filter column: MobileNetV2's deepest 7x7 layer has depth 960, ResNet-18's 1x1
+/// downsampling to 7x7 256 (0.75x the GEMM's time). Deeper filters with several taps
+/// qualify by [`INPUT_MAJOR_MIN_DEPTH_WITH_TAPS`].
 pub const INPUT_MAJOR_MAX_DEPTH: usize = 1024;
 
 /// Fewest products per output (`c_in * kh * kw`) of a convolution with more than one
