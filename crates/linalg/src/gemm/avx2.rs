@@ -16,6 +16,11 @@ x86::tile_entry!(
     kernel_6x16 = kernel::<Narrow, MR>, "avx2,fma"
 );
 
+x86::row_entry!(
+    /// [`x86::kernel_row`] of 6x16 tiles.
+    kernel_row_6x16 = <Narrow, MR>, "avx2,fma"
+);
+
 x86::tile_entry!(
     /// [`x86::kernel_one_vector`] of a 6x8 tile (at most 8 columns).
     kernel_6x8 = kernel_one_vector::<Narrow, MR>, "avx2,fma"

@@ -11,6 +11,11 @@ x86::tile_entry!(
     kernel_mrx32 = kernel::<Wide, AVX512_MR>, "avx512f"
 );
 
+x86::row_entry!(
+    /// [`x86::kernel_row`] of `AVX512_MR x 32` tiles.
+    kernel_row_mrx32 = <Wide, AVX512_MR>, "avx512f"
+);
+
 x86::tile_entry!(
     /// [`x86::kernel_one_vector`] of an `AVX512_MR x 16` tile (at most 16 columns).
     kernel_mrx16 = kernel_one_vector::<Wide, AVX512_MR>, "avx512f"

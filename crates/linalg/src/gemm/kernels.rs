@@ -106,7 +106,27 @@ pub(crate) enum APanel<'a> {
     Rows(&'a [f32], usize),
 }
 
-impl APanel<'_> {
+impl<'a> APanel<'a> {
+    /// The values the kernel reads over `kc` steps of `mr` rows, and (for the kernel)
+    /// their address and the stride of the rows (0: packed).
+    ///
+    /// # Panics
+    /// When the panel holds fewer values than `kc` steps need.
+    #[inline]
+    fn steps(self, mr: usize, kc: usize) -> (APanel<'a>, (*const f32, usize)) {
+        let a = match self {
+            APanel::Packed(p) => APanel::Packed(&p[..kc * mr]),
+            APanel::Rows(r, lda) => {
+                assert!(lda > 0, "rows of A read in place need a row stride");
+                APanel::Rows(&r[..(mr - 1) * lda + kc], lda)
+            }
+        };
+        match a {
+            APanel::Packed(p) => (a, (p.as_ptr(), 0)),
+            APanel::Rows(r, lda) => (a, (r.as_ptr(), lda)),
+        }
+    }
+
     /// A's value for row `r` at step `k`.
     #[inline]
     fn at(&self, mr: usize, r: usize, k: usize) -> f32 {
@@ -191,17 +211,7 @@ pub(crate) fn micro_kernel(
     (accumulate, post): (bool, Option<&TilePost>),
 ) {
     let t = Tile::of(isa);
-    // The A values the kernel reads, and the stride it reads them at (0: packed).
-    let (a, lda) = match a {
-        APanel::Packed(p) => (APanel::Packed(&p[..kc * t.mr]), 0),
-        APanel::Rows(r, lda) => {
-            assert!(lda > 0, "rows of A read in place need a row stride");
-            (APanel::Rows(&r[..(t.mr - 1) * lda + kc], lda), lda)
-        }
-    };
-    let a_ptr = match a {
-        APanel::Packed(p) | APanel::Rows(p, _) => p.as_ptr(),
-    };
+    let (a, (a_ptr, lda)) = a.steps(t.mr, kc);
     let (b, ldb) = b.steps(t.nr, kc);
     if rows == 0 || cols == 0 {
         return;
@@ -242,6 +252,94 @@ pub(crate) fn micro_kernel(
             let v = if accumulate { *d + s } else { s };
             *d = post.map_or(v, |p| p.apply(r, j, v));
         }
+    }
+}
+
+/// A SIMD row-of-tiles kernel: `(kc, (a, lda), (b, ldb, b_step), (c, ldc), panels,
+/// accumulate, post)`, see [`micro_kernel_row`].
+pub(crate) type SimdKernelRow = unsafe fn(
+    usize,
+    (*const f32, usize),
+    (*const f32, usize, usize),
+    (*mut f32, usize),
+    usize,
+    bool,
+    Option<&TilePost>,
+);
+
+/// The row-of-tiles kernel of `isa`, if it has one (x86-64).
+fn simd_kernel_row(isa: Isa) -> Option<SimdKernelRow> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2(_) => Some(super::avx2::kernel_row_6x16),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::kernel_row_mrx32),
+        _ => None,
+    }
+}
+
+/// The B operand of [`micro_kernel_row`]: whole panels side by side, panel `q`'s step
+/// `k` at `q * step + k * ldb` of `values` (packed panels: `ldb` the tile's width and
+/// `step` `kc` times it; rows read in place: `ldb` their stride, `step` the width).
+#[derive(Clone, Copy)]
+pub(crate) struct BPanels<'a> {
+    pub values: &'a [f32],
+    pub ldb: usize,
+    pub step: usize,
+}
+
+impl<'a> BPanels<'a> {
+    /// Panel `q`, as one micro-kernel call reads it.
+    fn panel(self, q: usize) -> BPanel<'a> {
+        BPanel::Rows(&self.values[q * self.step..], self.ldb)
+    }
+}
+
+/// [`micro_kernel`] of `panels` whole tiles side by side: rows `row..row + mr` and
+/// columns `col..col + panels * nr` of the block, the same A panel against each of B's
+/// panels, `accumulate` and `post` as there (`post`'s column additions, if any, are
+/// those of every tile). One call of the kernel for the row, where the ISA has one.
+///
+/// # Panics
+/// When A or B holds fewer values than the tiles read, or the tiles lie outside the
+/// block.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn micro_kernel_row(
+    isa: Isa,
+    kc: usize,
+    a: APanel<'_>,
+    b: BPanels<'_>,
+    out: &mut ColumnBlock<'_, f32>,
+    (row, col): (usize, usize),
+    panels: usize,
+    how: (bool, Option<&TilePost>),
+) {
+    let t = Tile::of(isa);
+    let kernel = match simd_kernel_row(isa) {
+        Some(kernel) if panels > 0 && kc > 0 => kernel,
+        _ => {
+            for q in 0..panels {
+                let at = (row, col + q * t.nr);
+                micro_kernel(isa, kc, a, b.panel(q), out, at, (t.mr, t.nr), how);
+            }
+            return;
+        }
+    };
+    let (_, (a_ptr, lda)) = a.steps(t.mr, kc);
+    assert!(b.ldb >= t.nr, "B's steps are at least a panel wide");
+    let b_need = (panels - 1) * b.step + (kc - 1) * b.ldb + t.nr;
+    let b_values = &b.values[..b_need];
+    let ld = out.ld();
+    let c = out.window_ptr((row, col), (t.mr, panels * t.nr));
+    let c = c.unwrap_or_else(|| panic!("tiles at ({row}, {col}) outside their block"));
+    let (accumulate, post) = how;
+    // SAFETY: the Isa variant carries the proof that its instructions exist on this
+    // CPU; A holds kc*mr values (packed) or (mr-1)*lda + kc (rows), B every panel's kc
+    // steps (both sliced so above), and the block has an mr x panels*nr window at c
+    // with row stride ld (window_ptr checked it).
+    unsafe {
+        let b = (b_values.as_ptr(), b.ldb, b.step);
+        kernel(kc, (a_ptr, lda), b, (c, ld), panels, accumulate, post);
     }
 }
 

@@ -36,7 +36,9 @@ use crate::conv_nchw::Im2col;
 use crate::copy::copy_floats;
 use crate::{GRAIN_SIZE, Isa, LinalgError, ThreadPool};
 pub use f32_api::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_with};
-use kernels::{APanel, BPanel, MAX_NR, Tile, TilePost, micro_kernel, panel_dot};
+use kernels::{
+    APanel, BPanel, BPanels, MAX_NR, Tile, TilePost, micro_kernel, micro_kernel_row, panel_dot,
+};
 pub use kernels::{WeightElem, dot_rows};
 pub use split_depth::{DepthSplitB, gemm_split_depth, split_depth_scratch_len};
 
@@ -924,6 +926,15 @@ fn prepare_tile_post(g: &Gemm<'_>, post: &mut TilePost) -> bool {
     }
 }
 
+/// Whether `g`'s addend, if any, adds one value to each row (a convolution's bias): a
+/// [`TilePost`] is then the same for every tile of a row of tiles.
+fn addend_is_per_row(g: &Gemm<'_>) -> bool {
+    match &g.addend {
+        None => true,
+        Some((c, beta)) => *beta == 0.0 || c.cs == 0,
+    }
+}
+
 /// Sets `post`'s additions for the output tile at rows `i0..i0 + rows`, columns
 /// `j0..j0 + cols` (after [`prepare_tile_post`] accepted `g`).
 #[inline]
@@ -1310,12 +1321,8 @@ fn task(
             RightSource::Packed(_) => {}
         }
         let last = k0 + kc == k;
-        for tile in 0..panels_a * panels_b {
-            let (p, q) = if by_rows {
-                (tile / panels_b, tile % panels_b)
-            } else {
-                (tile % panels_a, tile / panels_a)
-            };
+        let accumulate = k0 > 0;
+        let one_tile = |p: usize, q: usize, post: &mut TilePost, out: &mut ColumnBlock<'_, f32>| {
             let ap = a.panel(t, k, p, (k0, kc));
             let rows = t.mr.min(mb - p * t.mr);
             let bp = match (src, b_rows) {
@@ -1328,11 +1335,10 @@ fn task(
             };
             let cols = t.nr.min(nb - q * t.nr);
             let at = (p * t.mr, q * t.nr);
-            let accumulate = k0 > 0;
             match finish_from {
                 Some(m0) if last && in_kernel => {
-                    fill_tile_post(g, &mut post, (m0 + at.0, rows), (c0 + at.1, cols));
-                    let how = (accumulate, Some(&post));
+                    fill_tile_post(g, post, (m0 + at.0, rows), (c0 + at.1, cols));
+                    let how = (accumulate, Some(&*post));
                     micro_kernel(isa, kc, ap, bp, out, at, (rows, cols), how);
                 }
                 Some(m0) if last => {
@@ -1343,6 +1349,52 @@ fn task(
                     }
                 }
                 _ => micro_kernel(isa, kc, ap, bp, out, at, (rows, cols), (accumulate, None)),
+            }
+        };
+        if !by_rows {
+            for tile in 0..panels_a * panels_b {
+                one_tile(tile % panels_a, tile / panels_a, &mut post, out);
+            }
+            k0 += kc;
+            continue;
+        }
+        // Row by row of panels; a row's whole tiles in one call of the kernel where
+        // their B panels lie at one distance from each other and their finish is the
+        // same for each (a value per row, a clamp, or none).
+        let (row_panels, row_finish) = match (src, finish_from) {
+            (RightSource::Packed(_), _) => (0, None),
+            (_, Some(_)) if last && !(in_kernel && addend_is_per_row(g)) => (0, None),
+            (_, Some(m0)) if last => (nb / t.nr, Some(m0)),
+            _ => (nb / t.nr, None),
+        };
+        let b_panels = match b_rows {
+            Some((rows, ldb)) => BPanels {
+                values: rows.get(k0 * ldb + c0..).unwrap_or(&[]),
+                ldb,
+                step: t.nr,
+            },
+            None => BPanels {
+                values: &bpack[..],
+                ldb: t.nr,
+                step: kc * t.nr,
+            },
+        };
+        for p in 0..panels_a {
+            let whole = if t.mr * (p + 1) <= mb { row_panels } else { 0 };
+            if whole > 0 {
+                let ap = a.panel(t, k, p, (k0, kc));
+                let post = match row_finish {
+                    Some(m0) => {
+                        fill_tile_post(g, &mut post, (m0 + p * t.mr, t.mr), (c0, t.nr));
+                        Some(&post)
+                    }
+                    None => None,
+                };
+                let at = (p * t.mr, 0);
+                micro_kernel_row(isa, kc, ap, b_panels, out, at, whole, (accumulate, post));
+            }
+            for q in whole..panels_b {
+                one_tile(p, q, &mut post, out);
             }
         }
         k0 += kc;

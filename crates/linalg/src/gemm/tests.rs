@@ -223,6 +223,10 @@ fn gemm_edge_shapes() {
         (100, 70, 200),
         // A read in place (whole panels at 6 and 8 rows) in blocks of more than 256 rows.
         (528, 40, 300),
+        // A short K: rows of whole tiles in one kernel call, a narrower last tile and
+        // rows of panels past the last whole one.
+        (20, 130, 8),
+        (48, 200, 24),
     ] {
         for (ta, tb) in [(false, false), (false, true), (true, false), (true, true)] {
             for how in [(2, Via::Gemm), (3, Via::SplitDepth)] {
@@ -516,6 +520,7 @@ fn the_finish_in_the_micro_kernel_is_the_finish_afterwards() {
         (37, 600, 40),
         (3, 5, 7),
         (96, 196, 24),
+        (21, 130, 8),
     ] {
         let a = rand_vec(m * k, 3);
         let b = rand_vec(k * n, 4);

@@ -39,6 +39,64 @@ macro_rules! tile_entry {
 }
 pub(super) use tile_entry;
 
+/// Defines `$name`, the row-of-tiles entry point compiled with `$features`: [`kernel`]
+/// of `$width` and `$mr` rows over `panels` whole tiles side by side, behind the
+/// [`super::kernels::SimdKernelRow`] signature.
+macro_rules! row_entry {
+    ($(#[$doc:meta])* $name:ident = <$width:ty, $mr:ident>, $features:literal) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        #[doc = concat!("Needs `", $features, "`; the operands as [`x86::kernel_row`] says.")]
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $name(
+            kc: usize,
+            a: (*const f32, usize),
+            b: (*const f32, usize, usize),
+            c: (*mut f32, usize),
+            panels: usize,
+            accumulate: bool,
+            post: Option<&TilePost>,
+        ) {
+            // SAFETY: the caller's promise, the instructions enabled here.
+            unsafe { super::x86::kernel_row::<$width, $mr>(kc, a, b, c, panels, accumulate, post) }
+        }
+    };
+}
+pub(super) use row_entry;
+
+/// [`kernel`] over `panels` whole `MR x 2*LANES` tiles side by side, the same A panel
+/// against each: tile `q` reads B from `b + q*b_step` (steps `ldb` apart) and writes
+/// columns `q*2*LANES..` of the rows at `c`. One call for a row of tiles, so that a
+/// short product (a pointwise convolution's few input channels) pays the call, the
+/// bounds checks and the finish's setup once per row rather than once per tile.
+///
+/// # Safety
+/// As [`kernel`] for each tile: `a` as there, `b` `(panels-1)*b_step + (kc-1)*ldb +
+/// 2*LANES` floats, `c` `MR` rows of `panels*2*LANES` floats at row stride `ldc`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(super) unsafe fn kernel_row<V: Vector, const MR: usize>(
+    kc: usize,
+    a: (*const f32, usize),
+    (b, ldb, b_step): (*const f32, usize, usize),
+    (c, ldc): (*mut f32, usize),
+    panels: usize,
+    accumulate: bool,
+    post: Option<&TilePost>,
+) {
+    let width = 2 * V::LANES;
+    for q in 0..panels {
+        // SAFETY: tile q's B steps and output columns lie inside the caller's ranges.
+        unsafe {
+            let bq = (b.add(q * b_step), ldb);
+            let cq = (c.add(q * width), ldc, width);
+            kernel::<V, MR>(kc, a, bq, cq, accumulate, post);
+        }
+    }
+}
+
 /// The `MR x 2*LANES` micro-kernel: `tile (+)= A · B` over `kc` steps, then `post`,
 /// stored to the first `cols` (1 to `2*LANES`) columns of the tile.
 ///
