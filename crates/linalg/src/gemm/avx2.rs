@@ -3,79 +3,13 @@
 
 use std::arch::x86_64::*;
 
-use super::kernels::{TilePost, WeightElem, by_four_rows};
 use super::x86;
-use crate::CpuSupport;
 use crate::simd_x86::Narrow;
 
 /// Rows of the tile.
 const MR: usize = 6;
 
-x86::tile_entry!(
-    /// [`x86::kernel`] of a 6x16 tile.
-    kernel_6x16 = kernel::<Narrow, MR>, "avx2,fma"
-);
-
-x86::row_entry!(
-    /// [`x86::kernel_row`] of 6x16 tiles.
-    kernel_row_6x16 = <Narrow, MR>, "avx2,fma"
-);
-
-x86::tile_entry!(
-    /// [`x86::kernel_one_vector`] of a 6x8 tile (at most 8 columns).
-    kernel_6x8 = kernel_one_vector::<Narrow, MR>, "avx2,fma"
-);
-
-/// [`x86::panel_dot`] of a 16-column panel.
-///
-/// # Safety
-/// Needs AVX2 and FMA. `x` must hold `k` floats, `b` `k*16` and `out` 16.
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn panel_dot_16(k: usize, x: *const f32, b: *const f32, out: *mut f32) {
-    // SAFETY: the caller's promise, AVX2 and FMA enabled here.
-    unsafe { x86::panel_dot::<Narrow>(k, x, b, out) }
-}
-
-/// [`x86::dot4`] with 8-lane vectors.
-///
-/// # Safety
-/// Needs AVX2, FMA and F16C; each `w[r]` must point at `x.len()` elements.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot4<W: WeightElem>(x: &[f32], w: [*const W; 4]) -> [f32; 4] {
-    // SAFETY: the caller's promise, AVX2, FMA and F16C enabled here.
-    unsafe { x86::dot4::<Narrow, W>(x, w) }
-}
-
-/// [`x86::dot1`] with 8-lane vectors.
-///
-/// # Safety
-/// Needs AVX2, FMA and F16C; `w` must point at `x.len()` elements.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot1<W: WeightElem>(x: &[f32], w: *const W) -> f32 {
-    // SAFETY: the caller's promise, AVX2, FMA and F16C enabled here.
-    unsafe { x86::dot1::<Narrow, W>(x, w) }
-}
-
-/// `out[j] = dot(x, w[j*ldw..][..k])`, 4 rows at a time.
-pub(super) fn dot_rows<W: WeightElem>(
-    _proof: CpuSupport,
-    x: &[f32],
-    w: &[W],
-    ldw: usize,
-    out: &mut [f32],
-) {
-    by_four_rows(
-        x.len(),
-        w,
-        ldw,
-        out,
-        // SAFETY: the CpuSupport proof says AVX2/FMA/F16C were detected; each row
-        // slice holds x.len() elements.
-        |r| unsafe { dot4(x, r.map(<[W]>::as_ptr)) },
-        // SAFETY: as above, for one row.
-        |r| unsafe { dot1(x, r.as_ptr()) },
-    )
-}
+x86::entry_points!(Narrow, MR, "avx2,fma", "avx2,fma,f16c");
 
 /// [`super::finish_tiles`] compiled with AVX2 and FMA.
 pub(super) fn finish_tiles<O: super::OutElem>(

@@ -181,13 +181,13 @@ fn simd_kernel(isa: Isa, cols: usize) -> Option<SimdKernel> {
     let _ = cols;
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2(_) if cols <= 8 => Some(super::avx2::kernel_6x8),
+        Isa::Avx2(_) if cols <= 8 => Some(super::avx2::kernel_one_vector),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2(_) => Some(super::avx2::kernel_6x16),
+        Isa::Avx2(_) => Some(super::avx2::kernel),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512(_) | Isa::Avx512Vnni(_) if cols <= 16 => Some(super::avx512::kernel_mrx16),
+        Isa::Avx512(_) | Isa::Avx512Vnni(_) if cols <= 16 => Some(super::avx512::kernel_one_vector),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::kernel_mrx32),
+        Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::kernel),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon(_) | Isa::NeonDot(_) => Some(super::neon::kernel_6x16),
         Isa::Scalar => None,
@@ -271,9 +271,9 @@ pub(crate) type SimdKernelRow = unsafe fn(
 fn simd_kernel_row(isa: Isa) -> Option<SimdKernelRow> {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2(_) => Some(super::avx2::kernel_row_6x16),
+        Isa::Avx2(_) => Some(super::avx2::kernel_row),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::kernel_row_mrx32),
+        Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::kernel_row),
         _ => None,
     }
 }
@@ -407,9 +407,9 @@ pub(crate) fn panel_dot(isa: Isa, x: &[f32], panel: &[f32], out: &mut [f32]) {
     assert!(out.len() == nr && panel.len() >= k * nr);
     let simd: Option<SimdPanelDot> = match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2(_) => Some(super::avx2::panel_dot_16),
+        Isa::Avx2(_) => Some(super::avx2::panel_dot),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::panel_dot_32),
+        Isa::Avx512(_) | Isa::Avx512Vnni(_) => Some(super::avx512::panel_dot),
         #[cfg(target_arch = "aarch64")]
         Isa::Neon(_) | Isa::NeonDot(_) => Some(super::neon::panel_dot_16),
         Isa::Scalar => None,

@@ -13,7 +13,7 @@
 use super::kernels::{TilePost, WeightElem, dot_scalar};
 use crate::simd_x86::Vector;
 
-/// Defines `$name`, the micro-kernel entry point compiled with `$features`: the body
+/// Defines `$name`, a micro-kernel entry point compiled with `$features`: the body
 /// `x86::$body::<$width, $mr>` ([`kernel`] or [`kernel_one_vector`]) behind the
 /// [`super::kernels::SimdKernel`] signature.
 macro_rules! tile_entry {
@@ -22,7 +22,6 @@ macro_rules! tile_entry {
         ///
         /// # Safety
         #[doc = concat!("Needs `", $features, "`; the operands as the body says.")]
-        #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = $features)]
         pub(super) unsafe fn $name(
             kc: usize,
@@ -39,18 +38,34 @@ macro_rules! tile_entry {
 }
 pub(super) use tile_entry;
 
-/// Defines `$name`, the row-of-tiles entry point compiled with `$features`: [`kernel`]
-/// of `$width` and `$mr` rows over `panels` whole tiles side by side, behind the
-/// [`super::kernels::SimdKernelRow`] signature.
-macro_rules! row_entry {
-    ($(#[$doc:meta])* $name:ident = <$width:ty, $mr:ident>, $features:literal) => {
-        $(#[$doc])*
+/// Defines, in the module that invokes it, the entry points of one vector width
+/// `$width` with `$mr`-row tiles: the kernels compiled with `$features` behind the
+/// signatures of [`super::kernels`] (`kernel`: [`kernel`], `kernel_one_vector`:
+/// [`kernel_one_vector`], `kernel_row`: [`kernel_row`], `panel_dot`: [`panel_dot`]),
+/// and `dot_rows`, the dot-product rows ([`dot4`], [`dot1`]) compiled with
+/// `$dot_features` (which convert half-precision weights).
+macro_rules! entry_points {
+    ($width:ty, $mr:ident, $features:literal, $dot_features:literal) => {
+        use super::kernels::{TilePost, WeightElem, by_four_rows};
+        use crate::CpuSupport;
+
+        super::x86::tile_entry!(
+            /// The micro-kernel ([`super::x86::kernel`]) of a full-width tile.
+            kernel = kernel::<$width, $mr>, $features
+        );
+        super::x86::tile_entry!(
+            /// The micro-kernel of a tile of at most one vector of columns
+            /// ([`super::x86::kernel_one_vector`]).
+            kernel_one_vector = kernel_one_vector::<$width, $mr>, $features
+        );
+
+        /// The micro-kernel over a row of whole tiles ([`super::x86::kernel_row`]).
         ///
         /// # Safety
-        #[doc = concat!("Needs `", $features, "`; the operands as [`x86::kernel_row`] says.")]
+        #[doc = concat!("Needs `", $features, "`; the operands as the body says.")]
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = $features)]
-        pub(super) unsafe fn $name(
+        pub(super) unsafe fn kernel_row(
             kc: usize,
             a: (*const f32, usize),
             b: (*const f32, usize, usize),
@@ -62,9 +77,63 @@ macro_rules! row_entry {
             // SAFETY: the caller's promise, the instructions enabled here.
             unsafe { super::x86::kernel_row::<$width, $mr>(kc, a, b, c, panels, accumulate, post) }
         }
+
+        /// The panel product ([`super::x86::panel_dot`]) of a `2*LANES`-column panel.
+        ///
+        /// # Safety
+        #[doc = concat!("Needs `", $features, "`. `x` must hold `k` floats, `b` `k` ")]
+        /// steps of the panel and `out` the panel's width.
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn panel_dot(k: usize, x: *const f32, b: *const f32, out: *mut f32) {
+            // SAFETY: the caller's promise, the instructions enabled here.
+            unsafe { super::x86::panel_dot::<$width>(k, x, b, out) }
+        }
+
+        /// [`super::x86::dot4`] at this width.
+        ///
+        /// # Safety
+        #[doc = concat!("Needs `", $dot_features, "`; each `w[r]` must point at ")]
+        /// `x.len()` elements.
+        #[target_feature(enable = $dot_features)]
+        unsafe fn dot4<W: WeightElem>(x: &[f32], w: [*const W; 4]) -> [f32; 4] {
+            // SAFETY: the caller's promise, the instructions enabled here.
+            unsafe { super::x86::dot4::<$width, W>(x, w) }
+        }
+
+        /// [`super::x86::dot1`] at this width.
+        ///
+        /// # Safety
+        #[doc = concat!("Needs `", $dot_features, "`; `w` must point at `x.len()` ")]
+        /// elements.
+        #[target_feature(enable = $dot_features)]
+        unsafe fn dot1<W: WeightElem>(x: &[f32], w: *const W) -> f32 {
+            // SAFETY: the caller's promise, the instructions enabled here.
+            unsafe { super::x86::dot1::<$width, W>(x, w) }
+        }
+
+        /// `out[j] = dot(x, w[j*ldw..][..k])`, 4 rows at a time.
+        pub(super) fn dot_rows<W: WeightElem>(
+            _proof: CpuSupport,
+            x: &[f32],
+            w: &[W],
+            ldw: usize,
+            out: &mut [f32],
+        ) {
+            by_four_rows(
+                x.len(),
+                w,
+                ldw,
+                out,
+                // SAFETY: the CpuSupport proof says the instructions were detected;
+                // each row slice holds x.len() elements.
+                |r| unsafe { dot4(x, r.map(<[W]>::as_ptr)) },
+                // SAFETY: as above, for one row.
+                |r| unsafe { dot1(x, r.as_ptr()) },
+            )
+        }
     };
 }
-pub(super) use row_entry;
+pub(super) use entry_points;
 
 /// [`kernel`] over `panels` whole `MR x 2*LANES` tiles side by side, the same A panel
 /// against each: tile `q` reads B from `b + q*b_step` (steps `ldb` apart) and writes
