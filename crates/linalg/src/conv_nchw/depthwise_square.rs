@@ -40,6 +40,10 @@ const MAX_K: usize = 5;
 /// one.
 const ROWS: usize = 4;
 
+/// Rows summed together with AVX-512 (32 registers hold their sums, the filter and the
+/// input rows), where enough rows are inside the plane.
+const WIDE_ROWS: usize = 8;
+
 /// Per load of an output vector's row (load `j` at column offset `j` with stride 1, the
 /// pair at `2 * j` and `2 * j + LANES` with stride 2), the lanes that lie inside the
 /// input row, bit `l` for lane `l`.
@@ -261,6 +265,7 @@ unsafe fn run<V: PlaneRows, const K: usize, const S: usize>(
             // Blocks of ROWS rows, then of 2 for what is left of the inside.
             let block = match inside.end.saturating_sub(oy) {
                 _ if !inside.contains(&oy) => 1,
+                left if left >= WIDE_ROWS && V::LANES == 16 => WIDE_ROWS,
                 left if left >= ROWS => ROWS,
                 left => left.min(2),
             };
@@ -269,6 +274,8 @@ unsafe fn run<V: PlaneRows, const K: usize, const S: usize>(
                 // `inside`, the rows `kernel_rows` gives otherwise), and the vector's
                 // lanes were worked out for this geometry.
                 match (block, lane) {
+                    (WIDE_ROWS, None) => V::rows::<K, S, WIDE_ROWS, false>(&plane, oy, v, &full),
+                    (WIDE_ROWS, Some(m)) => V::rows::<K, S, WIDE_ROWS, true>(&plane, oy, v, m),
                     (ROWS, None) => V::rows::<K, S, ROWS, false>(&plane, oy, v, &full),
                     (ROWS, Some(m)) => V::rows::<K, S, ROWS, true>(&plane, oy, v, m),
                     (2, None) => V::rows::<K, S, 2, false>(&plane, oy, v, &full),
