@@ -598,23 +598,22 @@ impl PlaneConv {
         }
         let plan = self.plan.as_ref();
         let output = &mut output[..g.out_h * g.out_w];
-        let bias = (bias, clamp);
         #[cfg(target_arch = "x86_64")]
-        match &self.direct {
-            Some(DirectKernel::Stride2(k)) => {
-                k.plane(g, (input, filter), bias, output);
-                return true;
+        if let Some(direct) = &self.direct {
+            let plane = DirectPlane {
+                input: &input[..g.in_h * g.in_w],
+                filter: &filter[..g.kernel_h * g.kernel_w],
+                bias,
+                bounds: clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY)),
+            };
+            match direct {
+                DirectKernel::Stride2(k) => k.plane(g, plane, output),
+                DirectKernel::Square(k) => k.plane(g, plane, output),
+                DirectKernel::Flat(k) => k.plane(g, plane, output),
             }
-            Some(DirectKernel::Square(k)) => {
-                k.plane(g, (input, filter), bias, output);
-                return true;
-            }
-            Some(DirectKernel::Flat(k)) => {
-                k.plane(g, (input, filter), bias, output);
-                return true;
-            }
-            None => {}
+            return true;
         }
+        let bias = (bias, clamp);
         #[cfg(target_arch = "x86_64")]
         if let Some(t) = self.isa.avx2() {
             let avx512 = self.isa.avx512().is_some();
@@ -629,6 +628,18 @@ impl PlaneConv {
         plane::<false>(plan, g, (input, filter, bias), output, scratch);
         true
     }
+}
+
+/// The operands of one plane of a direct depthwise kernel ([`DirectKernel`]), cut to
+/// the lengths of the geometry the kernel was prepared for: the input plane (`in_h x
+/// in_w`), the filter (`kernel_h x kernel_w`), the bias, and the clamp's (lower, upper)
+/// bounds (infinite for none). The kernel writes the `out_h x out_w` output plane.
+#[cfg(target_arch = "x86_64")]
+struct DirectPlane<'a> {
+    input: &'a [f32],
+    filter: &'a [f32],
+    bias: f32,
+    bounds: (f32, f32),
 }
 
 /// The direct depthwise kernels (AVX2 or AVX-512), which read the input plane in place.

@@ -11,7 +11,7 @@
 
 use std::arch::x86_64::*;
 
-use super::lanes_inside;
+use super::{DirectPlane, lanes_inside};
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 
@@ -75,25 +75,19 @@ impl Direct {
         Some(Direct { cpu, masks })
     }
 
-    /// Convolves one plane (`in_h x in_w`, `filter` of `kernel_h x kernel_w`) into
-    /// `output` (`out_h x out_w`), then clamps into `clamp` when given. `g` is the
-    /// geometry the kernel was prepared for; the caller checked the slice lengths.
-    pub(super) fn plane(
-        &self,
-        g: &ConvGeometry,
-        (input, filter): (&[f32], &[f32]),
-        (bias, clamp): (f32, Option<(f32, f32)>),
-        output: &mut [f32],
-    ) {
+    /// Convolves one plane into `output` (`out_h x out_w`); `g` is the geometry the
+    /// kernel was prepared for.
+    pub(super) fn plane(&self, g: &ConvGeometry, p: DirectPlane<'_>, output: &mut [f32]) {
         if g.out_w == 0 || g.out_h == 0 {
             return;
         }
-        let input = &input[..g.in_h * g.in_w];
-        let filter = &filter[..g.kernel_h * g.kernel_w];
+        let (input, filter, bias) = (p.input, p.filter, p.bias);
+        // Infinite bounds clamp nothing (NaN and signed zeros kept).
+        let clamp = Some(p.bounds);
         let output = &mut output[..g.out_h * g.out_w];
-        // SAFETY: `self.cpu` proves AVX-512 F was detected on this CPU; the slices were
-        // cut to the geometry's lengths above, which is all `run` reads and writes, and
-        // the masks were made for this geometry.
+        // SAFETY: `self.cpu` proves AVX-512 F was detected on this CPU; the slices are
+        // cut to the geometry's lengths (`DirectPlane`, the output above), which is all
+        // `run` reads and writes, and the masks were made for this geometry.
         unsafe {
             run(
                 self.cpu,

@@ -17,6 +17,7 @@
 //! tap in the padding adding `0 * w`, exactly as in the polyphase kernel, so the two give
 //! the same bits.
 
+use super::DirectPlane;
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 use crate::simd_x86::{Narrow, Vector, Wide};
@@ -103,20 +104,11 @@ impl Flat {
         })
     }
 
-    /// Convolves one plane (`in_h x in_w`, `filter` of `kernel_h x kernel_w`) into
-    /// `output` (`out_h x out_w`), then clamps into `clamp` when given. `g` is the
-    /// geometry the kernel was prepared for; the caller checked the slice lengths.
-    pub(super) fn plane(
-        &self,
-        g: &ConvGeometry,
-        (input, filter): (&[f32], &[f32]),
-        (bias, clamp): (f32, Option<(f32, f32)>),
-        output: &mut [f32],
-    ) {
-        let input = &input[..g.in_h * g.in_w];
+    /// Convolves one plane into `output` (`out_h x out_w`); `g` is the geometry the
+    /// kernel was prepared for.
+    pub(super) fn plane(&self, g: &ConvGeometry, p: DirectPlane<'_>, output: &mut [f32]) {
+        let (input, filter, bias) = (p.input, &p.filter[..self.taps], p.bias);
         let output = &mut output[..g.out_h * g.out_w];
-        let filter = &filter[..self.taps];
-        let (lo, hi) = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
         let sums = Sums {
             flat: self,
             input: input.as_ptr(),
@@ -124,7 +116,7 @@ impl Flat {
             output: output.as_mut_ptr(),
             pixels: output.len(),
             bias,
-            bounds: (lo, hi),
+            bounds: p.bounds,
         };
         // SAFETY: `self.cpu` proves AVX2 and FMA were detected, and AVX-512 F too when
         // `self.wide` (`new`'s contract); the offsets and lanes were worked out for this

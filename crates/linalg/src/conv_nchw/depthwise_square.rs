@@ -20,7 +20,7 @@
 
 use std::ops::Range;
 
-use super::lanes_inside;
+use super::{DirectPlane, lanes_inside};
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 use crate::simd_x86::{Narrow, Vector, Wide};
@@ -147,20 +147,11 @@ impl Square {
         Some(Square { cpu, wide, lanes })
     }
 
-    /// Convolves one plane (`in_h x in_w`, `filter` of `kernel_h x kernel_w`) into
-    /// `output` (`out_h x out_w`), then clamps into `clamp` when given. `g` is the
-    /// geometry the kernel was prepared for; the caller checked the slice lengths.
-    pub(super) fn plane(
-        &self,
-        g: &ConvGeometry,
-        (input, filter): (&[f32], &[f32]),
-        (bias, clamp): (f32, Option<(f32, f32)>),
-        output: &mut [f32],
-    ) {
-        let input = &input[..g.in_h * g.in_w];
+    /// Convolves one plane into `output` (`out_h x out_w`); `g` is the geometry the
+    /// kernel was prepared for.
+    pub(super) fn plane(&self, g: &ConvGeometry, p: DirectPlane<'_>, output: &mut [f32]) {
+        let (input, filter, bias, bounds) = (p.input, p.filter, p.bias, p.bounds);
         let output = &mut output[..g.out_h * g.out_w];
-        let filter = &filter[..g.kernel_h * g.kernel_w];
-        let bounds = clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY));
         let call = (g, (input, filter, (bias, bounds), &self.lanes), output);
         // SAFETY: `self.cpu` proves AVX2 and FMA were detected, and AVX-512 F too when
         // `self.wide` (`new`'s contract); the geometry is one `new` accepted, the lanes
