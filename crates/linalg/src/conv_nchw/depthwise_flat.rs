@@ -107,7 +107,7 @@ impl Flat {
     /// Convolves one plane into `output` (`out_h x out_w`); `g` is the geometry the
     /// kernel was prepared for.
     pub(super) fn plane(&self, g: &ConvGeometry, p: DirectPlane<'_>, output: &mut [f32]) {
-        let (input, filter, bias) = (p.input, &p.filter[..self.taps], p.bias);
+        let (input, filter, bias) = (p.input, p.filter, p.bias);
         let output = &mut output[..g.out_h * g.out_w];
         let sums = Sums {
             flat: self,
