@@ -43,7 +43,7 @@ pub struct RunArgs {
     #[arg(long, default_value = ".", value_name = "DIR")]
     output_dir: PathBuf,
     /// Runs each call N times, its inputs set again before each, and reports the median
-    /// time (outputs are from the last run).
+    /// time, with the fastest and slowest run (outputs are from the last run).
     #[arg(long, default_value_t = 1, value_name = "N")]
     repeat: usize,
     /// Runs the first call this many times before any timed run (not timed, not
@@ -174,7 +174,12 @@ fn split_calls(args: &RunArgs, matches: Option<&clap::ArgMatches>) -> Vec<Vec<St
 
 struct CallResult {
     outputs: Vec<Value>,
+    /// Run times of the call: median, fastest and slowest. On a shared machine the
+    /// spread says how far the median can be trusted; the fastest is what additive
+    /// noise cannot lower.
     median: Duration,
+    min: Duration,
+    max: Duration,
     heap_allocations_per_run: f64,
 }
 
@@ -279,6 +284,8 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
         results.push(CallResult {
             outputs,
             median: times[times.len() / 2],
+            min: times[0],
+            max: times[times.len() - 1],
             heap_allocations_per_run: allocations as f64 / args.repeat as f64,
         });
     }
@@ -386,6 +393,8 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
                 json!({
                     "outputs": outputs,
                     "median_ms": r.median.as_secs_f64() * 1e3,
+                    "min_ms": r.min.as_secs_f64() * 1e3,
+                    "max_ms": r.max.as_secs_f64() * 1e3,
                     "heap_allocations_per_run": r.heap_allocations_per_run,
                 })
             })
@@ -451,11 +460,18 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
                 }
             }
         }
-        println!(
-            "{prefix}time: {:.3} ms (median of {})",
-            r.median.as_secs_f64() * 1e3,
-            args.repeat
-        );
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        if args.repeat > 1 {
+            println!(
+                "{prefix}time: {:.3} ms (median of {}; fastest {:.3} ms, slowest {:.3} ms)",
+                ms(r.median),
+                args.repeat,
+                ms(r.min),
+                ms(r.max)
+            );
+        } else {
+            println!("{prefix}time: {:.3} ms", ms(r.median));
+        }
     }
     if args.profile {
         println!(

@@ -189,6 +189,21 @@ fn run_writes_outputs() {
     assert!(dir.path().join("out0.npy").exists());
 }
 
+/// With `--repeat`, a call reports its median time with the fastest and slowest run,
+/// in the JSON and in the text.
+#[test]
+fn run_repeat_reports_median_fastest_and_slowest() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = json_stdout(&run_tiny_llama(dir.path(), &["--repeat", "5", "--json"]));
+    let call = &v["calls"][0];
+    let ms = |key: &str| call[key].as_f64().unwrap_or(-1.0);
+    let (min, median, max) = (ms("min_ms"), ms("median_ms"), ms("max_ms"));
+    assert!(0.0 <= min && min <= median && median <= max, "{call}");
+    let o = run_tiny_llama(dir.path(), &["--repeat", "5"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("(median of 5; fastest "), "{text}");
+}
+
 /// With `--repeat`, one warm-up call runs first by default (untimed, uncounted): the
 /// timed runs of a warmed-up method allocate nothing. `--warmup 0` counts the first
 /// call's allocations (its memory plan and scratch are touched for the first time).
