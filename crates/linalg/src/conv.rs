@@ -158,14 +158,39 @@ impl ConvGeometry {
     /// inside the input: `pixel = iy * in_w + ix` is the input pixel it reads and
     /// `tap = ky * kernel_w + kx` the filter tap.
     #[inline(always)]
-    pub(crate) fn for_each_tap(&self, oy: usize, ox: usize, mut f: impl FnMut(usize, usize)) {
+    pub(crate) fn for_each_tap(&self, oy: usize, ox: usize, f: impl FnMut(usize, usize)) {
+        self.for_each_window_tap((oy, ox), (self.in_h, self.in_w), f);
+    }
+
+    /// Calls `f(pixel, tap)` for every kernel tap through which input pixel `(iy, ix)` of
+    /// a transposed convolution lands inside the output: `pixel = oy * out_w + ox` is
+    /// the output pixel it adds to and `tap = ky * kernel_w + kx` the filter tap.
+    #[inline(always)]
+    pub(crate) fn for_each_target(&self, iy: usize, ix: usize, f: impl FnMut(usize, usize)) {
+        self.for_each_window_tap((iy, ix), (self.out_h, self.out_w), f);
+    }
+
+    /// Calls `f(pixel, tap)` for every kernel tap `tap = ky * kernel_w + kx` at which the
+    /// window placed at `(y, x)` reaches inside a `height x width` plane, with `pixel`
+    /// the plane pixel it reaches, row-major: the walk of both [`Self::for_each_tap`]
+    /// (the input a convolution reads) and [`Self::for_each_target`] (the output a
+    /// transposed convolution writes).
+    #[inline(always)]
+    fn for_each_window_tap(
+        &self,
+        (y, x): (usize, usize),
+        (height, width): (usize, usize),
+        mut f: impl FnMut(usize, usize),
+    ) {
+        let (stride_h, dilation_h) = (self.stride_h, self.dilation_h);
+        let (stride_w, dilation_w) = (self.stride_w, self.dilation_w);
         for ky in 0..self.kernel_h {
-            let Some(iy) = self.source_row(oy, ky) else {
+            let Some(py) = window_coord(y, ky, stride_h, dilation_h, self.pad_top, height) else {
                 continue;
             };
             for kx in 0..self.kernel_w {
-                if let Some(ix) = self.source_col(ox, kx) {
-                    f(iy * self.in_w + ix, ky * self.kernel_w + kx);
+                if let Some(px) = window_coord(x, kx, stride_w, dilation_w, self.pad_left, width) {
+                    f(py * width + px, ky * self.kernel_w + kx);
                 }
             }
         }
@@ -515,6 +540,7 @@ pub fn conv_transpose2d_nhwc(
         return false;
     }
     let (ci, co) = (g.in_channels(), g.out_channels());
+    let taps = g.kernel_h * g.kernel_w;
     let output = &mut output[..g.out_pixels() * co];
     for px in output.chunks_exact_mut(co.max(1)) {
         px.copy_from_slice(&bias[..co]);
@@ -522,30 +548,22 @@ pub fn conv_transpose2d_nhwc(
     for iy in 0..g.in_h {
         for ix in 0..g.in_w {
             let x = &input[(iy * g.in_w + ix) * ci..(iy * g.in_w + ix + 1) * ci];
-            for ky in 0..g.kernel_h {
-                let Some(oy) = g.target_row(iy, ky) else {
-                    continue;
-                };
-                for kx in 0..g.kernel_w {
-                    let Some(ox) = g.target_col(ix, kx) else {
-                        continue;
-                    };
-                    let out = &mut output[(oy * g.out_w + ox) * co..(oy * g.out_w + ox + 1) * co];
-                    for grp in 0..g.groups {
-                        let xs = &x[grp * g.group_in..(grp + 1) * g.group_in];
-                        for o in 0..g.group_out {
-                            let oc = grp * g.group_out + o;
-                            let w0 = ((oc * g.kernel_h + ky) * g.kernel_w + kx) * g.group_in;
-                            let w = &filter[w0..w0 + g.group_in];
-                            let mut s = 0f32;
-                            for (&a, &b) in xs.iter().zip(w) {
-                                s = a.mul_add(b, s);
-                            }
-                            out[oc] += s;
+            g.for_each_target(iy, ix, |pixel, tap| {
+                let out = &mut output[pixel * co..(pixel + 1) * co];
+                for grp in 0..g.groups {
+                    let xs = &x[grp * g.group_in..(grp + 1) * g.group_in];
+                    for o in 0..g.group_out {
+                        let oc = grp * g.group_out + o;
+                        let w0 = (oc * taps + tap) * g.group_in;
+                        let w = &filter[w0..w0 + g.group_in];
+                        let mut s = 0f32;
+                        for (&a, &b) in xs.iter().zip(w) {
+                            s = a.mul_add(b, s);
                         }
+                        out[oc] += s;
                     }
                 }
-            }
+            });
         }
     }
     for o in output.iter_mut() {

@@ -976,37 +976,24 @@ pub fn conv2d_nchw_reference(
     bias: &[f32],
     output: &mut [f32],
 ) -> bool {
-    let (ih, iw, oh, ow) = (g.in_h, g.in_w, g.out_h, g.out_w);
-    let (kh, kw) = (g.kernel_h, g.kernel_w);
     let co = g.out_channels();
-    if input.len() < g.in_channels() * ih * iw
-        || filter.len() < co * g.patch_len()
-        || bias.len() < co
-        || output.len() < co * oh * ow
-    {
+    if !planar_operands_fit(g, input, (filter, co * g.patch_len()), bias, output) {
         return false;
     }
+    let (plane, taps) = (g.in_h * g.in_w, g.kernel_h * g.kernel_w);
     for oc in 0..co {
         let grp = oc / g.group_out.max(1);
-        for oy in 0..oh {
-            for ox in 0..ow {
+        for oy in 0..g.out_h {
+            for ox in 0..g.out_w {
                 let mut s = bias[oc];
                 for i in 0..g.group_in {
-                    let ci = grp * g.group_in + i;
-                    for ky in 0..kh {
-                        let Some(iy) = g.source_row(oy, ky) else {
-                            continue;
-                        };
-                        for kx in 0..kw {
-                            let Some(ix) = g.source_col(ox, kx) else {
-                                continue;
-                            };
-                            s += input[(ci * ih + iy) * iw + ix]
-                                * filter[((oc * g.group_in + i) * kh + ky) * kw + kx];
-                        }
-                    }
+                    let x = (grp * g.group_in + i) * plane;
+                    let w = (oc * g.group_in + i) * taps;
+                    g.for_each_tap(oy, ox, |pixel, tap| {
+                        s += input[x + pixel] * filter[w + tap];
+                    });
                 }
-                output[(oc * oh + oy) * ow + ox] = s;
+                output[(oc * g.out_h + oy) * g.out_w + ox] = s;
             }
         }
     }
@@ -1026,43 +1013,48 @@ pub fn conv_transpose2d_nchw_reference(
     bias: &[f32],
     output: &mut [f32],
 ) -> bool {
-    let (ih, iw, oh, ow) = (g.in_h, g.in_w, g.out_h, g.out_w);
-    let (kh, kw) = (g.kernel_h, g.kernel_w);
-    let co = g.out_channels();
-    if input.len() < g.in_channels() * ih * iw
-        || filter.len() < g.in_channels() * g.group_out * kh * kw
-        || bias.len() < co
-        || output.len() < co * oh * ow
-    {
+    let taps = g.kernel_h * g.kernel_w;
+    let filter_len = g.in_channels() * g.group_out * taps;
+    if !planar_operands_fit(g, input, (filter, filter_len), bias, output) {
         return false;
     }
-    for oc in 0..co {
-        output[oc * oh * ow..(oc + 1) * oh * ow].fill(bias[oc]);
+    let (in_plane, out_plane) = (g.in_h * g.in_w, g.out_h * g.out_w);
+    for oc in 0..g.out_channels() {
+        output[oc * out_plane..(oc + 1) * out_plane].fill(bias[oc]);
     }
     for ci in 0..g.in_channels() {
         let grp = ci / g.group_in.max(1);
         for o in 0..g.group_out {
             let oc = grp * g.group_out + o;
-            for iy in 0..ih {
-                for ix in 0..iw {
-                    let x = input[(ci * ih + iy) * iw + ix];
-                    for ky in 0..kh {
-                        let Some(oy) = g.target_row(iy, ky) else {
-                            continue;
-                        };
-                        for kx in 0..kw {
-                            let Some(ox) = g.target_col(ix, kx) else {
-                                continue;
-                            };
-                            output[(oc * oh + oy) * ow + ox] +=
-                                x * filter[((ci * g.group_out + o) * kh + ky) * kw + kx];
-                        }
-                    }
+            let w = (ci * g.group_out + o) * taps;
+            for iy in 0..g.in_h {
+                for ix in 0..g.in_w {
+                    let x = input[ci * in_plane + iy * g.in_w + ix];
+                    g.for_each_target(iy, ix, |pixel, tap| {
+                        output[oc * out_plane + pixel] += x * filter[w + tap];
+                    });
                 }
             }
         }
     }
     true
+}
+
+/// Whether the slices hold one whole NCHW image, a filter of at least `filter_len`
+/// values, a bias per output channel and the whole NCHW output: the checks of the
+/// direct references.
+fn planar_operands_fit(
+    g: &ConvGeometry,
+    input: &[f32],
+    (filter, filter_len): (&[f32], usize),
+    bias: &[f32],
+    output: &[f32],
+) -> bool {
+    let co = g.out_channels();
+    input.len() >= g.in_channels() * g.in_h * g.in_w
+        && filter.len() >= filter_len
+        && bias.len() >= co
+        && output.len() >= co * g.out_h * g.out_w
 }
 
 #[cfg(test)]

@@ -95,50 +95,93 @@ unsafe fn widened<W: WeightElem, const N: usize>(p: *const W) -> [f32; N] {
     std::array::from_fn(|l| unsafe { *p.add(l) }.to_f32())
 }
 
+/// The methods of [`Vector`] that the two widths write alike but for the names of
+/// their intrinsics: `splat`, `load`, `load_weights`, `store`, `add`, `fmadd` and
+/// `clamp`, expanded inside a width's `impl Vector`. `load_halves` reads `lanes` 16-bit
+/// values (through a pointer of the integer vector type it names), which f16 widens
+/// with `f16_to_f32` and bf16 with `u16_to_u32`, a 16-bit `shift_left` and
+/// `bits_to_f32`.
+macro_rules! lane_wise_methods {
+    (
+        lanes: $lanes:literal,
+        splat: $splat:ident,
+        load: $load:ident,
+        store: $store:ident,
+        add: $add:ident,
+        fmadd: $fmadd:ident,
+        min: $min:ident,
+        max: $max:ident,
+        load_halves: $load_halves:ident as $halves_ptr:ty,
+        f16_to_f32: $f16_to_f32:ident,
+        u16_to_u32: $u16_to_u32:ident,
+        shift_left: $shift_left:ident,
+        bits_to_f32: $bits_to_f32:ident,
+    ) => {
+        // SAFETY (every method): as for the impl that expands this, the trait's contract
+        // that the CPU has the width's instructions; pointers are the callers' to keep in
+        // bounds.
+        #[inline(always)]
+        unsafe fn splat(x: f32) -> Self {
+            Self(unsafe { $splat(x) })
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            Self(unsafe { $load(p) })
+        }
+        #[inline(always)]
+        unsafe fn load_weights<W: WeightElem>(p: *const W) -> Self {
+            unsafe {
+                if TypeId::of::<W>() == TypeId::of::<f32>() {
+                    Self::load(p as *const f32)
+                } else if TypeId::of::<W>() == TypeId::of::<f16>() {
+                    Self($f16_to_f32($load_halves(p as $halves_ptr)))
+                } else if TypeId::of::<W>() == TypeId::of::<bf16>() {
+                    let h = $u16_to_u32($load_halves(p as $halves_ptr));
+                    Self($bits_to_f32($shift_left::<16>(h)))
+                } else {
+                    Self::load(widened::<W, $lanes>(p).as_ptr())
+                }
+            }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            unsafe { $store(p, self.0) }
+        }
+        #[inline(always)]
+        unsafe fn add(self, other: Self) -> Self {
+            Self(unsafe { $add(self.0, other.0) })
+        }
+        #[inline(always)]
+        unsafe fn fmadd(self, w: Self, acc: Self) -> Self {
+            Self(unsafe { $fmadd(self.0, w.0, acc.0) })
+        }
+        #[inline(always)]
+        unsafe fn clamp(self, lo: Self, hi: Self) -> Self {
+            Self(unsafe { $min(hi.0, $max(lo.0, self.0)) })
+        }
+    };
+}
+
 // SAFETY (every method of both impls): the trait's contract, that the CPU has the
 // width's instructions; pointer reads and writes are the callers' to keep in bounds,
 // and masked-off lanes are neither read nor written.
 impl Vector for Wide {
     const LANES: usize = 16;
     type Mask = __mmask16;
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self {
-        Wide(unsafe { _mm512_set1_ps(x) })
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        Wide(unsafe { _mm512_loadu_ps(p) })
-    }
-    #[inline(always)]
-    unsafe fn load_weights<W: WeightElem>(p: *const W) -> Self {
-        unsafe {
-            if TypeId::of::<W>() == TypeId::of::<f32>() {
-                Self::load(p as *const f32)
-            } else if TypeId::of::<W>() == TypeId::of::<f16>() {
-                Wide(_mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i)))
-            } else if TypeId::of::<W>() == TypeId::of::<bf16>() {
-                let h = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p as *const __m256i));
-                Wide(_mm512_castsi512_ps(_mm512_slli_epi32::<16>(h)))
-            } else {
-                Self::load(widened::<W, 16>(p).as_ptr())
-            }
-        }
-    }
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32) {
-        unsafe { _mm512_storeu_ps(p, self.0) }
-    }
-    #[inline(always)]
-    unsafe fn add(self, other: Self) -> Self {
-        Wide(unsafe { _mm512_add_ps(self.0, other.0) })
-    }
-    #[inline(always)]
-    unsafe fn fmadd(self, w: Self, acc: Self) -> Self {
-        Wide(unsafe { _mm512_fmadd_ps(self.0, w.0, acc.0) })
-    }
-    #[inline(always)]
-    unsafe fn clamp(self, lo: Self, hi: Self) -> Self {
-        Wide(unsafe { _mm512_min_ps(hi.0, _mm512_max_ps(lo.0, self.0)) })
+    lane_wise_methods! {
+        lanes: 16,
+        splat: _mm512_set1_ps,
+        load: _mm512_loadu_ps,
+        store: _mm512_storeu_ps,
+        add: _mm512_add_ps,
+        fmadd: _mm512_fmadd_ps,
+        min: _mm512_min_ps,
+        max: _mm512_max_ps,
+        load_halves: _mm256_loadu_si256 as *const __m256i,
+        f16_to_f32: _mm512_cvtph_ps,
+        u16_to_u32: _mm512_cvtepu16_epi32,
+        shift_left: _mm512_slli_epi32,
+        bits_to_f32: _mm512_castsi512_ps,
     }
     #[inline(always)]
     unsafe fn reduce_add(self) -> f32 {
@@ -231,44 +274,20 @@ impl Vector for Wide {
 impl Vector for Narrow {
     const LANES: usize = 8;
     type Mask = __m256i;
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self {
-        Narrow(unsafe { _mm256_set1_ps(x) })
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const f32) -> Self {
-        Narrow(unsafe { _mm256_loadu_ps(p) })
-    }
-    #[inline(always)]
-    unsafe fn load_weights<W: WeightElem>(p: *const W) -> Self {
-        unsafe {
-            if TypeId::of::<W>() == TypeId::of::<f32>() {
-                Self::load(p as *const f32)
-            } else if TypeId::of::<W>() == TypeId::of::<f16>() {
-                Narrow(_mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)))
-            } else if TypeId::of::<W>() == TypeId::of::<bf16>() {
-                let h = _mm256_cvtepu16_epi32(_mm_loadu_si128(p as *const __m128i));
-                Narrow(_mm256_castsi256_ps(_mm256_slli_epi32::<16>(h)))
-            } else {
-                Self::load(widened::<W, 8>(p).as_ptr())
-            }
-        }
-    }
-    #[inline(always)]
-    unsafe fn store(self, p: *mut f32) {
-        unsafe { _mm256_storeu_ps(p, self.0) }
-    }
-    #[inline(always)]
-    unsafe fn add(self, other: Self) -> Self {
-        Narrow(unsafe { _mm256_add_ps(self.0, other.0) })
-    }
-    #[inline(always)]
-    unsafe fn fmadd(self, w: Self, acc: Self) -> Self {
-        Narrow(unsafe { _mm256_fmadd_ps(self.0, w.0, acc.0) })
-    }
-    #[inline(always)]
-    unsafe fn clamp(self, lo: Self, hi: Self) -> Self {
-        Narrow(unsafe { _mm256_min_ps(hi.0, _mm256_max_ps(lo.0, self.0)) })
+    lane_wise_methods! {
+        lanes: 8,
+        splat: _mm256_set1_ps,
+        load: _mm256_loadu_ps,
+        store: _mm256_storeu_ps,
+        add: _mm256_add_ps,
+        fmadd: _mm256_fmadd_ps,
+        min: _mm256_min_ps,
+        max: _mm256_max_ps,
+        load_halves: _mm_loadu_si128 as *const __m128i,
+        f16_to_f32: _mm256_cvtph_ps,
+        u16_to_u32: _mm256_cvtepu16_epi32,
+        shift_left: _mm256_slli_epi32,
+        bits_to_f32: _mm256_castsi256_ps,
     }
     #[inline(always)]
     unsafe fn reduce_add(self) -> f32 {
