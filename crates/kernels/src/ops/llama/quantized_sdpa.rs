@@ -8,8 +8,10 @@
 
 use etch_base::ScalarType;
 
-use super::flash::{self, Plan, QuantRows, RowLayout, SeqDim};
-use super::sdpa::{attn_shape, problem, read_mask, resize_out};
+use super::flash::{QuantRows, RowLayout, SeqDim};
+use super::sdpa::{
+    attn_shape, expect_contiguous, expect_dtype, problem, read_mask, resize_out, run_attention,
+};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, Tensor};
 
@@ -23,12 +25,7 @@ fn check_qparam(
     let t = t.ok_or_else(|| {
         KernelError::invalid(format!("custom_quantized_sdpa: {name} is required"))
     })?;
-    if t.dtype() != dtype {
-        return Err(KernelError::DtypeMismatch {
-            expected: dtype,
-            found: t.dtype(),
-        });
-    }
+    expect_dtype(&t, dtype)?;
     let d = data.sizes();
     if t.rank() != 4 || t.sizes() != [d[0], d[1], d[2], 1] {
         return Err(KernelError::invalid(format!(
@@ -36,11 +33,7 @@ fn check_qparam(
             d[0], d[1], d[2]
         )));
     }
-    if !t.is_contiguous() {
-        return Err(KernelError::invalid(format!(
-            "custom_quantized_sdpa: {name} must be in contiguous dim order"
-        )));
-    }
+    expect_contiguous(&t, "custom_quantized_sdpa", name)?;
     Ok(t)
 }
 
@@ -138,20 +131,5 @@ pub(crate) fn custom_quantized_sdpa_out(
     let qr = quant_rows(ctx, &q, &qs, &qz, dim, s.q_layout(dim))?;
     let kr = quant_rows(ctx, &k, &ks, &kz, dim, s.kv_layout(dim))?;
     let vr = quant_rows(ctx, &v, &vs, &vz, dim, s.kv_layout(dim))?;
-    let pool = ctx.pool();
-    let plan = Plan::new(&p, pool.threads(), true, true)?;
-    let scratch = ctx.scratch::<f32>(plan.scratch_len()?)?;
-    let o = ctx.write::<f32>(&out)?;
-    flash::run(
-        pool,
-        &p,
-        &plan,
-        &qr,
-        &kr,
-        &vr,
-        mask,
-        o,
-        scratch,
-        etch_linalg::dispatch().attention,
-    )
+    run_attention::<f32, _, _, _>(ctx, &p, &qr, &kr, &vr, mask, &out)
 }

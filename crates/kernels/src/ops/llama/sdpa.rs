@@ -12,8 +12,9 @@
 use etch_base::ScalarType;
 use half::{bf16, f16};
 
-use super::flash::{self, Float, FloatRows, Mask, Plan, Problem, RowLayout, SeqDim};
+use super::flash::{self, Float, FloatRows, Mask, Plan, Problem, RowLayout, Rows, SeqDim};
 use super::update_cache;
+use crate::ops::same_dtype;
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, Tensor};
 
@@ -42,6 +43,33 @@ fn invalid(msg: String) -> KernelError {
     KernelError::InvalidArgument(msg)
 }
 
+/// Fails with [`KernelError::DtypeMismatch`] unless `t` holds elements of `dtype`:
+/// for the tensors whose element type the op fixes (the out tensor, the
+/// quantization scales and zero points) rather than takes from another argument.
+pub(super) fn expect_dtype(t: &Tensor, dtype: ScalarType) -> Result<(), KernelError> {
+    if t.dtype() == dtype {
+        Ok(())
+    } else {
+        Err(KernelError::DtypeMismatch {
+            expected: dtype,
+            found: t.dtype(),
+        })
+    }
+}
+
+/// Fails with an invalid-argument error reading "`op`: `name` must be in contiguous
+/// dim order" unless `t` is contiguous: the attention engine addresses every tensor
+/// it reads or writes as dense rows.
+pub(super) fn expect_contiguous(t: &Tensor, op: &str, name: &str) -> Result<(), KernelError> {
+    if t.is_contiguous() {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "{op}: {name} must be in contiguous dim order"
+        )))
+    }
+}
+
 /// Checks q, k, v: 4-D, contiguous, equal batch and head dim, k and v of equal
 /// shape, and `H_q` a multiple of `H_kv`.
 pub(crate) fn attn_shape(
@@ -54,11 +82,7 @@ pub(crate) fn attn_shape(
         if t.rank() != 4 {
             return Err(invalid(format!("sdpa: {name} {t:?} must be 4-D")));
         }
-        if !t.is_contiguous() {
-            return Err(invalid(format!(
-                "sdpa: {name} must be in contiguous dim order"
-            )));
-        }
+        expect_contiguous(t, "sdpa", name)?;
     }
     if k.sizes() != v.sizes() {
         return Err(invalid(format!(
@@ -117,11 +141,7 @@ pub(crate) fn problem(
                     s.q_len, s.kv_len
                 )));
             }
-            if !m.is_contiguous() {
-                return Err(KernelError::invalid(
-                    "sdpa: attn_mask must be in contiguous dim order",
-                ));
-            }
+            expect_contiguous(m, "sdpa", "attn_mask")?;
             s.kv_len
         }
         None => match start.checked_add(s.q_len) {
@@ -194,18 +214,34 @@ fn attend_float<E: Float>(
     let qr = FloatRows::new(ctx.read::<E>(q)?, s.q_layout(dim))?;
     let kr = FloatRows::new(cast::<E>(k)?, s.kv_layout(dim))?;
     let vr = FloatRows::new(cast::<E>(v)?, s.kv_layout(dim))?;
+    run_attention::<E, _, _, _>(ctx, p, &qr, &kr, &vr, mask, out)
+}
+
+/// Runs the blocked attention engine over q, k and v rows already laid out for `p`
+/// and writes the result into `out` as `O`: plans the work for the context's thread
+/// pool (with conversion buffers where the K or V rows are not stored as f32) and
+/// takes the plan's scratch from the context. The float and the int8 kernels differ
+/// only in how their rows are read, so both end here.
+pub(super) fn run_attention<O: Float, Q: Rows, K: Rows, V: Rows>(
+    ctx: &KernelContext<'_>,
+    p: &Problem,
+    q: &Q,
+    k: &K,
+    v: &V,
+    mask: Mask<'_>,
+    out: &Tensor,
+) -> Result<(), KernelError> {
     let pool = ctx.pool();
-    let converts = E::as_f32(&[]).is_none();
-    let plan = Plan::new(p, pool.threads(), converts, converts)?;
+    let plan = Plan::new(p, pool.threads(), k.converts(), v.converts())?;
     let scratch = ctx.scratch::<f32>(plan.scratch_len()?)?;
-    let o = ctx.write::<E>(out)?;
+    let o = ctx.write::<O>(out)?;
     flash::run(
         pool,
         p,
         &plan,
-        &qr,
-        &kr,
-        &vr,
+        q,
+        k,
+        v,
         mask,
         o,
         scratch,
@@ -225,12 +261,7 @@ fn check_float_dtypes(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<ScalarType, 
         });
     }
     for t in [k, v] {
-        if t.dtype() != dtype {
-            return Err(KernelError::DtypeMismatch {
-                expected: dtype,
-                found: t.dtype(),
-            });
-        }
+        same_dtype(q, t)?;
     }
     Ok(dtype)
 }
@@ -245,17 +276,8 @@ pub(super) fn resize_out(
     op: &str,
 ) -> Result<Tensor, KernelError> {
     let out = out_arg.tensor();
-    if out.dtype() != dtype {
-        return Err(KernelError::DtypeMismatch {
-            expected: dtype,
-            found: out.dtype(),
-        });
-    }
-    if !out.is_contiguous() {
-        return Err(KernelError::invalid(format!(
-            "{op}: out must be in contiguous dim order"
-        )));
-    }
+    expect_dtype(&out, dtype)?;
+    expect_contiguous(&out, op, "out")?;
     out_arg.resize(a, q.sizes())
 }
 
