@@ -30,6 +30,20 @@ pub(crate) fn require_copy_pair(input: &Tensor, out: &Tensor) -> Result<(), Kern
     require_contiguous(out, "out")
 }
 
+/// The dim `dim` of `input`, a negative dim counting from the end. An op that works
+/// along one dim has nothing to work on in a 0-d tensor, so one is refused with
+/// `zero_d_error` (which names the op) before the dim is read.
+pub(crate) fn dim_of_non_scalar(
+    input: &Tensor,
+    dim: i64,
+    zero_d_error: &'static str,
+) -> Result<usize, KernelError> {
+    if input.rank() == 0 {
+        return Err(KernelError::invalid(zero_d_error));
+    }
+    Ok(input.normalize_dim(dim)?)
+}
+
 /// Views bytes as a mutable slice of `T` (fails when misaligned or ragged).
 pub(crate) fn typed_mut<T: Pod>(bytes: &mut [u8]) -> Result<&mut [T], KernelError> {
     bytemuck::try_cast_slice_mut(bytes)

@@ -9,10 +9,10 @@
 
 use crate::ops::same_dtype;
 use crate::ops::shape::common::{
-    Strided, can_cast, copy_tensor_cast, for_rows, require_contiguous, typed_mut, with_bits_type,
-    with_cast_type, worth_parallel,
+    Strided, can_cast, copy_tensor_cast, dim_of_non_scalar, for_rows, require_contiguous,
+    typed_mut, with_bits_type, with_cast_type, worth_parallel,
 };
-use crate::ops::shape::slice::{DimSlice, copy_slice};
+use crate::ops::shape::slice::{DimSlice, copy_slice, with_dim_length};
 use crate::schema::{OpArgs, OutArg, OutListArg, op_args};
 use crate::{
     Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tensor, TensorList,
@@ -131,115 +131,140 @@ op_args! {
 
 /// `cat.out(Tensor[] tensors, int dim=0, *, Tensor(a!) out)`.
 fn cat(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    let JoinArgs {
-        tensors: list,
-        dim: dim_arg,
-        out,
-    } = JoinArgs::unpack(a)?;
-    let (sizes, rank, dim) = {
-        if list.is_empty() {
-            return Err(KernelError::invalid("cat of an empty list"));
-        }
-        // The reference shape: the first input that is not a legacy empty tensor.
-        let mut reference = None;
-        for k in 0..list.len() {
-            let t = list.get(k)?;
-            if !skipped(&t) {
-                reference = Some(t);
-                break;
-            }
-        }
-        let Some(reference) = reference else {
-            // Every input is [0]: the result is [0].
-            if out.tensor().rank() != 1 {
-                return Err(KernelError::invalid(
-                    "cat of empty tensors into a non-1-d out",
-                ));
-            }
-            out.resize(a, &[0])?;
-            return Ok(());
-        };
-        let rank = reference.rank();
-        if rank == 0 {
-            return Err(KernelError::invalid("cat of 0-d tensors"));
-        }
-        let dim = normalize_dim(dim_arg, rank)?;
-        let mut sizes = [0usize; MAX_RANK];
-        sizes[..rank].copy_from_slice(reference.sizes());
-        sizes[dim] = 0;
-        for k in 0..list.len() {
-            let t = list.get(k)?;
-            if skipped(&t) {
-                continue;
-            }
-            if t.rank() != rank {
-                return Err(KernelError::invalid(format!(
-                    "cat input {k} has rank {}, expected {rank}",
-                    t.rank()
-                )));
-            }
-            for d in 0..rank {
-                if d != dim && t.sizes()[d] != reference.sizes()[d] {
-                    return Err(KernelError::invalid(format!(
-                        "cat input {k} has sizes {:?}, incompatible with {:?} at dim {dim}",
-                        t.sizes(),
-                        reference.sizes()
-                    )));
-                }
-            }
-            sizes[dim] += t.sizes()[dim];
-        }
-        (sizes, rank, dim)
-    };
-    require_contiguous(&out.tensor(), "out")?;
-    // Stored once the input list (borrowed from `a`) is no longer read.
-    let resized = out.resized(&sizes[..rank])?;
-    let leading: usize = sizes[..dim].iter().product();
-    let row: usize = sizes[dim..rank].iter().product();
-    join_rows(ctx, &list, &resized, leading, row, true)?;
-    out.set(a, resized)
+    join(ctx, a, true, cat_shape)
 }
 
 /// `stack.out(Tensor[] tensors, int dim=0, *, Tensor(a!) out)`.
 fn stack(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
+    join(ctx, a, false, |list, dim| stack_shape(list, dim).map(Some))
+}
+
+/// The shape of a `cat` or `stack` result and the dim its inputs are joined along.
+struct JoinedShape {
+    /// The result's sizes; the first `rank` are used.
+    sizes: [usize; MAX_RANK],
+    /// The result's rank.
+    rank: usize,
+    /// The dim the inputs are joined along, normalized.
+    dim: usize,
+}
+
+/// The body `cat` and `stack` share: reads the arguments, works out the result's
+/// shape with `shape_of` (given the inputs and the dim argument), resizes `out` to it
+/// and fills it with [`join_rows`]; `skip_empty` skips the legacy empty `[0]` inputs.
+/// `shape_of` gives `None` when every input is a legacy empty tensor (only `cat`
+/// allows them): the result is then the empty `[0]`, which needs a 1-d `out`.
+fn join(
+    ctx: &KernelContext<'_>,
+    a: &mut Args<'_>,
+    skip_empty: bool,
+    shape_of: impl FnOnce(&TensorList<'_>, i64) -> Result<Option<JoinedShape>, KernelError>,
+) -> Result<(), KernelError> {
     let JoinArgs {
         tensors: list,
-        dim: dim_arg,
+        dim,
         out,
     } = JoinArgs::unpack(a)?;
-    let (sizes, rank, dim) = {
-        if list.is_empty() {
-            return Err(KernelError::invalid("stack of an empty list"));
+    let Some(JoinedShape { sizes, rank, dim }) = shape_of(&list, dim)? else {
+        if out.tensor().rank() != 1 {
+            return Err(KernelError::invalid(
+                "cat of empty tensors into a non-1-d out",
+            ));
         }
-        let first = list.get(0)?;
-        let rank = first.rank();
-        if rank + 1 > MAX_RANK {
-            return Err(KernelError::invalid("stack beyond the rank limit"));
-        }
-        let dim = normalize_dim(dim_arg, rank + 1)?;
-        for k in 1..list.len() {
-            let t = list.get(k)?;
-            if t.sizes() != first.sizes() {
-                return Err(KernelError::invalid(format!(
-                    "stack input {k} has sizes {:?}, expected {:?}",
-                    t.sizes(),
-                    first.sizes()
-                )));
-            }
-        }
-        let mut sizes = [0usize; MAX_RANK];
-        sizes[..dim].copy_from_slice(&first.sizes()[..dim]);
-        sizes[dim] = list.len();
-        sizes[dim + 1..=rank].copy_from_slice(&first.sizes()[dim..]);
-        (sizes, rank + 1, dim)
+        out.resize(a, &[0])?;
+        return Ok(());
     };
     require_contiguous(&out.tensor(), "out")?;
     // Stored once the input list (borrowed from `a`) is no longer read.
     let resized = out.resized(&sizes[..rank])?;
     let leading: usize = sizes[..dim].iter().product();
     let row: usize = sizes[dim..rank].iter().product();
-    join_rows(ctx, &list, &resized, leading, row, false)?;
+    join_rows(ctx, &list, &resized, leading, row, skip_empty)?;
     out.set(a, resized)
+}
+
+/// The shape of `cat(list, dim_arg)`: the inputs' common shape with the sizes of the
+/// joined dim summed, legacy empty `[0]` inputs left out (`None` when all are).
+fn cat_shape(list: &TensorList<'_>, dim_arg: i64) -> Result<Option<JoinedShape>, KernelError> {
+    if list.is_empty() {
+        return Err(KernelError::invalid("cat of an empty list"));
+    }
+    // The reference shape: the first input that is not a legacy empty tensor.
+    let mut reference = None;
+    for k in 0..list.len() {
+        let t = list.get(k)?;
+        if !skipped(&t) {
+            reference = Some(t);
+            break;
+        }
+    }
+    let Some(reference) = reference else {
+        return Ok(None);
+    };
+    let rank = reference.rank();
+    if rank == 0 {
+        return Err(KernelError::invalid("cat of 0-d tensors"));
+    }
+    let dim = normalize_dim(dim_arg, rank)?;
+    let mut sizes = [0usize; MAX_RANK];
+    sizes[..rank].copy_from_slice(reference.sizes());
+    sizes[dim] = 0;
+    for k in 0..list.len() {
+        let t = list.get(k)?;
+        if skipped(&t) {
+            continue;
+        }
+        if t.rank() != rank {
+            return Err(KernelError::invalid(format!(
+                "cat input {k} has rank {}, expected {rank}",
+                t.rank()
+            )));
+        }
+        for d in 0..rank {
+            if d != dim && t.sizes()[d] != reference.sizes()[d] {
+                return Err(KernelError::invalid(format!(
+                    "cat input {k} has sizes {:?}, incompatible with {:?} at dim {dim}",
+                    t.sizes(),
+                    reference.sizes()
+                )));
+            }
+        }
+        sizes[dim] += t.sizes()[dim];
+    }
+    Ok(Some(JoinedShape { sizes, rank, dim }))
+}
+
+/// The shape of `stack(list, dim_arg)`: the inputs' one shape with a new dim of
+/// `list.len()` inserted at `dim_arg` (which counts the new dim).
+fn stack_shape(list: &TensorList<'_>, dim_arg: i64) -> Result<JoinedShape, KernelError> {
+    if list.is_empty() {
+        return Err(KernelError::invalid("stack of an empty list"));
+    }
+    let first = list.get(0)?;
+    let rank = first.rank();
+    if rank + 1 > MAX_RANK {
+        return Err(KernelError::invalid("stack beyond the rank limit"));
+    }
+    let dim = normalize_dim(dim_arg, rank + 1)?;
+    for k in 1..list.len() {
+        let t = list.get(k)?;
+        if t.sizes() != first.sizes() {
+            return Err(KernelError::invalid(format!(
+                "stack input {k} has sizes {:?}, expected {:?}",
+                t.sizes(),
+                first.sizes()
+            )));
+        }
+    }
+    let mut sizes = [0usize; MAX_RANK];
+    sizes[..dim].copy_from_slice(&first.sizes()[..dim]);
+    sizes[dim] = list.len();
+    sizes[dim + 1..=rank].copy_from_slice(&first.sizes()[dim..]);
+    Ok(JoinedShape {
+        sizes,
+        rank: rank + 1,
+        dim,
+    })
 }
 
 /// Splits `input` along `dim` into the tensors of `outs`, output `j` taking
@@ -262,32 +287,17 @@ fn split_into(
     let mut start = 0usize;
     for j in 0..count {
         let len = size_of(j)?;
-        let mut sizes = [0usize; MAX_RANK];
-        sizes[..input.rank()].copy_from_slice(input.sizes());
-        sizes[dim] = len;
+        let sizes = with_dim_length(input.sizes(), dim, len);
         let o = outs.item(a, j)?;
         same_dtype(input, &o)?;
         let o = outs.resize_item(a, j, &sizes[..input.rank()])?;
-        let s = DimSlice {
-            dim,
-            start,
-            length: len,
-            step: 1,
-        };
+        let s = DimSlice::contiguous(dim, start, len);
         if len > 0 {
             copy_slice(ctx, input, &o, s)?;
         }
         start += len;
     }
     Ok(())
-}
-
-/// The dim a split runs along (normalized); a 0-d tensor cannot be split.
-fn split_dim(input: &Tensor, dim: i64) -> Result<usize, KernelError> {
-    if input.rank() == 0 {
-        return Err(KernelError::invalid("split of a 0-d tensor"));
-    }
-    Ok(input.normalize_dim(dim)?)
 }
 
 op_args! {
@@ -308,7 +318,7 @@ fn split_with_sizes_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<()
         dim,
         out,
     } = SplitWithSizesArgs::unpack(a)?;
-    let dim = split_dim(&input, dim)?;
+    let dim = dim_of_non_scalar(&input, dim, "split of a 0-d tensor")?;
     let mut splits = [0i64; 256];
     if list.len() > splits.len() {
         return Err(KernelError::invalid("too many split sizes"));
@@ -353,7 +363,7 @@ fn split_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
         dim,
         out,
     } = SplitArgs::unpack(a)?;
-    let dim = split_dim(&input, dim)?;
+    let dim = dim_of_non_scalar(&input, dim, "split of a 0-d tensor")?;
     let size = input.sizes()[dim];
     if split < 0 || (split == 0 && size != 0) {
         return Err(KernelError::invalid(format!("invalid split size {split}")));
@@ -380,10 +390,7 @@ op_args! {
 /// resize), and all outs one dtype, which may differ from the input's.
 fn unbind_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let UnbindArgs { input, dim, out } = UnbindArgs::unpack(a)?;
-    if input.rank() == 0 {
-        return Err(KernelError::invalid("unbind_copy of a 0-d tensor"));
-    }
-    let dim = input.normalize_dim(dim)?;
+    let dim = dim_of_non_scalar(&input, dim, "unbind_copy of a 0-d tensor")?;
     let size = input.sizes()[dim];
     if out.len() != size {
         return Err(KernelError::invalid(format!(

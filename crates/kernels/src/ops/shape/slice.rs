@@ -8,7 +8,9 @@
 //! each leading row with one `memcpy`.
 
 use crate::ops::same_dtype;
-use crate::ops::shape::common::{for_rows, require_copy_pair, with_bits_type, worth_parallel};
+use crate::ops::shape::common::{
+    dim_of_non_scalar, for_rows, require_copy_pair, with_bits_type, worth_parallel,
+};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
@@ -44,9 +46,66 @@ pub(crate) struct DimSlice {
     pub step: usize,
 }
 
+impl DimSlice {
+    /// `length` consecutive indices of dim `dim` from `start`: what `narrow` and each
+    /// piece of a split take.
+    pub(crate) fn contiguous(dim: usize, start: usize, length: usize) -> Self {
+        DimSlice {
+            dim,
+            start,
+            length,
+            step: 1,
+        }
+    }
+
+    /// Python's `[start:end:step]` on dim `dim` (already normalized) of `size`
+    /// indices, as `slice_copy` and `slice_scatter` take it: a missing start is 0, a
+    /// missing end is `size`, and out-of-range bounds are clamped by
+    /// [`adjust_slice`]. A step below 1 is refused, with `op` naming the op.
+    fn python_range(
+        dim: usize,
+        size: usize,
+        start: Option<i64>,
+        end: Option<i64>,
+        step: i64,
+        op: &str,
+    ) -> Result<Self, KernelError> {
+        if step <= 0 {
+            return Err(KernelError::invalid(format!(
+                "{op} step must be positive, got {step}"
+            )));
+        }
+        let (start, length) =
+            adjust_slice(size, start.unwrap_or(0), end.unwrap_or(size as i64), step);
+        Ok(DimSlice {
+            dim,
+            start,
+            length,
+            step: step as usize,
+        })
+    }
+
+    /// The one index `index` of dim `dim` (already normalized) of `size` indices, as
+    /// `select_copy` and `select_scatter` take it: a negative index counts from the
+    /// end, and one out of range is refused, with `op` naming the op.
+    fn single_index(dim: usize, size: usize, index: i64, op: &str) -> Result<Self, KernelError> {
+        let i = if index < 0 {
+            index.saturating_add(size as i64)
+        } else {
+            index
+        };
+        if i < 0 || i >= size as i64 {
+            return Err(KernelError::invalid(format!(
+                "{op} index {index} out of range for a dim of size {size}"
+            )));
+        }
+        Ok(DimSlice::contiguous(dim, i as usize, 1))
+    }
+}
+
 /// `sizes` with dim `dim` set to `length`: the shape of a slice of `dim`. The first
 /// `sizes.len()` entries are used.
-fn with_dim_length(sizes: &[usize], dim: usize, length: usize) -> [usize; MAX_RANK] {
+pub(crate) fn with_dim_length(sizes: &[usize], dim: usize, length: usize) -> [usize; MAX_RANK] {
     let mut out = [0usize; MAX_RANK];
     out[..sizes.len()].copy_from_slice(sizes);
     out[dim] = length;
@@ -60,22 +119,6 @@ fn without_dim(sizes: &[usize], dim: usize) -> [usize; MAX_RANK] {
     out[..dim].copy_from_slice(&sizes[..dim]);
     out[dim..sizes.len() - 1].copy_from_slice(&sizes[dim + 1..]);
     out
-}
-
-/// Index `index` of a dim of `size` (a negative index counts from the end), refused
-/// when out of range; `what` names the op in the error.
-fn select_index(index: i64, size: usize, what: &str) -> Result<usize, KernelError> {
-    let i = if index < 0 {
-        index.saturating_add(size as i64)
-    } else {
-        index
-    };
-    if i < 0 || i >= size as i64 {
-        return Err(KernelError::invalid(format!(
-            "{what} index {index} out of range for a dim of size {size}"
-        )));
-    }
-    Ok(i as usize)
 }
 
 /// Resizes `out` to `out_sizes` (it must have `input`'s dtype) and copies the slice
@@ -198,26 +241,9 @@ fn slice_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
         step,
         out,
     } = SliceArgs::unpack(a)?;
-    if input.rank() == 0 {
-        return Err(KernelError::invalid("slice_copy of a 0-d tensor"));
-    }
-    let dim = input.normalize_dim(dim)?;
-    let size = input.sizes()[dim];
-    let start = start.unwrap_or(0);
-    let end = end.unwrap_or(size as i64);
-    if step <= 0 {
-        return Err(KernelError::invalid(format!(
-            "slice step must be positive, got {step}"
-        )));
-    }
-    let (start, length) = adjust_slice(size, start, end, step);
-    let sizes = with_dim_length(input.sizes(), dim, length);
-    let s = DimSlice {
-        dim,
-        start,
-        length,
-        step: step as usize,
-    };
+    let dim = dim_of_non_scalar(&input, dim, "slice_copy of a 0-d tensor")?;
+    let s = DimSlice::python_range(dim, input.sizes()[dim], start, end, step, "slice")?;
+    let sizes = with_dim_length(input.sizes(), dim, s.length);
     slice_into(ctx, a, &input, out, &sizes[..input.rank()], s)
 }
 
@@ -242,10 +268,7 @@ fn narrow_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
         length,
         out,
     } = NarrowArgs::unpack(a)?;
-    if input.rank() == 0 {
-        return Err(KernelError::invalid("narrow_copy of a 0-d tensor"));
-    }
-    let dim = input.normalize_dim(dim)?;
+    let dim = dim_of_non_scalar(&input, dim, "narrow_copy of a 0-d tensor")?;
     let size = input.sizes()[dim];
     let n = size as i64;
     let first = if start < 0 {
@@ -264,12 +287,7 @@ fn narrow_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
         )));
     }
     let sizes = with_dim_length(input.sizes(), dim, length as usize);
-    let s = DimSlice {
-        dim,
-        start: first as usize,
-        length: length as usize,
-        step: 1,
-    };
+    let s = DimSlice::contiguous(dim, first as usize, length as usize);
     slice_into(ctx, a, &input, out, &sizes[..input.rank()], s)
 }
 
@@ -290,18 +308,9 @@ fn select_copy(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
         index,
         out,
     } = SelectArgs::unpack(a)?;
-    if input.rank() == 0 {
-        return Err(KernelError::invalid("select_copy of a 0-d tensor"));
-    }
-    let dim = input.normalize_dim(dim)?;
-    let i = select_index(index, input.sizes()[dim], "select_copy")?;
+    let dim = dim_of_non_scalar(&input, dim, "select_copy of a 0-d tensor")?;
+    let s = DimSlice::single_index(dim, input.sizes()[dim], index, "select_copy")?;
     let sizes = without_dim(input.sizes(), dim);
-    let s = DimSlice {
-        dim,
-        start: i,
-        length: 1,
-        step: 1,
-    };
     slice_into(ctx, a, &input, out, &sizes[..input.rank() - 1], s)
 }
 
@@ -330,33 +339,29 @@ fn slice_scatter(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kernel
         step,
         out,
     } = SliceScatterArgs::unpack(a)?;
-    if input.rank() == 0 {
-        return Err(KernelError::invalid("slice_scatter into a 0-d tensor"));
-    }
-    let dim = input.normalize_dim(dim)?;
-    if step <= 0 {
-        return Err(KernelError::invalid(format!(
-            "slice_scatter step must be positive, got {step}"
-        )));
-    }
-    let size = input.sizes()[dim];
-    let (first, length) = adjust_slice(size, start.unwrap_or(0), end.unwrap_or(size as i64), step);
-    let rank = input.rank();
-    let want = with_dim_length(input.sizes(), dim, length);
-    if src.sizes() != &want[..rank] {
-        return Err(KernelError::invalid(format!(
-            "slice_scatter: src of shape {:?} for a slice of shape {:?}",
-            src.sizes(),
-            &want[..rank]
-        )));
-    }
-    let s = DimSlice {
-        dim,
-        start: first,
-        length,
-        step: step as usize,
-    };
+    let dim = dim_of_non_scalar(&input, dim, "slice_scatter into a 0-d tensor")?;
+    let s = DimSlice::python_range(dim, input.sizes()[dim], start, end, step, "slice_scatter")?;
+    let want = with_dim_length(input.sizes(), dim, s.length);
+    require_src_shape(&src, &want[..input.rank()], "slice_scatter", "slice")?;
     scatter_into_copy(ctx, a, &input, &src, out, s, "slice_scatter")
+}
+
+/// Refuses a scatter's `src` unless its shape is `want`, the shape of the part of
+/// `input` it replaces; `op` names the op and `part` what it replaces ("slice" or
+/// "selection") in the error.
+fn require_src_shape(
+    src: &Tensor,
+    want: &[usize],
+    op: &str,
+    part: &str,
+) -> Result<(), KernelError> {
+    if src.sizes() != want {
+        return Err(KernelError::invalid(format!(
+            "{op}: src of shape {:?} for a {part} of shape {want:?}",
+            src.sizes()
+        )));
+    }
+    Ok(())
 }
 
 /// Writes `input` into `out` (resized to `input`'s shape) with the slice `s` replaced
@@ -428,26 +433,15 @@ fn select_scatter(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), Kerne
         index,
         out,
     } = SelectScatterArgs::unpack(a)?;
-    if input.rank() == 0 {
-        return Err(KernelError::invalid("select_scatter into a 0-d tensor"));
-    }
-    let dim = input.normalize_dim(dim)?;
-    let i = select_index(index, input.sizes()[dim], "select_scatter")?;
-    let rank = input.rank();
+    let dim = dim_of_non_scalar(&input, dim, "select_scatter into a 0-d tensor")?;
+    let s = DimSlice::single_index(dim, input.sizes()[dim], index, "select_scatter")?;
     let want = without_dim(input.sizes(), dim);
-    if src.sizes() != &want[..rank - 1] {
-        return Err(KernelError::invalid(format!(
-            "select_scatter: src of shape {:?} for a selection of shape {:?}",
-            src.sizes(),
-            &want[..rank - 1]
-        )));
-    }
-    let s = DimSlice {
-        dim,
-        start: i,
-        length: 1,
-        step: 1,
-    };
+    require_src_shape(
+        &src,
+        &want[..input.rank() - 1],
+        "select_scatter",
+        "selection",
+    )?;
     scatter_into_copy(ctx, a, &input, &src, out, s, "select_scatter")
 }
 
