@@ -258,9 +258,39 @@ fn check_alpha(common: ScalarType, alpha: Scalar) -> Result<(), KernelError> {
     Ok(())
 }
 
+/// The common dtype of two operands (`torch.result_type`), before any op's own rules.
+fn common_dtype(x: &Operand, y: &Operand) -> Result<ScalarType, KernelError> {
+    ResultType::new().operand(x)?.operand(y)?.finish()
+}
+
+/// Refuses the first of `dtypes` that the elementwise engine cannot compute with,
+/// naming `what` in the error.
+fn check_supported(
+    dtypes: impl IntoIterator<Item = ScalarType>,
+    what: &'static str,
+) -> Result<(), KernelError> {
+    for dtype in dtypes {
+        if !super::elementwise::dtype::is_supported(dtype) {
+            return Err(super::elementwise::dtype::unsupported(dtype, what));
+        }
+    }
+    Ok(())
+}
+
+/// Resizes `out` to the shape the operands `ins` broadcast to.
+fn resize_to_broadcast(
+    a: &mut Args<'_>,
+    ins: &[Operand],
+    out: OutArg,
+) -> Result<Tensor, KernelError> {
+    let mut buf = [0usize; MAX_RANK];
+    let sizes = broadcast_operands(ins, &mut buf)?;
+    out.resize(a, sizes)
+}
+
 /// The common dtype of `op` over `x` and `y`, after the op's own rules.
 pub fn arith_dtype(x: &Operand, y: &Operand, op: Op) -> Result<ScalarType, KernelError> {
-    let common = ResultType::new().operand(x)?.operand(y)?.finish()?;
+    let common = common_dtype(x, y)?;
     match op {
         Op::Div => return Ok(to_float(common)),
         Op::Sub | Op::Rsub if common == ScalarType::Bool => {
@@ -308,9 +338,7 @@ fn arith(
     if let Some(al) = alpha {
         check_alpha(common, al)?;
     }
-    let mut buf = [0usize; MAX_RANK];
-    let sizes = broadcast_operands(&[x, y], &mut buf)?;
-    let out = out.resize(a, sizes)?;
+    let out = resize_to_broadcast(a, &[x, y], out)?;
     check_can_cast(common, out.dtype())?;
     let spec = Spec {
         common,
@@ -399,17 +427,8 @@ enum Logic {
 fn logical(ctx: &KernelContext<'_>, a: &mut Args<'_>, op: Logic) -> Result<(), KernelError> {
     let TensorTensorArgs { input, other, out } = TensorTensorArgs::unpack(a)?;
     let ins = [Operand::Tensor(input), Operand::Tensor(other)];
-    for o in &ins {
-        if !super::elementwise::dtype::is_supported(o.dtype()) {
-            return Err(super::elementwise::dtype::unsupported(
-                o.dtype(),
-                "logical ops",
-            ));
-        }
-    }
-    let mut buf = [0usize; MAX_RANK];
-    let sizes = broadcast_operands(&ins, &mut buf)?;
-    let out = out.resize(a, sizes)?;
+    check_supported(ins.iter().map(Operand::dtype), "logical ops")?;
+    let out = resize_to_broadcast(a, &ins, out)?;
     let spec = Spec {
         common: ScalarType::Double,
         narrow_result: false,
@@ -449,11 +468,9 @@ fn where_self(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelErr
     }
     let x = Operand::Tensor(input);
     let y = Operand::Tensor(other);
-    let common = ResultType::new().operand(&x)?.operand(&y)?.finish()?;
+    let common = common_dtype(&x, &y)?;
     let ins = [Operand::Tensor(cond), x, y];
-    let mut buf = [0usize; MAX_RANK];
-    let sizes = broadcast_operands(&ins, &mut buf)?;
-    let out = out.resize(a, sizes)?;
+    let out = resize_to_broadcast(a, &ins, out)?;
     check_can_cast(common, out.dtype())?;
     let spec = Spec {
         common,
@@ -490,20 +507,13 @@ fn masked_fill(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
         });
     }
     let common = input.dtype();
-    if !super::elementwise::dtype::is_supported(common) {
-        return Err(super::elementwise::dtype::unsupported(
-            common,
-            "masked_fill",
-        ));
-    }
+    check_supported([common], "masked_fill")?;
     let ins = [
         Operand::Tensor(mask),
         Operand::Tensor(input),
         Operand::Scalar(value),
     ];
-    let mut buf = [0usize; MAX_RANK];
-    let sizes = broadcast_operands(&ins[..2], &mut buf)?;
-    let out = out.resize(a, sizes)?;
+    let out = resize_to_broadcast(a, &ins[..2], out)?;
     crate::ops::same_dtype(&input, &out)?;
     let spec = Spec {
         common,
@@ -520,20 +530,9 @@ fn masked_fill(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelEr
 fn atan2(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     let TensorTensorArgs { input, other, out } = TensorTensorArgs::unpack(a)?;
     let ins = [Operand::Tensor(input), Operand::Tensor(other)];
-    for o in &ins {
-        if !super::elementwise::dtype::is_supported(o.dtype()) {
-            return Err(super::elementwise::dtype::unsupported(o.dtype(), "atan2"));
-        }
-    }
-    let common = to_float(
-        ResultType::new()
-            .operand(&ins[0])?
-            .operand(&ins[1])?
-            .finish()?,
-    );
-    let mut buf = [0usize; MAX_RANK];
-    let sizes = broadcast_operands(&ins, &mut buf)?;
-    let out = out.resize(a, sizes)?;
+    check_supported(ins.iter().map(Operand::dtype), "atan2")?;
+    let common = to_float(common_dtype(&ins[0], &ins[1])?);
+    let out = resize_to_broadcast(a, &ins, out)?;
     check_can_cast(common, out.dtype())?;
     let spec = Spec {
         common,

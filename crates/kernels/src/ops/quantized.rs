@@ -6,6 +6,8 @@
 //! quantization multiplies by the f32 reciprocal of the scale and rounds half to even,
 //! dequantization is `(q - zp) * scale` in f32.
 
+use std::ops::Range;
+
 use etch_base::ScalarType;
 
 use super::elementwise::BLOCK;
@@ -75,6 +77,53 @@ fn dtype_err(dtype: ScalarType, what: &'static str) -> KernelError {
     KernelError::UnsupportedDtype { dtype, what }
 }
 
+/// Refuses a tensor of dtype `found` where the arguments name `expected`.
+fn require_dtype(found: ScalarType, expected: ScalarType) -> Result<(), KernelError> {
+    if found != expected {
+        return Err(KernelError::DtypeMismatch { expected, found });
+    }
+    Ok(())
+}
+
+/// Refuses a quant range whose minimum is above its maximum; `prefix` starts the
+/// message (`"weight "` for the embeddings, empty elsewhere).
+fn require_ordered_range(qmin: i64, qmax: i64, prefix: &str) -> Result<(), KernelError> {
+    if qmin > qmax {
+        return Err(KernelError::invalid(format!(
+            "{prefix}quant min {qmin} is greater than quant max {qmax}"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses non-contiguous tensors, naming the op `what` in the message.
+fn require_contiguous(x: &Tensor, y: &Tensor, what: &str) -> Result<(), KernelError> {
+    if !x.is_contiguous() || !y.is_contiguous() {
+        return Err(KernelError::invalid(format!(
+            "{what}: tensors must be contiguous"
+        )));
+    }
+    Ok(())
+}
+
+/// The error for a tensor whose storage does not hold the elements its shape says,
+/// naming the op `what`.
+fn storage_length_error(what: &str) -> KernelError {
+    KernelError::invalid(format!("{what}: unexpected storage length"))
+}
+
+/// Calls `f(start, len)` for each block of at most [`BLOCK`] consecutive indices of
+/// `range`, in order.
+#[inline(always)]
+fn for_each_block(range: Range<usize>, mut f: impl FnMut(usize, usize)) {
+    let mut j = range.start;
+    while j < range.end {
+        let m = BLOCK.min(range.end - j);
+        f(j, m);
+        j += m;
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // Quantized embeddings
 // ---------------------------------------------------------------------------------
@@ -140,11 +189,7 @@ where
         dtype,
         out: out_arg,
     } = S::unpack(a)?.into();
-    if qmin > qmax {
-        return Err(KernelError::invalid(format!(
-            "weight quant min {qmin} is greater than quant max {qmax}"
-        )));
-    }
+    require_ordered_range(qmin, qmax, "weight ")?;
     let wd = weight.dtype();
     let weight_ok = if bits == 8 {
         matches!(wd, ScalarType::Byte | ScalarType::Char)
@@ -160,11 +205,7 @@ where
             weight.sizes()
         )));
     }
-    if !weight.is_contiguous() || !indices.is_contiguous() {
-        return Err(KernelError::invalid(
-            "quantized embedding: tensors must be contiguous",
-        ));
-    }
+    require_contiguous(&weight, &indices, "quantized embedding")?;
     let vocab = weight.sizes()[0];
     let packed = weight.sizes()[1];
     let dim = packed * (8 / bits);
@@ -213,12 +254,7 @@ where
     sizes[indices.rank()] = dim;
     let out = out_arg.resize(a, &sizes[..indices.rank() + 1])?;
     if let Some(d) = dtype {
-        if d != out.dtype() {
-            return Err(KernelError::DtypeMismatch {
-                expected: d,
-                found: out.dtype(),
-            });
-        }
+        require_dtype(out.dtype(), d)?;
     }
     if !is_float(out.dtype()) {
         return Err(dtype_err(out.dtype(), "quantized embedding out"));
@@ -240,9 +276,7 @@ where
     let sc = In::read(ctx, &scales)?;
     let zp = zps.map(|z| In::read(ctx, &z)).transpose()?;
     if w.len() != vocab * packed || sc.len() != vocab * groups {
-        return Err(KernelError::invalid(
-            "quantized embedding: unexpected storage length",
-        ));
+        return Err(storage_length_error("quantized embedding"));
     }
     let signed = wd == ScalarType::Char;
     let job = EmbedJob {
@@ -319,16 +353,12 @@ impl EmbedJob<'_> {
                     .zps
                     .as_ref()
                     .map_or(0.0, |z| z.get(v * self.groups + g));
-                let mut j = g * group;
-                let end = (g + 1) * group;
-                while j < end {
-                    let m = BLOCK.min(end - j);
+                for_each_block(g * group..(g + 1) * group, |j, m| {
                     for (k, o) in buf[..m].iter_mut().enumerate() {
                         *o = (self.value(row, j + k) - zp) * scale;
                     }
                     out.store(r * self.dim + j, 1, &buf[..m]);
-                    j += m;
-                }
+                });
             }
         }
     }
@@ -439,18 +469,8 @@ fn choose_qparams_per_token_asymmetric(
     sizes[x.rank() - 1] = 1;
     let scale_t = scale_out.resize(a, &sizes[..x.rank()])?;
     let zp_t = zero_point_out.resize(a, &sizes[..x.rank()])?;
-    if scale_t.dtype() != ScalarType::Double {
-        return Err(KernelError::DtypeMismatch {
-            expected: ScalarType::Double,
-            found: scale_t.dtype(),
-        });
-    }
-    if zp_t.dtype() != ScalarType::Long {
-        return Err(KernelError::DtypeMismatch {
-            expected: ScalarType::Long,
-            found: zp_t.dtype(),
-        });
-    }
+    require_dtype(scale_t.dtype(), ScalarType::Double)?;
+    require_dtype(zp_t.dtype(), ScalarType::Long)?;
     if n_tok == 0 {
         return Ok(());
     }
@@ -461,16 +481,12 @@ fn choose_qparams_per_token_asymmetric(
     let scales = ctx.write::<f64>(&scale_t)?;
     let zps = ctx.write::<i64>(&zp_t)?;
     if data.len() != n_tok * len || scales.len() != n_tok || zps.len() != n_tok {
-        return Err(KernelError::invalid(
-            "choose_qparams: unexpected storage length",
-        ));
+        return Err(storage_length_error("choose_qparams"));
     }
     let mut buf = [0f32; BLOCK];
     for t in 0..n_tok {
         let (mut mn, mut mx) = (f32::INFINITY, f32::NEG_INFINITY);
-        let mut j = 0;
-        while j < len {
-            let m = BLOCK.min(len - j);
+        for_each_block(0..len, |j, m| {
             data.load(t * len + j, 1, &mut buf[..m]);
             for &v in &buf[..m] {
                 if v < mn {
@@ -484,8 +500,7 @@ fn choose_qparams_per_token_asymmetric(
                     mx = v;
                 }
             }
-            j += m;
-        }
+        });
         let (s, z) = scale_and_zero_point(mn, mx, -128, 127)?;
         scales[t] = s;
         zps[t] = z;
@@ -522,22 +537,14 @@ fn check_quant_args(
     if !is_float(x.dtype()) {
         return Err(dtype_err(x.dtype(), "quantize input (float)"));
     }
-    if out.dtype() != dtype {
-        return Err(KernelError::DtypeMismatch {
-            expected: dtype,
-            found: out.dtype(),
-        });
-    }
+    require_dtype(out.dtype(), dtype)?;
     let (lo, hi) = quant_range(dtype)?;
     if qmin < lo || qmax > hi || qmin > qmax {
         return Err(KernelError::invalid(format!(
             "quant range [{qmin}, {qmax}] does not fit {dtype} ([{lo}, {hi}])"
         )));
     }
-    if !x.is_contiguous() || !out.is_contiguous() {
-        return Err(KernelError::invalid("quantize: tensors must be contiguous"));
-    }
-    Ok(())
+    require_contiguous(x, out, "quantize")
 }
 
 /// Per-row qparams: `scales` and `zero_points` hold one value per row (or one for all).
@@ -598,22 +605,17 @@ impl QuantJob<'_> {
         let data = In::read(ctx, &self.x)?;
         let mut dst = Out::write(ctx, &self.out)?;
         if data.len() != rows * len || dst.len() != rows * len {
-            return Err(KernelError::invalid(format!(
-                "{what}: unexpected storage length"
-            )));
+            return Err(storage_length_error(what));
         }
         let mut sb = [S::default(); BLOCK];
         let mut db = [D::default(); BLOCK];
         for r in 0..rows {
             let (s, z) = self.qp.row(r);
-            let mut j = 0;
-            while j < len {
-                let m = BLOCK.min(len - j);
+            for_each_block(0..len, |j, m| {
                 data.load(r * len + j, 1, &mut sb[..m]);
                 f(s, z, &sb[..m], &mut db[..m]);
                 dst.store(r * len + j, 1, &db[..m]);
-                j += m;
-            }
+            });
         }
         Ok(())
     }
@@ -852,34 +854,15 @@ fn check_dequant_args(
     ) {
         return Err(dtype_err(x.dtype(), "dequantize input"));
     }
-    if x.dtype() != dtype {
-        return Err(KernelError::DtypeMismatch {
-            expected: dtype,
-            found: x.dtype(),
-        });
-    }
+    require_dtype(x.dtype(), dtype)?;
     if let Some(d) = out_dtype {
-        if out.dtype() != d {
-            return Err(KernelError::DtypeMismatch {
-                expected: d,
-                found: out.dtype(),
-            });
-        }
+        require_dtype(out.dtype(), d)?;
     }
     if !is_float(out.dtype()) {
         return Err(dtype_err(out.dtype(), "dequantize out (float)"));
     }
-    if qmin > qmax {
-        return Err(KernelError::invalid(format!(
-            "quant min {qmin} is greater than quant max {qmax}"
-        )));
-    }
-    if !x.is_contiguous() || !out.is_contiguous() {
-        return Err(KernelError::invalid(
-            "dequantize: tensors must be contiguous",
-        ));
-    }
-    Ok(())
+    require_ordered_range(qmin, qmax, "")?;
+    require_contiguous(x, out, "dequantize")
 }
 
 op_args! {
