@@ -84,59 +84,36 @@ struct Operands {
     save_invstd: OutArg,
 }
 
+/// Moves the operands both overloads share out of either overload's unpacked
+/// arguments (`LegitArgs` or `NoStatsArgs`, which name them alike) into `Operands`.
+macro_rules! shared_operands {
+    ($args:ident) => {
+        Operands {
+            input: $args.input,
+            weight: $args.weight,
+            bias: $args.bias,
+            eps: $args.eps,
+            out: $args.out,
+            save_mean: $args.save_mean,
+            save_invstd: $args.save_invstd,
+        }
+    };
+}
+
 fn batch_norm_legit(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    let LegitArgs {
-        input,
-        weight,
-        bias,
-        running_mean,
-        running_var,
-        training,
-        momentum,
-        eps,
-        out,
-        save_mean,
-        save_invstd,
-    } = LegitArgs::unpack(a)?;
-    let ops = Operands {
-        input,
-        weight,
-        bias,
-        eps,
-        out,
-        save_mean,
-        save_invstd,
-    };
+    let args = LegitArgs::unpack(a)?;
     let running = Running {
-        mean: running_mean,
-        var: running_var,
-        training,
-        momentum,
+        mean: args.running_mean,
+        var: args.running_var,
+        training: args.training,
+        momentum: args.momentum,
     };
-    batch_norm(ctx, a, ops, Some(running))
+    batch_norm(ctx, a, shared_operands!(args), Some(running))
 }
 
 fn batch_norm_no_stats(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
-    let NoStatsArgs {
-        input,
-        weight,
-        bias,
-        eps,
-        out,
-        save_mean,
-        save_invstd,
-        ..
-    } = NoStatsArgs::unpack(a)?;
-    let ops = Operands {
-        input,
-        weight,
-        bias,
-        eps,
-        out,
-        save_mean,
-        save_invstd,
-    };
-    batch_norm(ctx, a, ops, None)
+    let args = NoStatsArgs::unpack(a)?;
+    batch_norm(ctx, a, shared_operands!(args), None)
 }
 
 /// Checks the operands (f32, rank >= 2, per-channel weight, bias and running

@@ -1,3 +1,5 @@
+use std::ops::Range;
+
 use etch_base::ScalarType;
 use proptest::prelude::*;
 
@@ -63,6 +65,29 @@ fn dims_of(mask: &[bool]) -> Vec<i64> {
         .collect()
 }
 
+/// The dims a reduction over `mask` reduces: the marked ones, or every dim when
+/// none is marked (an empty or absent dim list reduces them all).
+fn reduced_mask(mask: &[bool]) -> Vec<bool> {
+    if mask.iter().any(|&m| m) {
+        mask.to_vec()
+    } else {
+        vec![true; mask.len()]
+    }
+}
+
+/// The optional dim list argument for a reduction over `mask` (`None` when no dim
+/// is marked, which reduces every dim), and the mask of the dims it reduces.
+fn optional_dims_arg(h: &mut Harness, mask: &[bool]) -> (usize, Vec<bool>) {
+    let rmask = reduced_mask(mask);
+    let dims = if mask.iter().any(|&m| m) {
+        let d = dims_of(&rmask);
+        h.int_list(&d)
+    } else {
+        h.none()
+    };
+    (dims, rmask)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
@@ -79,9 +104,7 @@ proptest! {
         let mut h = harness(threads);
         let x = tensor(&mut h, dtype, &shape, &vals);
         // All dims reduced when the mask is all false and we pass None.
-        let all = !mask.iter().any(|&m| m);
-        let mask: Vec<bool> = if all { vec![true; shape.len()] } else { mask };
-        let dims = if all { h.none() } else { let d = dims_of(&mask); h.int_list(&d) };
+        let (dims, mask) = optional_dims_arg(&mut h, &mask);
         let kd = h.bool(keepdim);
         let none = h.none();
         let result = if dtype.is_floating_point() { dtype } else { ScalarType::Long };
@@ -114,8 +137,7 @@ proptest! {
         let d = dims_of(&mask);
         let dims = h.int_list(&d);
         let kd = h.bool(keepdim);
-        let all = !mask.iter().any(|&m| m);
-        let rmask: Vec<bool> = if all { vec![true; shape.len()] } else { mask.clone() };
+        let rmask = reduced_mask(&mask);
         let os = out_shape(&shape, &rmask, keepdim);
         let g = groups(&shape, &rmask, &vals);
         let empty = g.iter().any(|g| g.is_empty());
@@ -166,9 +188,7 @@ proptest! {
         let bools = small_ints(&mut rng, ScalarType::Bool, n);
         let mut h = Harness::new();
         let b = tensor(&mut h, ScalarType::Bool, &shape, &bools);
-        let all = !mask.iter().any(|&m| m);
-        let rmask: Vec<bool> = if all { vec![true; shape.len()] } else { mask.clone() };
-        let dims = if all { h.none() } else { let d = dims_of(&rmask); h.int_list(&d) };
+        let (dims, rmask) = optional_dims_arg(&mut h, &mask);
         let kd = h.bool(keepdim);
         let os = out_shape(&shape, &rmask, keepdim);
         let out = h.out(ScalarType::Bool, &os);
@@ -219,15 +239,16 @@ fn rmsnorm_mean_is_the_official_sequential_sum_at_any_thread_count() {
     }
 }
 
+/// The int8 input `[[100, 100], [-1, 2]]`, whose first row sum and whole product
+/// overflow int8.
+fn int8_overflowing(h: &mut Harness) -> usize {
+    tensor(h, ScalarType::Char, &[2, 2], &[100.0, 100.0, -1.0, 2.0])
+}
+
 #[test]
 fn sum_dtype_and_any_variants() {
     let mut h = Harness::new();
-    let x = tensor(
-        &mut h,
-        ScalarType::Char,
-        &[2, 2],
-        &[100.0, 100.0, -1.0, 2.0],
-    );
+    let x = int8_overflowing(&mut h);
     let dims = h.int_list(&[1]);
     let f = h.bool(false);
     let long = h.int(ScalarType::Long as i64);
@@ -354,34 +375,96 @@ fn extremum_dim(
     Ok((read(h, values), h.read::<i64>(indices)))
 }
 
+/// A random reduction over one dim: the input shape (of rank 1 or more), a number
+/// that picks the dim, whether the dim is kept, the input dtype, the seed of the
+/// input values and the thread count.
+#[derive(Clone, Debug)]
+struct OneDimCase {
+    shape: Vec<usize>,
+    pick: usize,
+    keepdim: bool,
+    dtype: ScalarType,
+    seed: u64,
+    threads: usize,
+}
+
+/// Cases whose shapes have a rank in `rank` (starting at 1 or more) and dims of a
+/// length in `dim_len`, with an input dtype from `dtypes`.
+fn one_dim_cases(
+    dim_len: Range<usize>,
+    rank: Range<usize>,
+    dtypes: &'static [ScalarType],
+) -> impl Strategy<Value = OneDimCase> {
+    (
+        proptest::collection::vec(dim_len, rank),
+        any::<usize>(),
+        any::<bool>(),
+        0..dtypes.len(),
+        any::<u64>(),
+        1usize..=2,
+    )
+        .prop_map(
+            move |(shape, pick, keepdim, dt, seed, threads)| OneDimCase {
+                shape,
+                pick,
+                keepdim,
+                dtype: dtypes[dt],
+                seed,
+                threads,
+            },
+        )
+}
+
+impl OneDimCase {
+    /// The dim reduced: `pick` modulo the rank.
+    fn dim(&self) -> usize {
+        self.pick % self.shape.len()
+    }
+
+    /// Small whole input values, exact in the case's dtype, drawn from its seed.
+    fn small_int_values(&self) -> Vec<f64> {
+        let n: usize = self.shape.iter().product();
+        small_ints(&mut Lcg(self.seed), self.dtype, n)
+    }
+
+    /// The output shape, and the input values each output element reduces.
+    fn expected_layout(&self, vals: &[f64]) -> (Vec<usize>, Vec<Vec<f64>>) {
+        let d = self.dim();
+        let mask: Vec<bool> = (0..self.shape.len()).map(|i| i == d).collect();
+        (
+            out_shape(&self.shape, &mask, self.keepdim),
+            groups(&self.shape, &mask, vals),
+        )
+    }
+
+    /// A harness with the case's thread count, holding `vals` as the input tensor.
+    fn harness_with_input(&self, vals: &[f64]) -> (Harness, usize) {
+        let mut h = harness(self.threads);
+        let x = tensor(&mut h, self.dtype, &self.shape, vals);
+        (h, x)
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
     #[test]
     fn max_min_dim_match_reference(
-        shape in proptest::collection::vec(0usize..5, 1..5),
-        dim_pick in any::<usize>(),
-        keepdim in any::<bool>(),
-        dt in 0usize..4,
-        seed in any::<u64>(),
-        threads in 1usize..=2,
+        case in one_dim_cases(
+            0..5,
+            1..5,
+            &[ScalarType::Float, ScalarType::Char, ScalarType::Long, ScalarType::Half],
+        ),
     ) {
-        let dtype = [ScalarType::Float, ScalarType::Char, ScalarType::Long, ScalarType::Half][dt];
-        let n: usize = shape.iter().product();
-        let mut rng = Lcg(seed);
-        let vals = small_ints(&mut rng, dtype, n);
-        let rank = shape.len();
-        let d = dim_pick % rank;
-        let mask: Vec<bool> = (0..rank).map(|i| i == d).collect();
-        let os = out_shape(&shape, &mask, keepdim);
-        let g = groups(&shape, &mask, &vals);
-        let mut h = harness(threads);
-        let x = tensor(&mut h, dtype, &shape, &vals);
+        let vals = case.small_int_values();
+        let (os, g) = case.expected_layout(&vals);
+        let (mut h, x) = case.harness_with_input(&vals);
+        let (d, rank) = (case.dim(), case.shape.len());
         // Negative dims name the same dim.
-        let dim = if dim_pick % 2 == 0 { d as i64 } else { d as i64 - rank as i64 };
+        let dim = if case.pick % 2 == 0 { d as i64 } else { d as i64 - rank as i64 };
         for max in [true, false] {
-            let r = extremum_dim(&mut h, max, x, dtype, dim, keepdim, &os);
-            if shape[d] == 0 && !g.is_empty() {
+            let r = extremum_dim(&mut h, max, x, case.dtype, dim, case.keepdim, &os);
+            if case.shape[d] == 0 && !g.is_empty() {
                 prop_assert!(r.is_err());
                 continue;
             }
@@ -491,27 +574,15 @@ proptest! {
 
     #[test]
     fn prod_matches_reference(
-        shape in proptest::collection::vec(0usize..4, 1..4),
-        pick in any::<usize>(),
-        keepdim in any::<bool>(),
-        dt in 0usize..3,
-        seed in any::<u64>(),
-        threads in 1usize..=2,
+        case in one_dim_cases(0..4, 1..4, &[ScalarType::Float, ScalarType::Int, ScalarType::Double]),
     ) {
-        let dtype = [ScalarType::Float, ScalarType::Int, ScalarType::Double][dt];
+        let dtype = case.dtype;
         let out_dtype = if dtype == ScalarType::Int { ScalarType::Long } else { dtype };
-        let n: usize = shape.iter().product();
-        let mut rng = Lcg(seed);
         // Values in -2..=2: products stay exact.
-        let vals: Vec<f64> = small_ints(&mut rng, dtype, n).into_iter().map(|v| (v / 2.5).trunc()).collect();
-        let rank = shape.len();
-        let d = pick % rank;
-        let mask: Vec<bool> = (0..rank).map(|i| i == d).collect();
-        let g = groups(&shape, &mask, &vals);
-        let os = out_shape(&shape, &mask, keepdim);
-        let mut h = harness(threads);
-        let x = tensor(&mut h, dtype, &shape, &vals);
-        let (dv, kd, none) = (h.int(d as i64), h.bool(keepdim), h.none());
+        let vals: Vec<f64> = case.small_int_values().into_iter().map(|v| (v / 2.5).trunc()).collect();
+        let (os, g) = case.expected_layout(&vals);
+        let (mut h, x) = case.harness_with_input(&vals);
+        let (dv, kd, none) = (h.int(case.dim() as i64), h.bool(case.keepdim), h.none());
         let out = h.out(out_dtype, &os);
         h.call("aten::prod.int_out", &[x, dv, kd, none, out, out]).unwrap();
         let want: Vec<f64> = g.iter().map(|g| g.iter().product()).collect();
@@ -525,12 +596,7 @@ proptest! {
 #[test]
 fn prod_and_mean_dtypes_and_errors() {
     let mut h = Harness::new();
-    let x = tensor(
-        &mut h,
-        ScalarType::Char,
-        &[2, 2],
-        &[100.0, 100.0, -1.0, 2.0],
-    );
+    let x = int8_overflowing(&mut h);
     let none = h.none();
     // An int8 product without dtype is int64 (no int8 overflow).
     let ol = h.out(ScalarType::Long, &[]);
@@ -589,9 +655,7 @@ proptest! {
         let vals: Vec<f64> = rng.vec(n, 3.0).iter().map(|&v| v as f32 as f64).collect();
         let mut h = Harness::new();
         let x = tensor(&mut h, ScalarType::Float, &shape, &vals);
-        let all = !mask.iter().any(|&m| m);
-        let rmask: Vec<bool> = if all { vec![true; shape.len()] } else { mask.clone() };
-        let dims = if all { h.none() } else { let d = dims_of(&rmask); h.int_list(&d) };
+        let (dims, rmask) = optional_dims_arg(&mut h, &mask);
         let kd = h.bool(keepdim);
         let os = out_shape(&shape, &rmask, keepdim);
         let g = groups(&shape, &rmask, &vals);
