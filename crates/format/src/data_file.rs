@@ -12,6 +12,7 @@ use etch_memory::SharedBytes;
 
 use crate::ScalarType;
 use crate::error::{FormatError, Result};
+use crate::file_bytes::{open_file, slice_range};
 use crate::flatbuf::{Buffer, FieldPath};
 use crate::limits::{MAX_LIST_ITEMS, MAX_NAMED_DATA, MAX_SEGMENTS};
 use crate::program::header::{check_identifier, header_err, u32_at, u64_at};
@@ -111,26 +112,37 @@ fn parse_header(data: &[u8]) -> Result<FlatTensorHeader> {
         segment_data_size: u64_at(data, 40).ok_or_else(short)?,
     };
     let file_len = data.len() as u64;
-    let fits = |a: u64, b: u64| a.checked_add(b).is_some_and(|end| end <= file_len);
-    if !fits(header.flatbuffer_offset, header.flatbuffer_size) {
-        return Err(header_err(
-            "flatbuffer_size",
-            format!(
-                "flatbuffer offset {} + size {} exceeds the file of {file_len} bytes",
-                header.flatbuffer_offset, header.flatbuffer_size
-            ),
-        ));
-    }
-    if !fits(header.segment_base_offset, header.segment_data_size) {
-        return Err(header_err(
-            "segment_data_size",
-            format!(
-                "segment base offset {} + segment data size {} exceeds the file of {file_len} bytes",
-                header.segment_base_offset, header.segment_data_size
-            ),
-        ));
-    }
+    check_region_in_file(
+        "flatbuffer_size",
+        ("flatbuffer offset", header.flatbuffer_offset),
+        ("size", header.flatbuffer_size),
+        file_len,
+    )?;
+    check_region_in_file(
+        "segment_data_size",
+        ("segment base offset", header.segment_base_offset),
+        ("segment data size", header.segment_data_size),
+        file_len,
+    )?;
     Ok(header)
+}
+
+/// Checks that the header's region `offset + size` (each given with the words that
+/// name it in the message) ends inside the file of `file_len` bytes, without
+/// overflow; otherwise a header error on `field`.
+fn check_region_in_file(
+    field: &str,
+    (offset_name, offset): (&str, u64),
+    (size_name, size): (&str, u64),
+    file_len: u64,
+) -> Result<()> {
+    if offset.checked_add(size).is_some_and(|end| end <= file_len) {
+        return Ok(());
+    }
+    Err(header_err(
+        field,
+        format!("{offset_name} {offset} + {size_name} {size} exceeds the file of {file_len} bytes"),
+    ))
 }
 
 impl DataFile {
@@ -231,16 +243,14 @@ impl DataFile {
 
     /// Reads the file at `path` into aligned memory and loads it.
     pub fn read(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let bytes = SharedBytes::read_file(path).map_err(FormatError::io(path))?;
-        Self::from_bytes(bytes)
+        Self::from_bytes(open_file(path.as_ref(), SharedBytes::read_file)?)
     }
 
     /// Memory-maps the file at `path` (and `mlock`s it when `lock`) and loads it.
     pub fn map(path: impl AsRef<Path>, lock: bool) -> Result<Self> {
-        let path = path.as_ref();
-        let bytes = SharedBytes::map_file(path, lock).map_err(FormatError::io(path))?;
-        Self::from_bytes(bytes)
+        Self::from_bytes(open_file(path.as_ref(), |p| {
+            SharedBytes::map_file(p, lock)
+        })?)
     }
 
     /// The file's bytes, which every [`ByteRange`] indexes.
@@ -250,8 +260,7 @@ impl DataFile {
 
     /// The bytes of `range`, or `None` if it is not inside the file.
     pub fn slice(&self, range: ByteRange) -> Option<&[u8]> {
-        let end = range.offset.checked_add(range.len)?;
-        self.bytes.as_slice().get(range.offset..end)
+        slice_range(&self.bytes, range)
     }
 
     /// The `FH01` header.

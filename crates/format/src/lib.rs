@@ -41,6 +41,7 @@
 
 mod data_file;
 mod error;
+mod file_bytes;
 pub mod flatbuf;
 pub mod inspect;
 pub mod limits;

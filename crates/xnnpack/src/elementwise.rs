@@ -95,17 +95,28 @@ fn broadcast_strides(d: &Dims, y: &Dims) -> [usize; MAX_DIMS] {
     s
 }
 
-/// `out = clamp(f(a, b))` with numpy broadcasting of `a` (`ad`) and `b` (`bd`) to `yd`.
-#[allow(clippy::too_many_arguments)]
+/// The two inputs of a broadcasting binary node: each operand's dims and elements, and
+/// the output dims both are broadcast to (numpy rules).
+#[derive(Debug, Clone, Copy)]
+pub struct BroadcastOperands<'a, T> {
+    /// Dims of the first operand.
+    pub ad: &'a Dims,
+    /// Elements of the first operand.
+    pub a: &'a [T],
+    /// Dims of the second operand.
+    pub bd: &'a Dims,
+    /// Elements of the second operand.
+    pub b: &'a [T],
+    /// Dims of the output.
+    pub yd: &'a Dims,
+}
+
+/// `out = clamp(f(a, b))` with numpy broadcasting of both operands to the output dims.
 pub fn binary(
     f: BinaryOp,
     min: f32,
     max: f32,
-    ad: &Dims,
-    a: &[f32],
-    bd: &Dims,
-    b: &[f32],
-    yd: &Dims,
+    operands: BroadcastOperands<'_, f32>,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
     let bounded = min > f32::NEG_INFINITY || max < f32::INFINITY;
@@ -120,40 +131,26 @@ pub fn binary(
         // The vector loops of the kernel library, run by run.
         let isa = etch_linalg::dispatch().elementwise;
         let clamp = bounded.then_some((min, max));
-        return for_each_operand_run(ad, a, bd, b, yd, out, |x, y, o| {
+        return for_each_operand_run(operands, out, |x, y, o| {
             elementwise::arithmetic(isa, op, x, y, clamp, o)
         });
     }
     if bounded {
-        binary_with(
-            &|p, q| apply(f, p, q).max(min).min(max),
-            ad,
-            a,
-            bd,
-            b,
-            yd,
-            out,
-        )
+        binary_with(&|p, q| apply(f, p, q).max(min).min(max), operands, out)
     } else {
-        binary_with(&|p, q| apply(f, p, q), ad, a, bd, b, yd, out)
+        binary_with(&|p, q| apply(f, p, q), operands, out)
     }
 }
 
-/// `out = g(a, b)` with numpy broadcasting of `a` (`ad`) and `b` (`bd`) to `yd`, for
+/// `out = g(a, b)` with numpy broadcasting of both operands to the output dims, for
 /// any element type (the int8 nodes use it too).
 #[inline(always)]
 pub fn binary_with<T: Copy, U: Copy>(
     g: &impl Fn(T, T) -> U,
-    ad: &Dims,
-    a: &[T],
-    bd: &Dims,
-    b: &[T],
-    yd: &Dims,
+    operands: BroadcastOperands<'_, T>,
     out: &mut [U],
 ) -> Result<(), KernelError> {
-    for_each_operand_run(ad, a, bd, b, yd, out, |x, y, o| {
-        elementwise::zip_with(x, y, o, g)
-    })
+    for_each_operand_run(operands, out, |x, y, o| elementwise::zip_with(x, y, o, g))
 }
 
 /// Visits the output of a broadcast binary node run by run: `row(a_run, b_run, out_run)`
@@ -162,14 +159,11 @@ pub fn binary_with<T: Copy, U: Copy>(
 /// output row (the innermost axis) is one.
 #[inline(always)]
 fn for_each_operand_run<T: Copy, U>(
-    ad: &Dims,
-    a: &[T],
-    bd: &Dims,
-    b: &[T],
-    yd: &Dims,
+    operands: BroadcastOperands<'_, T>,
     out: &mut [U],
     mut row: impl FnMut(Operand<'_, T>, Operand<'_, T>, &mut [U]),
 ) -> Result<(), KernelError> {
+    let BroadcastOperands { ad, a, bd, b, yd } = operands;
     let n = out.len();
     fn flat<T: Copy>(x: &[T], n: usize) -> Option<Operand<'_, T>> {
         match x.len() {
@@ -384,11 +378,13 @@ mod tests {
             BinaryOp::Add,
             f32::NEG_INFINITY,
             f32::INFINITY,
-            &d(&[2, 3]),
-            &a,
-            &d(&[2, 1]),
-            &col,
-            &d(&[2, 3]),
+            BroadcastOperands {
+                ad: &d(&[2, 3]),
+                a: &a,
+                bd: &d(&[2, 1]),
+                b: &col,
+                yd: &d(&[2, 3]),
+            },
             &mut out,
         )
         .unwrap();
@@ -398,11 +394,13 @@ mod tests {
             BinaryOp::Multiply,
             f32::NEG_INFINITY,
             f32::INFINITY,
-            &d(&[2, 3]),
-            &a,
-            &d(&[3]),
-            &row,
-            &d(&[2, 3]),
+            BroadcastOperands {
+                ad: &d(&[2, 3]),
+                a: &a,
+                bd: &d(&[3]),
+                b: &row,
+                yd: &d(&[2, 3]),
+            },
             &mut out,
         )
         .unwrap();

@@ -12,7 +12,7 @@ use etch_linalg::{GemmF32, RhsF32, gemm_f32, pool, resize};
 use rayon::prelude::*;
 
 use crate::dims::{Dims, MAX_DIMS};
-use crate::elementwise;
+use crate::elementwise::{self, BroadcastOperands};
 use crate::plan::{ALIGN_ELEMS, Bias, ConvKind, ConvOp, Filter, Loc, Op, Plan, PoolOp};
 use crate::qs8;
 use crate::quantize;
@@ -448,11 +448,13 @@ fn run_op(
         Op::Qs8Unary { x: xv, f, .. } => qs8::unary(*f, numel(*xv), x, out)?,
         Op::Qs8Binary { a, b, y, f } => qs8::binary(
             f,
-            &shapes[*a],
-            ins[0],
-            &shapes[*b],
-            ins[1],
-            &shapes[*y],
+            BroadcastOperands {
+                ad: &shapes[*a],
+                a: ins[0],
+                bd: &shapes[*b],
+                b: ins[1],
+                yd: &shapes[*y],
+            },
             out,
         )?,
         Op::Qs8FullyConnected { x: xv, w, rq, .. } => {
@@ -571,7 +573,14 @@ fn run_op(
                 let (ad, a) = flat_part(ins[0], i * step, len);
                 let (bd, b) = flat_part(ins[1], i * step, len);
                 let yd = Dims::new(&[len]).unwrap_or_default();
-                if elementwise::binary(*f, *min, *max, &ad, a, &bd, b, &yd, chunk).is_err() {
+                let operands = BroadcastOperands {
+                    ad: &ad,
+                    a,
+                    bd: &bd,
+                    b,
+                    yd: &yd,
+                };
+                if elementwise::binary(*f, *min, *max, operands, chunk).is_err() {
                     failed.store(true, Ordering::Relaxed);
                 }
             });
@@ -589,9 +598,13 @@ fn run_op(
             *f,
             *min,
             *max,
-            (&shapes[*a], ins[0]),
-            (&shapes[*b], ins[1]),
-            &shapes[*y],
+            BroadcastOperands {
+                ad: &shapes[*a],
+                a: ins[0],
+                bd: &shapes[*b],
+                b: ins[1],
+                yd: &shapes[*y],
+            },
             out,
         )?,
         Op::Copy { .. } | Op::Reshape { .. } => {
@@ -1208,22 +1221,20 @@ fn elementwise_tasks(pool: &ThreadPool, len: usize) -> usize {
 /// A broadcasting binary node split over the pool along the output's first axis
 /// longer than one: each task gets a run of that axis, and each operand either the
 /// matching run (when it spans the axis) or all of itself (when it broadcasts along it).
-#[allow(clippy::too_many_arguments)]
 fn binary_split(
     pool: &ThreadPool,
     f: crate::plan::BinaryOp,
     min: f32,
     max: f32,
-    (ad, a): (&Dims, &[f32]),
-    (bd, b): (&Dims, &[f32]),
-    yd: &Dims,
+    operands: BroadcastOperands<'_, f32>,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
+    let BroadcastOperands { ad, a, bd, b, yd } = operands;
     let rank = yd.rank();
     let axis = (0..rank).find(|&i| yd.get(i) > 1);
     let tasks = elementwise_tasks(pool, out.len());
     let (Some(axis), true) = (axis, tasks > 1 && ad.rank() <= rank && bd.rank() <= rank) else {
-        return elementwise::binary(f, min, max, ad, a, bd, b, yd, out);
+        return elementwise::binary(f, min, max, operands, out);
     };
     let inner = yd.product(axis + 1..rank);
     let per_task = yd.get(axis).div_ceil(tasks);
@@ -1237,7 +1248,14 @@ fn binary_split(
         let (bd, b) = operand_rows(bd, b, rank, axis, &rows);
         let mut cd = *yd;
         cd.as_mut_slice()[axis] = rows.len();
-        if elementwise::binary(f, min, max, &ad, a, &bd, b, &cd, chunk).is_err() {
+        let operands = BroadcastOperands {
+            ad: &ad,
+            a,
+            bd: &bd,
+            b,
+            yd: &cd,
+        };
+        if elementwise::binary(f, min, max, operands, chunk).is_err() {
             failed.store(true, Ordering::Relaxed);
         }
     });

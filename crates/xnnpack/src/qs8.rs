@@ -14,7 +14,7 @@ use etch_linalg::quant::qs8::{
 };
 
 use crate::dims::Dims;
-use crate::elementwise;
+use crate::elementwise::{self, BroadcastOperands};
 
 fn short(what: &str) -> KernelError {
     KernelError::invalid(format!("XNNPACK delegate: {what}: operand too short"))
@@ -231,26 +231,20 @@ pub fn unary(f: Qs8UnaryOp, n: usize, x: &[f32], out: &mut [f32]) -> Result<(), 
 /// Runs a two-input node with broadcasting.
 pub fn binary(
     f: &Qs8BinaryOp,
-    ad: &Dims,
-    a: &[f32],
-    bd: &Dims,
-    b: &[f32],
-    yd: &Dims,
+    operands: BroadcastOperands<'_, f32>,
     out: &mut [f32],
 ) -> Result<(), KernelError> {
+    let BroadcastOperands { ad, a, bd, b, yd } = operands;
     let numel = |d: &Dims| d.numel().ok_or_else(|| short("binary"));
     let a = bytes(a).get(..numel(ad)?).ok_or_else(|| short("binary"))?;
     let b = bytes(b).get(..numel(bd)?).ok_or_else(|| short("binary"))?;
     let out = bytes_mut(out)
         .get_mut(..numel(yd)?)
         .ok_or_else(|| short("binary"))?;
+    let operands = BroadcastOperands { ad, a, bd, b, yd };
     match f {
-        Qs8BinaryOp::Add(p) => {
-            elementwise::binary_with(&|x, y| p.apply(x, y), ad, a, bd, b, yd, out)
-        }
-        Qs8BinaryOp::Multiply(p) => {
-            elementwise::binary_with(&|x, y| p.apply(x, y), ad, a, bd, b, yd, out)
-        }
+        Qs8BinaryOp::Add(p) => elementwise::binary_with(&|x, y| p.apply(x, y), operands, out),
+        Qs8BinaryOp::Multiply(p) => elementwise::binary_with(&|x, y| p.apply(x, y), operands, out),
     }
 }
 

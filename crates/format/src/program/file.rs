@@ -4,7 +4,8 @@ use std::path::Path;
 
 use etch_memory::SharedBytes;
 
-use crate::error::{FormatError, Result};
+use crate::error::Result;
+use crate::file_bytes::{open_file, slice_range};
 use crate::program::header::parse_layout;
 use crate::program::model::*;
 use crate::program::parse::parse_program;
@@ -59,24 +60,20 @@ impl ProgramFile {
 
     /// Reads the file at `path` into aligned memory and loads it.
     pub fn read(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let bytes = SharedBytes::read_file(path).map_err(FormatError::io(path))?;
-        Self::from_bytes(bytes)
+        Self::from_bytes(open_file(path.as_ref(), SharedBytes::read_file)?)
     }
 
     /// Reads the file at `path` into memory backed by transparent huge pages where the
     /// OS offers them (see [`SharedBytes::read_file_huge_pages`]) and loads it.
     pub fn read_huge_pages(path: impl AsRef<Path>) -> Result<Self> {
-        let path = path.as_ref();
-        let bytes = SharedBytes::read_file_huge_pages(path).map_err(FormatError::io(path))?;
-        Self::from_bytes(bytes)
+        Self::from_bytes(open_file(path.as_ref(), SharedBytes::read_file_huge_pages)?)
     }
 
     /// Memory-maps the file at `path` (and `mlock`s it when `lock`) and loads it.
     pub fn map(path: impl AsRef<Path>, lock: bool) -> Result<Self> {
-        let path = path.as_ref();
-        let bytes = SharedBytes::map_file(path, lock).map_err(FormatError::io(path))?;
-        Self::from_bytes(bytes)
+        Self::from_bytes(open_file(path.as_ref(), |p| {
+            SharedBytes::map_file(p, lock)
+        })?)
     }
 
     /// The validated program model.
@@ -92,8 +89,7 @@ impl ProgramFile {
     /// The bytes of `range`, or `None` if it does not lie inside the file (ranges
     /// returned by this type always do).
     pub fn slice(&self, range: ByteRange) -> Option<&[u8]> {
-        let end = range.offset.checked_add(range.len)?;
-        self.bytes.as_slice().get(range.offset..end)
+        slice_range(&self.bytes, range)
     }
 
     /// The `eh00` extended header, if the file has one.
