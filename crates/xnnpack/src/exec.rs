@@ -431,6 +431,23 @@ pub fn execute(
     Ok(())
 }
 
+/// The broadcast operands of a binary node whose inputs are values `a` and `b` and
+/// whose output is `y`: their dims from `shapes`, their elements the node's first two
+/// inputs.
+fn node_operands<'a, T>(
+    shapes: &'a [Dims],
+    (a, b, y): (usize, usize, usize),
+    ins: &[&'a [T]; 5],
+) -> BroadcastOperands<'a, T> {
+    BroadcastOperands {
+        ad: &shapes[a],
+        a: ins[0],
+        bd: &shapes[b],
+        b: ins[1],
+        yd: &shapes[y],
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_op(
     op: &Op,
@@ -446,17 +463,9 @@ fn run_op(
     let numel = |v: usize| shapes[v].numel().unwrap_or(0);
     match op {
         Op::Qs8Unary { x: xv, f, .. } => qs8::unary(*f, numel(*xv), x, out)?,
-        Op::Qs8Binary { a, b, y, f } => qs8::binary(
-            f,
-            BroadcastOperands {
-                ad: &shapes[*a],
-                a: ins[0],
-                bd: &shapes[*b],
-                b: ins[1],
-                yd: &shapes[*y],
-            },
-            out,
-        )?,
+        Op::Qs8Binary { a, b, y, f } => {
+            qs8::binary(f, node_operands(shapes, (*a, *b, *y), ins), out)?
+        }
         Op::Qs8FullyConnected { x: xv, w, rq, .. } => {
             let m = numel(*xv).checked_div(w.k()).unwrap_or(0);
             qs8::fully_connected(pool, m, w, rq, x, out)?
@@ -598,13 +607,7 @@ fn run_op(
             *f,
             *min,
             *max,
-            BroadcastOperands {
-                ad: &shapes[*a],
-                a: ins[0],
-                bd: &shapes[*b],
-                b: ins[1],
-                yd: &shapes[*y],
-            },
+            node_operands(shapes, (*a, *b, *y), ins),
             out,
         )?,
         Op::Copy { .. } | Op::Reshape { .. } => {
