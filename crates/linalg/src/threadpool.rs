@@ -1,7 +1,9 @@
 //! The runtime's thread pool and `parallel_for`.
 
+use std::cell::Cell;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
@@ -138,6 +140,11 @@ impl ThreadPool {
     /// jobs of this worker's queue, and idle workers steal oldest first, so every
     /// poller is taken before any work `f` forks can be: this worker never finds a
     /// poller under its own waiting work.
+    ///
+    /// Inside `f`, this pool's loops split their work into one run per thread up front
+    /// (the first run on this thread, the others taken by the pollers) and this thread,
+    /// its own run done, spins until the others are ([`spin_join`]) instead of waiting
+    /// inside `rayon`, which would put it to sleep after a few dozen idle rounds.
     pub fn install_hot<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         let Some(pool) = &self.pool else {
             return f();
@@ -146,7 +153,12 @@ impl ThreadPool {
             return f();
         }
         let done = AtomicBool::new(false);
-        pool.install(|| with_pollers(self.threads - 1, &done, f))
+        pool.install(|| {
+            with_pollers(self.threads - 1, &done, || {
+                let _hot = HotGuard::enter();
+                f()
+            })
+        })
     }
 
     /// Splits `range` into at most `threads` chunks of at least `grain` items and runs
@@ -175,6 +187,13 @@ impl ThreadPool {
         let tasks = len.div_ceil(chunk);
         let start = range.start;
         let end = range.end;
+        if is_hot() {
+            let f = &f;
+            split_runs(0..tasks, &|t| {
+                f(t, start + t * chunk..(start + (t + 1) * chunk).min(end))
+            });
+            return;
+        }
         pool.install(|| {
             (0..tasks).into_par_iter().for_each(|t| {
                 let b = start + t * chunk;
@@ -197,8 +216,19 @@ impl ThreadPool {
     {
         let chunk_len = chunk_len.max(1);
         let n_chunks = data.len().div_ceil(chunk_len);
+        let min_chunks = min_chunks_per_task.max(1);
+        let runs = (n_chunks / min_chunks).min(self.threads);
         match &self.pool {
-            Some(pool) if n_chunks >= 2 * min_chunks_per_task.max(1) => pool.install(|| {
+            Some(_) if runs >= 2 && is_hot() => {
+                let per_run = n_chunks.div_ceil(runs);
+                let run = |first: usize, part: &mut [T]| {
+                    for (j, c) in part.chunks_mut(chunk_len).enumerate() {
+                        f(first + j, c);
+                    }
+                };
+                split_slice_runs(data, per_run * chunk_len, per_run, runs, &run);
+            }
+            Some(pool) if n_chunks >= 2 * min_chunks => pool.install(|| {
                 data.par_chunks_mut(chunk_len)
                     .with_min_len(min_chunks_per_task.max(1))
                     .enumerate()
@@ -250,6 +280,11 @@ impl ThreadPool {
             }
         };
         match &self.pool {
+            Some(_) if tasks >= 2 && is_hot() => {
+                let scratch = &mut scratch[..tasks * scratch_len];
+                let parts = chunks_per_task * chunk_len;
+                split_pair_runs((data, parts), (scratch, scratch_len), 0..tasks, &run);
+            }
             Some(pool) if tasks >= 2 => pool.install(|| {
                 data.par_chunks_mut(chunks_per_task * chunk_len)
                     .zip(scratch.par_chunks_exact_mut(scratch_len))
@@ -297,6 +332,161 @@ fn poll_until(done: &AtomicBool) {
             std::hint::spin_loop();
         }
     }
+}
+
+thread_local! {
+    /// Whether this thread runs the closure of an [`ThreadPool::install_hot`] (whose
+    /// other workers poll for work).
+    static HOT: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread runs the closure of an [`ThreadPool::install_hot`].
+fn is_hot() -> bool {
+    HOT.with(Cell::get)
+}
+
+/// Marks this thread as running an [`ThreadPool::install_hot`] closure until dropped
+/// (restoring what it was, for a nested call).
+struct HotGuard(bool);
+
+impl HotGuard {
+    fn enter() -> HotGuard {
+        HotGuard(HOT.with(|h| h.replace(true)))
+    }
+}
+
+impl Drop for HotGuard {
+    fn drop(&mut self) {
+        HOT.with(|h| h.set(self.0));
+    }
+}
+
+/// How long the first half of a [`spin_join`] waits for a poller to start the second
+/// half before it returns and lets the pool run it on this thread.
+const START_WAIT: Duration = Duration::from_micros(50);
+
+/// `rayon::join(a, b)` for a thread whose pool's other workers poll for work
+/// ([`ThreadPool::install_hot`]): once `a` is done, this thread spins until `b`, taken
+/// by a poller, has finished, rather than waiting inside the pool, which after a few
+/// dozen idle rounds puts the thread to sleep: the poller then has to wake it, and on a
+/// virtual machine that takes tens of microseconds, at every parallel step that ends
+/// on the other thread. If no poller has started `b` within [`START_WAIT`], the thread
+/// stops spinning and the pool runs `b` here.
+fn spin_join(a: impl FnOnce() + Send, b: impl FnOnce() + Send) {
+    let (started, finished) = (AtomicBool::new(false), AtomicBool::new(false));
+    rayon::join(
+        || {
+            a();
+            let since = Instant::now();
+            let mut polls = 0u32;
+            while !finished.load(Ordering::Acquire) {
+                polls = polls.wrapping_add(1);
+                if !started.load(Ordering::Acquire)
+                    && polls.is_multiple_of(64)
+                    && since.elapsed() > START_WAIT
+                {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+        },
+        || {
+            started.store(true, Ordering::Release);
+            // Set even if `b` panics, so that the first half stops spinning.
+            let _finished = SetOnDrop(&finished);
+            b()
+        },
+    );
+}
+
+/// Runs `run(t)` for each task `t` of `tasks`, the first half of them on this thread and
+/// the second half taken by a poller, halving again inside each ([`spin_join`]): with
+/// two threads, task 0 here and task 1 on the other worker, as `rayon` splits them.
+fn split_runs(tasks: Range<usize>, run: &(impl Fn(usize) + Sync)) {
+    let len = tasks.end.saturating_sub(tasks.start);
+    if len <= 1 {
+        if len == 1 {
+            run(tasks.start);
+        }
+        return;
+    }
+    let mid = tasks.start + len / 2;
+    spin_join(
+        || split_runs(tasks.start..mid, run),
+        || split_runs(mid..tasks.end, run),
+    );
+}
+
+/// [`split_runs`] over `runs` consecutive runs of `data`, `run_len` elements each (the
+/// last may be shorter): `run(first, part)` gets each run and the index of its first
+/// chunk (`per_run` chunks per run).
+fn split_slice_runs<T: Send>(
+    data: &mut [T],
+    run_len: usize,
+    per_run: usize,
+    runs: usize,
+    run: &(impl Fn(usize, &mut [T]) + Sync),
+) {
+    fn go<T: Send>(
+        data: &mut [T],
+        (first_run, runs): (usize, usize),
+        (run_len, per_run): (usize, usize),
+        run: &(impl Fn(usize, &mut [T]) + Sync),
+    ) {
+        if runs <= 1 {
+            if runs == 1 && !data.is_empty() {
+                run(first_run * per_run, data);
+            }
+            return;
+        }
+        let left = runs / 2;
+        let (lo, hi) = data.split_at_mut((left * run_len).min(data.len()));
+        let sizes = (run_len, per_run);
+        spin_join(
+            || go(lo, (first_run, left), sizes, run),
+            || go(hi, (first_run + left, runs - left), sizes, run),
+        );
+    }
+    go(data, (0, runs), (run_len, per_run), run);
+}
+
+/// [`split_runs`] over tasks `tasks`, each with its run of `data` (`data.1` elements
+/// each, the last run whatever is left) and its run of `scratch` (`scratch.1` each):
+/// `run(t, part, scratch)`.
+fn split_pair_runs<T: Send, S: Send>(
+    (data, data_len): (&mut [T], usize),
+    (scratch, scratch_len): (&mut [S], usize),
+    tasks: Range<usize>,
+    run: &(impl Fn(usize, &mut [T], &mut [S]) + Sync),
+) {
+    let len = tasks.end.saturating_sub(tasks.start);
+    if len <= 1 {
+        if len == 1 {
+            run(tasks.start, data, scratch);
+        }
+        return;
+    }
+    let left = len / 2;
+    let (lo, hi) = data.split_at_mut((left * data_len).min(data.len()));
+    let (slo, shi) = scratch.split_at_mut((left * scratch_len).min(scratch.len()));
+    spin_join(
+        || {
+            split_pair_runs(
+                (lo, data_len),
+                (slo, scratch_len),
+                tasks.start..tasks.start + left,
+                run,
+            )
+        },
+        || {
+            split_pair_runs(
+                (hi, data_len),
+                (shi, scratch_len),
+                tasks.start + left..tasks.end,
+                run,
+            )
+        },
+    );
 }
 
 impl std::fmt::Debug for ThreadPool {
@@ -366,6 +556,64 @@ mod tests {
             assert_eq!(total, 50_000);
             assert_eq!(calls.load(Ordering::Relaxed), 1);
         }
+    }
+
+    #[test]
+    fn hot_loops_cover_every_chunk_once_and_run_the_first_on_the_calling_thread() {
+        for threads in [2, 3, 4] {
+            let pool = ThreadPool::new(threads).unwrap();
+            pool.install_hot(|| {
+                let me = std::thread::current().id();
+                for len in [0usize, 1, 7, 64, 1000] {
+                    let mut v = vec![usize::MAX; len];
+                    let first_here = AtomicBool::new(len == 0);
+                    pool.for_each_chunk_mut(&mut v, 3, 1, |i, c| {
+                        if i == 0 && std::thread::current().id() == me {
+                            first_here.store(true, Ordering::Relaxed);
+                        }
+                        c.iter_mut().for_each(|x| *x = i);
+                    });
+                    assert!(
+                        v.iter().enumerate().all(|(j, &i)| i == j / 3),
+                        "{threads} {len}"
+                    );
+                    assert!(first_here.load(Ordering::Relaxed));
+
+                    let mut w = vec![usize::MAX; len];
+                    let mut scratch = vec![0usize; 4 * threads];
+                    pool.for_each_chunk_mut_with_scratch(
+                        &mut w,
+                        5,
+                        1,
+                        &mut scratch,
+                        4,
+                        |i, c, s| {
+                            assert_eq!(s.len(), 4);
+                            s[0] += 1;
+                            c.iter_mut().for_each(|x| *x = i);
+                        },
+                    );
+                    assert!(
+                        w.iter().enumerate().all(|(j, &i)| i == j / 5),
+                        "{threads} {len}"
+                    );
+                    assert_eq!(scratch.iter().step_by(4).sum::<usize>(), len.div_ceil(5));
+                }
+            });
+        }
+    }
+
+    #[test]
+    fn a_panic_in_a_hot_task_on_another_worker_surfaces() {
+        let pool = ThreadPool::new(2).unwrap();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.install_hot(|| {
+                let mut v = vec![0u8; 64];
+                pool.for_each_chunk_mut(&mut v, 32, 1, |i, _| assert!(i == 0, "task {i}"));
+            })
+        }));
+        assert!(r.is_err());
+        assert_eq!(pool.install_hot(|| 7), 7);
     }
 
     #[test]
