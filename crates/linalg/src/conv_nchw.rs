@@ -15,6 +15,8 @@ mod depthwise_avx512;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_flat;
 #[cfg(target_arch = "x86_64")]
+mod depthwise_narrow_rows;
+#[cfg(target_arch = "x86_64")]
 mod depthwise_square;
 #[cfg(target_arch = "x86_64")]
 mod max_pool_avx512;
@@ -610,6 +612,7 @@ impl PlaneConv {
                 DirectKernel::Stride2(k) => k.plane(g, plane, output),
                 DirectKernel::Square(k) => k.plane(g, plane, output),
                 DirectKernel::Flat(k) => k.plane(g, plane, output),
+                DirectKernel::NarrowRows(k) => k.plane(plane, output),
             }
             return true;
         }
@@ -651,6 +654,10 @@ enum DirectKernel {
     /// A small plane of rows at most half a vector wide, stride 1 and the output as
     /// wide as the input, swept as one flat row (AVX2 or AVX-512).
     Flat(depthwise_flat::Flat),
+    /// A 3x3 filter, stride 1, "same" padding, over planes of rows at most 14 wide (and,
+    /// the flat kernel taking the narrower, more than 8), the input vectors in registers
+    /// (AVX-512).
+    NarrowRows(depthwise_narrow_rows::NarrowRows),
     /// A 3x3 or 5x5 filter, stride 1 or 2 both ways (AVX2 or AVX-512).
     Square(depthwise_square::Square),
     /// Other column-stride-2 geometries (AVX-512).
@@ -662,11 +669,19 @@ impl DirectKernel {
     /// The kernel of `isa` that handles `g`, if any.
     fn new(isa: Isa, g: &ConvGeometry) -> Option<DirectKernel> {
         let wide = isa.avx512().is_some();
+        // The flat kernel first: on rows of at most half a vector (7x7 planes) it is as
+        // fast as the narrow-rows one.
         if let Some(k) = isa
             .avx2()
             .and_then(|cpu| depthwise_flat::Flat::new(cpu, wide, g))
         {
             return Some(DirectKernel::Flat(k));
+        }
+        if let Some(k) = isa
+            .avx512()
+            .and_then(|cpu| depthwise_narrow_rows::NarrowRows::new(cpu, g))
+        {
+            return Some(DirectKernel::NarrowRows(k));
         }
         if let Some(k) = isa
             .avx2()
@@ -1420,6 +1435,20 @@ mod tests {
                 group_in: 1,
                 group_out: 1,
             };
+            direct_matches_polyphase(&g, seed)?;
+        }
+    }
+
+    proptest! {
+        /// MobileNet's depthwise layer (3x3, stride 1, one pixel of padding all round)
+        /// over planes of narrow rows (up to 30 pixels), where AVX-512 runs
+        /// `depthwise_narrow_rows`.
+        #[test]
+        fn depthwise_narrow_rows_matches_polyphase(
+            (h, w) in (1usize..40, 1usize..34),
+            seed in 0u32..100,
+        ) {
+            let g = ConvGeometry::same_on_both_axes((h, w), (3, 3), (1, 1), (1, 1, 1));
             direct_matches_polyphase(&g, seed)?;
         }
     }
