@@ -213,25 +213,25 @@ unsafe fn sweep<const R: usize>(
             bias: _mm512_set1_ps(p.bias),
         };
         let out = output.as_mut_ptr();
+        // Output vector v from its pairs above and below and its vectors beside.
+        let emit = |v: usize, pairs, beside| {
+            let masks = (*k.left.get_unchecked(v), *k.right.get_unchecked(v));
+            let sum = vector_sum(&taps, pairs, beside, masks);
+            _mm512_mask_storeu_ps(out.add(v * 16), lanes(v), sum);
+        };
         let zero = _mm512_setzero_ps();
         if R == 1 {
             let (mut before, mut this) = (zero, load(0));
             for v in 0..vectors {
                 let after = load(v + 1);
-                let pairs = ((before, this), (this, after));
-                let masks = (*k.left.get_unchecked(v), *k.right.get_unchecked(v));
-                let sum = vector_sum(&taps, pairs, (before, this, after), masks);
-                _mm512_mask_storeu_ps(out.add(v * 16), lanes(v), sum);
+                emit(v, ((before, this), (this, after)), (before, this, after));
                 (before, this) = (this, after);
             }
         } else {
             let (mut m2, mut m1, mut this, mut p1) = (zero, zero, load(0), load(1));
             for v in 0..vectors {
                 let p2 = load(v + 2);
-                let pairs = ((m2, m1), (p1, p2));
-                let masks = (*k.left.get_unchecked(v), *k.right.get_unchecked(v));
-                let sum = vector_sum(&taps, pairs, (m1, this, p1), masks);
-                _mm512_mask_storeu_ps(out.add(v * 16), lanes(v), sum);
+                emit(v, ((m2, m1), (p1, p2)), (m1, this, p1));
                 (m2, m1, this, p1) = (m1, this, p1, p2);
             }
         }
