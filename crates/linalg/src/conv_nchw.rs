@@ -1439,6 +1439,7 @@ mod tests {
         }
     }
 
+    #[cfg(target_arch = "x86_64")]
     proptest! {
         /// MobileNet's depthwise layer (3x3, stride 1, one pixel of padding all round)
         /// over planes of narrow rows (up to 30 pixels), where AVX-512 runs
