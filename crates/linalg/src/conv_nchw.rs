@@ -17,6 +17,8 @@ mod depthwise_flat;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_narrow_rows;
 #[cfg(target_arch = "x86_64")]
+mod depthwise_phases;
+#[cfg(target_arch = "x86_64")]
 mod depthwise_square;
 #[cfg(target_arch = "x86_64")]
 mod max_pool_avx512;
@@ -613,6 +615,7 @@ impl PlaneConv {
                 DirectKernel::Square(k) => k.plane(g, plane, output),
                 DirectKernel::Flat(k) => k.plane(g, plane, output),
                 DirectKernel::NarrowRows(k) => k.plane(plane, output),
+                DirectKernel::Phases(k) => k.plane(plane, output),
             }
             return true;
         }
@@ -658,6 +661,10 @@ enum DirectKernel {
     /// the flat kernel taking the narrower, more than 8), the input vectors in registers
     /// (AVX-512).
     NarrowRows(depthwise_narrow_rows::NarrowRows),
+    /// A 3x3 filter, stride 2, padding one above and left, over an even-sized plane
+    /// whose output rows are at most 14 wide, through the plane's four phases
+    /// (AVX-512).
+    Phases(depthwise_phases::Phases),
     /// A 3x3 or 5x5 filter, stride 1 or 2 both ways (AVX2 or AVX-512).
     Square(depthwise_square::Square),
     /// Other column-stride-2 geometries (AVX-512).
@@ -682,6 +689,12 @@ impl DirectKernel {
             .and_then(|cpu| depthwise_narrow_rows::NarrowRows::new(cpu, g))
         {
             return Some(DirectKernel::NarrowRows(k));
+        }
+        if let Some(k) = isa
+            .avx512()
+            .and_then(|cpu| depthwise_phases::Phases::new(cpu, g))
+        {
+            return Some(DirectKernel::Phases(k));
         }
         if let Some(k) = isa
             .avx2()
@@ -1452,6 +1465,17 @@ mod tests {
             let g = ConvGeometry::same_on_both_axes((h, w), (3, 3), (1, 1), (1, 1, 1));
             direct_matches_polyphase(&g, seed)?;
         }
+
+        /// MobileNet's downsampling depthwise layer (3x3, stride 2, one pixel of
+        /// padding), where AVX-512 runs `depthwise_phases` on even sizes.
+        #[test]
+        fn depthwise_phases_match_polyphase(
+            (h, w) in (1usize..70, 1usize..34),
+            seed in 0u32..100,
+        ) {
+            let g = ConvGeometry::same_on_both_axes((h, w), (3, 3), (2, 1), (1, 1, 1));
+            direct_matches_polyphase(&g, seed)?;
+        }
     }
 
     proptest! {
@@ -1511,8 +1535,12 @@ mod tests {
         let Some(&fma) = isas.iter().find(|i| i.avx2().is_some()) else {
             return Ok(());
         };
-        let input = grid_values(g.in_h * g.in_w, seed);
-        let filter = grid_values(g.kernel_h * g.kernel_w, seed + 3);
+        let input = grid_values(g.in_h * g.in_w, seed << 20);
+        // Every tap its own weight (up to 17 taps), so that a kernel using one tap's
+        // weight for another's fails: `grid_values` repeats values at some indices.
+        let filter: Vec<f32> = (0..g.kernel_h * g.kernel_w)
+            .map(|t| ((t * 7 + seed as usize) % 17) as f32 / 8.0 - 1.0)
+            .collect();
         for clamp in [None, Some((-0.5, 0.75))] {
             let scratch_len = plane_scratch_len(g);
             let mut scratch = vec![f32::NAN; scratch_len];

@@ -1,0 +1,179 @@
+//! The depthwise plane convolution of a 3x3 filter, stride 2, one pixel of padding
+//! above and left, over planes of even height and width whose output rows are at most
+//! 14 pixels (MobileNetV2's 14x14 -> 7x7 and 28x28 -> 14x14 layers), with AVX-512.
+//!
+//! The input plane is first split into its four phases (even or odd rows by even or
+//! odd columns: `ee[y][x] = in[2y][2x]`, `eo[y][x] = in[2y][2x + 1]`, `oe[y][x] =
+//! in[2y + 1][2x]`, `oo[y][x] = in[2y + 1][2x + 1]`), each exactly the size of the
+//! output, each input row de-interleaved by two permutes. Then every tap reads one
+//! phase at the output pixel's own index or one row (`-w`), one column (`-1`) or both
+//! before it, as a stride-1 kernel reads its plane: the phase sweep of
+//! `depthwise_narrow_rows`, with a phase's vector before and this one in registers and
+//! each shifted tap picked from the pair by a two-source permute.
+//!
+//! A tap in the row above the plane reads zeros (the vector before the first); one in
+//! the column left of the plane leaves the lane's sum as it is (a masked fused
+//! multiply-add). Each output is the bias plus its taps in `(ky, kx)` order with fused
+//! multiply-adds, as in the polyphase kernel; only the sign of a zero sum can differ.
+//!
+//! The row kernel it replaces there gathers even and odd lanes of two loads per tap
+//! and fills 7 of 16 lanes on a 7-wide output row: 576 planes 14x14 -> 7x7 took 50 us
+//! there and 34 here, 192 planes 28x28 -> 14x14 31 and 20-26 (2-vCPU Xeon, one thread,
+//! hot, throwaway harness).
+
+use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
+
+use super::DirectPlane;
+use crate::CpuSupport;
+use crate::conv::ConvGeometry;
+
+/// Widest output row the kernel handles: a tap a row and a column back is then within
+/// 15 pixels.
+const MAX_OUT_W: usize = 14;
+
+/// Most output pixels of a plane (each phase holds as many).
+const MAX_PIXELS: usize = 1024;
+
+/// Most vectors of an output plane.
+const MAX_VECTORS: usize = MAX_PIXELS / 16;
+
+/// The kernel prepared for one geometry.
+pub(super) struct Phases {
+    cpu: CpuSupport,
+    /// Input rows and columns (twice the output's).
+    input: (usize, usize),
+    /// Output pixels (and each phase's).
+    pixels: usize,
+    /// Per output vector, the lanes whose column is not the first (a left neighbour).
+    left: [u16; MAX_VECTORS],
+    /// The permute picking lanes `16 - w .. 32 - w` (one row back), `15 .. 31` (one
+    /// column back) and `15 - w .. 31 - w` (both) of a phase's vector before and this
+    /// one.
+    picks: [[i32; 16]; 3],
+}
+
+impl Phases {
+    /// The kernel for `g`, or `None` when it does not handle it: a 3x3 filter, stride 2
+    /// and dilation 1 both ways, one pixel of padding above and left, an input of even
+    /// height and width exactly twice the output's, output rows of 2 to [`MAX_OUT_W`]
+    /// pixels and at most [`MAX_PIXELS`] output pixels. `cpu` proves AVX-512 F (with
+    /// AVX2 and FMA).
+    pub(super) fn new(cpu: CpuSupport, g: &ConvGeometry) -> Option<Phases> {
+        let handles = (g.kernel_h, g.kernel_w) == (3, 3)
+            && (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w) == (2, 2, 1, 1)
+            && (g.pad_top, g.pad_left) == (1, 1)
+            && (g.in_h, g.in_w) == (2 * g.out_h, 2 * g.out_w)
+            && (2..=MAX_OUT_W).contains(&g.out_w)
+            && (1..=MAX_PIXELS).contains(&(g.out_h * g.out_w));
+        if !handles {
+            return None;
+        }
+        let (pixels, w) = (g.out_h * g.out_w, g.out_w);
+        let mut left = [0u16; MAX_VECTORS];
+        let mut x = 0;
+        for p in 0..pixels {
+            if x != 0 {
+                left[p / 16] |= 1 << (p % 16);
+            }
+            x = if x + 1 == w { 0 } else { x + 1 };
+        }
+        let mut picks = [[0i32; 16]; 3];
+        for (pick, r) in picks.iter_mut().zip([16 - w, 15, 15 - w]) {
+            for (l, i) in pick.iter_mut().enumerate() {
+                *i = (r + l) as i32;
+            }
+        }
+        Some(Phases {
+            cpu,
+            input: (g.in_h, g.in_w),
+            pixels,
+            left,
+            picks,
+        })
+    }
+
+    /// Convolves one plane into `output`; `p` holds the geometry's input plane and taps.
+    pub(super) fn plane(&self, p: DirectPlane<'_>, output: &mut [f32]) {
+        let (h, w) = self.input;
+        if p.input.len() < h * w || output.len() < self.pixels || p.filter.len() < 9 {
+            return;
+        }
+        // SAFETY: `self.cpu` proves AVX-512 F, AVX2 and FMA (`new`'s contract); the
+        // slices hold the planes' pixels and the filter's taps.
+        unsafe { sweep(self.cpu, self, &p, output) }
+    }
+}
+
+/// The four phases of a plane, each `pixels` values written before any is read.
+#[repr(C, align(64))]
+struct PhasePlanes([[MaybeUninit<f32>; MAX_PIXELS + 16]; 4]);
+
+/// Splits the input plane into its phases, then sweeps the output vectors.
+///
+/// # Safety
+/// AVX-512 F, AVX2 and FMA; `p.input` holds the input plane, `output` the output
+/// plane, `p.filter` 9 taps.
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn sweep(_: CpuSupport, k: &Phases, p: &DirectPlane<'_>, output: &mut [f32]) {
+    let ((h, w), pixels) = (k.input, k.pixels);
+    let out_w = w / 2;
+    let mut phases = PhasePlanes([[MaybeUninit::uninit(); MAX_PIXELS + 16]; 4]);
+    let [ee, eo, oe, oo] = phases.0.each_mut().map(|a| a.as_mut_ptr().cast::<f32>());
+    // SAFETY (the block): AVX-512 F (the caller's promise); each input row is read
+    // through masked loads of its `w` values, each phase row written through masked
+    // stores of its `out_w` values (every value of every phase is written, rows being
+    // `h / 2` by `out_w`); the sweep reads each phase's vectors below `pixels`, with
+    // lanes past it not stored.
+    unsafe {
+        let lanes = |n: usize| ((1u32 << n.min(16)) - 1) as __mmask16;
+        let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
+        for row in 0..h {
+            let src = p.input.as_ptr().add(row * w);
+            let a = _mm512_maskz_loadu_ps(lanes(w), src);
+            let b = _mm512_maskz_loadu_ps(lanes(w.saturating_sub(16)), src.add(16));
+            let (even_cols, odd_cols) = if row % 2 == 0 { (ee, eo) } else { (oe, oo) };
+            let at = (row / 2) * out_w;
+            let m = lanes(out_w);
+            let e = _mm512_permutex2var_ps(a, evens, b);
+            let o = _mm512_permutex2var_ps(a, odds, b);
+            _mm512_mask_storeu_ps(even_cols.add(at), m, e);
+            _mm512_mask_storeu_ps(odd_cols.add(at), m, o);
+        }
+        // Lanes past the last pixel are loaded but never stored: give them a value.
+        for phase in [ee, eo, oe, oo] {
+            _mm512_mask_storeu_ps(phase.add(pixels), 0xffff, _mm512_setzero_ps());
+        }
+        let weights: [__m512; 9] = std::array::from_fn(|t| _mm512_set1_ps(p.filter[t]));
+        let pick = |i: usize| _mm512_loadu_si512(k.picks[i].as_ptr().cast());
+        let (row_back, col_back, both_back) = (pick(0), pick(1), pick(2));
+        let (lo, hi) = (_mm512_set1_ps(p.bounds.0), _mm512_set1_ps(p.bounds.1));
+        let bias = _mm512_set1_ps(p.bias);
+        let load = |phase: *const f32, v: usize| _mm512_loadu_ps(phase.add(v * 16));
+        let zero = _mm512_setzero_ps();
+        let (mut eo_before, mut oe_before, mut oo_before) = (zero, zero, zero);
+        for v in 0..pixels.div_ceil(16) {
+            let (ee_v, eo_v, oe_v, oo_v) = (load(ee, v), load(eo, v), load(oe, v), load(oo, v));
+            let l = *k.left.get_unchecked(v);
+            let back = |before, this, idx| _mm512_permutex2var_ps(before, idx, this);
+            let mut acc = bias;
+            // Kernel row 0: the odd rows one back.
+            acc = _mm512_mask3_fmadd_ps(back(oo_before, oo_v, both_back), weights[0], acc, l);
+            acc = _mm512_fmadd_ps(back(oe_before, oe_v, row_back), weights[1], acc);
+            acc = _mm512_fmadd_ps(back(oo_before, oo_v, row_back), weights[2], acc);
+            // Kernel row 1: the even rows.
+            acc = _mm512_mask3_fmadd_ps(back(eo_before, eo_v, col_back), weights[3], acc, l);
+            acc = _mm512_fmadd_ps(ee_v, weights[4], acc);
+            acc = _mm512_fmadd_ps(eo_v, weights[5], acc);
+            // Kernel row 2: the odd rows.
+            acc = _mm512_mask3_fmadd_ps(back(oo_before, oo_v, col_back), weights[6], acc, l);
+            acc = _mm512_fmadd_ps(oe_v, weights[7], acc);
+            acc = _mm512_fmadd_ps(oo_v, weights[8], acc);
+            // As `Vector::clamp`: a NaN, or a zero equal to a bound, kept.
+            let out = _mm512_min_ps(hi, _mm512_max_ps(lo, acc));
+            _mm512_mask_storeu_ps(output.as_mut_ptr().add(v * 16), lanes(pixels - v * 16), out);
+            (eo_before, oe_before, oo_before) = (eo_v, oe_v, oo_v);
+        }
+    }
+}
