@@ -26,17 +26,17 @@ use crate::conv::ConvGeometry;
 
 /// Rows whose taps above and below lie in the vector before or after: at most 14
 /// pixels, every tap within 15 pixels of its output.
-const ONE_VECTOR_ROWS: std::ops::RangeInclusive<usize> = 2..=14;
+pub(super) const ONE_VECTOR_ROWS: std::ops::RangeInclusive<usize> = 2..=14;
 
 /// Rows whose taps above and below lie in the second and first vector before or after:
 /// 17 to 30 pixels.
-const TWO_VECTOR_ROWS: std::ops::RangeInclusive<usize> = 17..=30;
+pub(super) const TWO_VECTOR_ROWS: std::ops::RangeInclusive<usize> = 17..=30;
 
 /// Most pixels of a plane the kernel handles.
-const MAX_PIXELS: usize = 1024;
+pub(super) const MAX_PIXELS: usize = 1024;
 
 /// Most vectors of a plane.
-const MAX_VECTORS: usize = MAX_PIXELS / 16;
+pub(super) const MAX_VECTORS: usize = MAX_PIXELS / 16;
 
 /// The kernel prepared for one geometry.
 pub(super) struct NarrowRows {
@@ -71,26 +71,14 @@ impl NarrowRows {
             return None;
         }
         let (pixels, w) = (g.in_h * g.in_w, g.in_w);
-        let (mut left, mut right) = ([0u16; MAX_VECTORS], [0u16; MAX_VECTORS]);
-        // The column counted rather than divided out.
-        let mut x = 0;
-        for p in 0..pixels {
-            let bit = 1u16 << (p % 16);
-            if x != 0 {
-                left[p / 16] |= bit;
-            }
-            if x != w - 1 {
-                right[p / 16] |= bit;
-            }
-            x = if x + 1 == w { 0 } else { x + 1 };
-        }
+        let (left, right) = row_edges(pixels, w);
         let two_vector_rows = TWO_VECTOR_ROWS.contains(&w);
         // Each tap's lane offset within its pair: the offset less 16 times the pair's
         // first vector (-1 or 0 for one-vector rows' taps above and below, -2 or 1 for
         // two-vector rows'; -1 and 0 for the taps beside).
         let (above, below) = if two_vector_rows { (32, -16) } else { (16, 0) };
         let w = w as isize;
-        let lane_offsets = [
+        let picks = lane_picks([
             above - w - 1,
             above - w,
             above - w + 1,
@@ -99,13 +87,7 @@ impl NarrowRows {
             below + w - 1,
             below + w,
             below + w + 1,
-        ];
-        let mut picks = [[0i32; 16]; 8];
-        for (pick, r) in picks.iter_mut().zip(lane_offsets) {
-            for (l, i) in pick.iter_mut().enumerate() {
-                *i = (r + l as isize) as i32;
-            }
-        }
+        ]);
         Some(NarrowRows {
             cpu,
             pixels,
@@ -132,6 +114,31 @@ impl NarrowRows {
             }
         }
     }
+}
+
+/// Per vector of a plane of `pixels` pixels in rows of `w`, the lanes whose left
+/// neighbour and whose right neighbour lie in their row (bit `l` for lane `l`), the
+/// column counted rather than divided out.
+pub(super) fn row_edges(pixels: usize, w: usize) -> ([u16; MAX_VECTORS], [u16; MAX_VECTORS]) {
+    let (mut left, mut right) = ([0u16; MAX_VECTORS], [0u16; MAX_VECTORS]);
+    let mut x = 0;
+    for p in 0..pixels.min(MAX_PIXELS) {
+        let bit = 1u16 << (p % 16);
+        if x != 0 {
+            left[p / 16] |= bit;
+        }
+        if x + 1 != w {
+            right[p / 16] |= bit;
+        }
+        x = if x + 1 == w { 0 } else { x + 1 };
+    }
+    (left, right)
+}
+
+/// The permute indices picking lanes `r .. r + 16` of a pair of vectors, for each lane
+/// offset `r` (0 to 16).
+pub(super) fn lane_picks<const N: usize>(offsets: [isize; N]) -> [[i32; 16]; N] {
+    offsets.map(|r| std::array::from_fn(|l| (r + l as isize) as i32))
 }
 
 /// What every vector of a plane uses: the weights, the permute indices, the clamp's

@@ -27,21 +27,11 @@ use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
 use super::DirectPlane;
+use super::depthwise_narrow_rows::{
+    MAX_PIXELS, MAX_VECTORS, ONE_VECTOR_ROWS, TWO_VECTOR_ROWS, lane_picks, row_edges,
+};
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
-
-/// Output rows whose taps a row back lie in the vector before: a tap a row and a column
-/// back is then within 15 pixels.
-const ONE_VECTOR_ROWS: std::ops::RangeInclusive<usize> = 2..=14;
-
-/// Output rows whose taps a row back lie in the second and first vector before.
-const TWO_VECTOR_ROWS: std::ops::RangeInclusive<usize> = 17..=30;
-
-/// Most output pixels of a plane (each phase holds as many).
-const MAX_PIXELS: usize = 1024;
-
-/// Most vectors of an output plane.
-const MAX_VECTORS: usize = MAX_PIXELS / 16;
 
 /// The kernel prepared for one geometry.
 pub(super) struct Phases {
@@ -77,22 +67,13 @@ impl Phases {
             return None;
         }
         let (pixels, w) = (g.out_h * g.out_w, g.out_w);
-        let mut left = [0u16; MAX_VECTORS];
-        let mut x = 0;
-        for p in 0..pixels {
-            if x != 0 {
-                left[p / 16] |= 1 << (p % 16);
-            }
-            x = if x + 1 == w { 0 } else { x + 1 };
-        }
+        let (left, _) = row_edges(pixels, w);
         let two_vector_rows = TWO_VECTOR_ROWS.contains(&w);
+        // A row back is `w` pixels back: from the pair of vectors one and zero back (two
+        // and one on two-vector rows); a column back from the vector before and this one.
         let back = if two_vector_rows { 32 } else { 16 };
-        let mut picks = [[0i32; 16]; 3];
-        for (pick, r) in picks.iter_mut().zip([back - w, 15, back - w - 1]) {
-            for (l, i) in pick.iter_mut().enumerate() {
-                *i = (r + l) as i32;
-            }
-        }
+        let w = w as isize;
+        let picks = lane_picks([back - w, 15, back - w - 1]);
         Some(Phases {
             cpu,
             input: (g.in_h, g.in_w),
