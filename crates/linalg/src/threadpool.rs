@@ -118,6 +118,15 @@ impl ThreadPool {
         self.threads
     }
 
+    /// Whether this thread runs an [`ThreadPool::install_hot`] closure, so that this
+    /// pool's loops split their work up front and spin ([`spin_join`]). Inside another
+    /// pool's hot call they do too, on that pool's threads: waiting inside this pool
+    /// instead could run that call's own unclaimed poller on this thread, which polls
+    /// until the call returns, and the call would never return.
+    fn runs_hot(&self) -> bool {
+        self.pool.is_some() && is_hot()
+    }
+
     /// Runs `f` inside the pool (kernels called from inside avoid a cross-thread hop).
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         match &self.pool {
@@ -187,9 +196,9 @@ impl ThreadPool {
         let tasks = len.div_ceil(chunk);
         let start = range.start;
         let end = range.end;
-        if is_hot() {
-            let f = &f;
-            split_runs(0..tasks, &|t| {
+        if self.runs_hot() {
+            let none: (&mut [()], &mut [()]) = (&mut [], &mut []);
+            split_runs((none.0, 0), (none.1, 0), 0..tasks, &|t, _, _| {
                 f(t, start + t * chunk..(start + (t + 1) * chunk).min(end))
             });
             return;
@@ -219,14 +228,14 @@ impl ThreadPool {
         let min_chunks = min_chunks_per_task.max(1);
         let runs = (n_chunks / min_chunks).min(self.threads);
         match &self.pool {
-            Some(_) if runs >= 2 && is_hot() => {
+            Some(_) if runs >= 2 && self.runs_hot() => {
                 let per_run = n_chunks.div_ceil(runs);
-                let run = |first: usize, part: &mut [T]| {
+                let run = |t: usize, part: &mut [T], _: &mut [()]| {
                     for (j, c) in part.chunks_mut(chunk_len).enumerate() {
-                        f(first + j, c);
+                        f(t * per_run + j, c);
                     }
                 };
-                split_slice_runs(data, per_run * chunk_len, per_run, runs, &run);
+                split_runs((data, per_run * chunk_len), (&mut [], 0), 0..runs, &run);
             }
             Some(pool) if n_chunks >= 2 * min_chunks => pool.install(|| {
                 data.par_chunks_mut(chunk_len)
@@ -280,10 +289,10 @@ impl ThreadPool {
             }
         };
         match &self.pool {
-            Some(_) if tasks >= 2 && is_hot() => {
+            Some(_) if tasks >= 2 && self.runs_hot() => {
                 let scratch = &mut scratch[..tasks * scratch_len];
                 let parts = chunks_per_task * chunk_len;
-                split_pair_runs((data, parts), (scratch, scratch_len), 0..tasks, &run);
+                split_runs((data, parts), (scratch, scratch_len), 0..tasks, &run);
             }
             Some(pool) if tasks >= 2 => pool.install(|| {
                 data.par_chunks_mut(chunks_per_task * chunk_len)
@@ -399,61 +408,12 @@ fn spin_join(a: impl FnOnce() + Send, b: impl FnOnce() + Send) {
     );
 }
 
-/// Runs `run(t)` for each task `t` of `tasks`, the first half of them on this thread and
-/// the second half taken by a poller, halving again inside each ([`spin_join`]): with
-/// two threads, task 0 here and task 1 on the other worker, as `rayon` splits them.
-fn split_runs(tasks: Range<usize>, run: &(impl Fn(usize) + Sync)) {
-    let len = tasks.end.saturating_sub(tasks.start);
-    if len <= 1 {
-        if len == 1 {
-            run(tasks.start);
-        }
-        return;
-    }
-    let mid = tasks.start + len / 2;
-    spin_join(
-        || split_runs(tasks.start..mid, run),
-        || split_runs(mid..tasks.end, run),
-    );
-}
-
-/// [`split_runs`] over `runs` consecutive runs of `data`, `run_len` elements each (the
-/// last may be shorter): `run(first, part)` gets each run and the index of its first
-/// chunk (`per_run` chunks per run).
-fn split_slice_runs<T: Send>(
-    data: &mut [T],
-    run_len: usize,
-    per_run: usize,
-    runs: usize,
-    run: &(impl Fn(usize, &mut [T]) + Sync),
-) {
-    fn go<T: Send>(
-        data: &mut [T],
-        (first_run, runs): (usize, usize),
-        (run_len, per_run): (usize, usize),
-        run: &(impl Fn(usize, &mut [T]) + Sync),
-    ) {
-        if runs <= 1 {
-            if runs == 1 && !data.is_empty() {
-                run(first_run * per_run, data);
-            }
-            return;
-        }
-        let left = runs / 2;
-        let (lo, hi) = data.split_at_mut((left * run_len).min(data.len()));
-        let sizes = (run_len, per_run);
-        spin_join(
-            || go(lo, (first_run, left), sizes, run),
-            || go(hi, (first_run + left, runs - left), sizes, run),
-        );
-    }
-    go(data, (0, runs), (run_len, per_run), run);
-}
-
-/// [`split_runs`] over tasks `tasks`, each with its run of `data` (`data.1` elements
-/// each, the last run whatever is left) and its run of `scratch` (`scratch.1` each):
-/// `run(t, part, scratch)`.
-fn split_pair_runs<T: Send, S: Send>(
+/// Runs `run(t, part, scratch)` for each task `t` of `tasks` with its run of `data`
+/// (`data.1` elements each, the last run whatever is left, possibly none) and its run
+/// of `scratch` (`scratch.1` each): the first half of the tasks on this thread and the
+/// second half taken by a poller, halving again inside each ([`spin_join`]). With two
+/// threads, task 0 runs here and task 1 on the other worker, as `rayon` splits them.
+fn split_runs<T: Send, S: Send>(
     (data, data_len): (&mut [T], usize),
     (scratch, scratch_len): (&mut [S], usize),
     tasks: Range<usize>,
@@ -471,7 +431,7 @@ fn split_pair_runs<T: Send, S: Send>(
     let (slo, shi) = scratch.split_at_mut((left * scratch_len).min(scratch.len()));
     spin_join(
         || {
-            split_pair_runs(
+            split_runs(
                 (lo, data_len),
                 (slo, scratch_len),
                 tasks.start..tasks.start + left,
@@ -479,7 +439,7 @@ fn split_pair_runs<T: Send, S: Send>(
             )
         },
         || {
-            split_pair_runs(
+            split_runs(
                 (hi, data_len),
                 (shi, scratch_len),
                 tasks.start + left..tasks.end,
@@ -599,6 +559,18 @@ mod tests {
                     );
                     assert_eq!(scratch.iter().step_by(4).sum::<usize>(), len.div_ceil(5));
                 }
+            });
+        }
+    }
+
+    #[test]
+    fn another_pools_loop_inside_a_hot_call_covers_its_chunks_and_returns() {
+        let (hot, other) = (ThreadPool::new(2).unwrap(), ThreadPool::new(2).unwrap());
+        for _ in 0..20 {
+            hot.install_hot(|| {
+                let mut v = vec![usize::MAX; 100];
+                other.for_each_chunk_mut(&mut v, 10, 1, |i, c| c.iter_mut().for_each(|x| *x = i));
+                assert!(v.iter().enumerate().all(|(j, &i)| i == j / 10));
             });
         }
     }
