@@ -22,6 +22,8 @@ mod depthwise_phases;
 mod depthwise_square;
 #[cfg(target_arch = "x86_64")]
 mod max_pool_avx512;
+#[cfg(target_arch = "x86_64")]
+mod phase_tiles;
 
 /// Lanes `l` of a `lanes`-lane load (at most 16) at column `base` whose column
 /// `base + l` lies in `0..width`, bit `l` for lane `l`: the load mask of the direct
@@ -509,6 +511,119 @@ fn pad_planes(
             }
         }
     });
+}
+
+/// One group's convolution `out = filter x im2col(image) + bias`, clamped, with tiles
+/// that read the image's phase planes in place (`phase_tiles.rs`, AVX-512) rather than
+/// packing im2col panels from them: for a short depth (a stem's 3 input channels) the
+/// packing costs a third of the products. `filter` is `[group_out, patch]` row major,
+/// `bias` one value per output channel, `out` `[group_out, out_pixels]`; the result is
+/// the same, bit for bit, as [`crate::gemm::gemm_im2col`]'s with the bias as a per-row
+/// addend. Returns `false`, writing nothing, where it does not apply: no AVX-512, a
+/// depth over 256 or output channels not a multiple of 8, or operands shorter than
+/// the geometry; the caller then runs the GEMM.
+pub fn conv_from_phases(
+    pool: &ThreadPool,
+    isa: Isa,
+    image: &Im2col<'_>,
+    (filter, bias): (&[f32], Option<&[f32]>),
+    clamp: Option<(f32, f32)>,
+    out: &mut [f32],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        from_phases_x86(pool, isa, image, (filter, bias), clamp, out)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (pool, isa, image, filter, bias, clamp, out);
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn from_phases_x86(
+    pool: &ThreadPool,
+    isa: Isa,
+    image: &Im2col<'_>,
+    (filter, bias): (&[f32], Option<&[f32]>),
+    clamp: Option<(f32, f32)>,
+    out: &mut [f32],
+) -> bool {
+    let g = &image.geometry;
+    let (depth, px, rows) = (g.patch_len(), g.out_pixels(), g.group_out);
+    let (Some(_), Some(layout)) = (isa.avx512(), image.layout) else {
+        return false;
+    };
+    let fits = (1..=phase_tiles::MAX_DEPTH).contains(&depth)
+        && rows % phase_tiles::TILE_ROWS == 0
+        && px > 0
+        && filter.len() >= rows * depth
+        && bias.is_none_or(|b| b.len() >= rows)
+        && out.len() >= rows * px;
+    if !fits {
+        return false;
+    }
+    let mut offsets = [0usize; phase_tiles::MAX_DEPTH];
+    let mut index = TapIndex::of(g, 0);
+    for offset in offsets.iter_mut().take(depth) {
+        *offset = layout.tap_offset(g, index);
+        index = index.next(g);
+    }
+    let offsets = &offsets[..depth];
+    // Every tile reads at most up to its row's end: the last row's end past the largest
+    // offset must lie inside the planes.
+    let reach = offsets.iter().max().and_then(|&most| {
+        most.checked_add((g.out_h - 1).checked_mul(layout.pitch())?)?
+            .checked_add(g.out_w)
+    });
+    if reach.is_none_or(|end| end > image.planes.len()) || layout.pitch() < g.out_w {
+        return false;
+    }
+    let bands = pool
+        .threads()
+        .clamp(1, ColumnBlocks::<f32>::MAX_BLOCKS)
+        .min(g.out_h);
+    let band_rows = g.out_h.div_ceil(bands);
+    let bands = g.out_h.div_ceil(band_rows);
+    let Some(blocks) = ColumnBlocks::grid(
+        &mut out[..rows * px],
+        (rows, px),
+        px,
+        (rows, band_rows * g.out_w),
+    ) else {
+        return false;
+    };
+    let band = phase_tiles::Band {
+        filter: &filter[..rows * depth],
+        bias: bias.map(|b| &b[..rows]),
+        bounds: clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY)),
+        planes: image.planes,
+        offsets,
+        pitch: layout.pitch(),
+    };
+    let ok = AtomicBool::new(true);
+    pool.parallel_for(0..bands, 1, |_, tasks| {
+        for t in tasks {
+            let out_rows = t * band_rows..((t + 1) * band_rows).min(g.out_h);
+            let window = blocks.take(t).and_then(|mut block| {
+                let cols = block.cols();
+                (cols == out_rows.len() * g.out_w)
+                    .then(|| block.window_ptr((0, 0), (rows, cols)))
+                    .flatten()
+            });
+            let Some(ptr) = window else {
+                ok.store(false, Ordering::Relaxed);
+                continue;
+            };
+            // SAFETY: AVX-512 F was detected (`isa.avx512()`); the filter, bias and
+            // offsets hold what `band` reads (checked above: depth, rows a multiple of
+            // the tile's, every offset plus the last row's end inside the planes); the
+            // window is this task's block: `rows` rows of the band's pixels, `px` apart.
+            unsafe { phase_tiles::band(g, &band, out_rows, (ptr, px)) };
+        }
+    });
+    ok.load(Ordering::Relaxed)
 }
 
 /// Scratch elements a plane convolution or [`PlaneMaxPool`] runs best with for `g`
@@ -1476,6 +1591,89 @@ mod tests {
             let g = ConvGeometry::same_on_both_axes((h, w), (3, 3), (2, 1), (1, 1, 1));
             direct_matches_polyphase(&g, seed)?;
         }
+    }
+
+    proptest! {
+        /// A convolution through tiles that read the phase planes in place (a stem:
+        /// few input channels, a short depth) gives the packed GEMM's values to the bit,
+        /// whether its rows are whole vectors (tiles across row ends) or not, on one
+        /// thread or several; where AVX-512 is missing it declines.
+        #[test]
+        fn conv_from_phases_matches_the_gemm(
+            (ih, iw, k, stride) in (1usize..40, 1usize..70, 1usize..8, 1usize..3),
+            (pad, group_in, tiles) in (0usize..4, 1usize..4, 1usize..4),
+            (clamp, bias, threads, seed) in (any::<bool>(), any::<bool>(), 1usize..4, 0u32..100),
+        ) {
+            let steps = (stride, stride, 1, 1);
+            let channels = (1, group_in, 8 * tiles);
+            let Some(g) = geometry((ih, iw, k, k), steps, (pad, pad), channels) else {
+                return Ok(());
+            };
+            conv_from_phases_matches_gemm(&g, (clamp, bias), threads, seed)?;
+        }
+    }
+
+    /// A stem (3x3, stride 2, one pixel of padding, 3 input channels) whose output
+    /// rows are two vectors wide, tiled across row ends, and a 7x7 one whose are not.
+    #[test]
+    fn conv_from_phases_runs_stems_as_the_gemm() {
+        for (size, k, pad, c_out) in [(64, 3, 1, 32), (46, 7, 3, 16)] {
+            let g = ConvGeometry::same_on_both_axes((size, size), (k, k), (2, pad), (1, 3, c_out));
+            for threads in [1, 2, 3] {
+                conv_from_phases_matches_gemm(&g, (true, true), threads, 7).unwrap();
+            }
+        }
+    }
+
+    /// Runs [`conv_from_phases`] and the GEMM over the same image (phase planes, or the
+    /// planes themselves for stride 1 without padding) and compares their bits.
+    fn conv_from_phases_matches_gemm(
+        g: &ConvGeometry,
+        (clamp, bias): (bool, bool),
+        threads: usize,
+        seed: u32,
+    ) -> Result<(), TestCaseError> {
+        use crate::gemm::{self, Gemm};
+        use crate::test_util::mat as view;
+        let (patch, px, co) = (g.patch_len(), g.out_pixels(), g.group_out);
+        let input = grid_values(g.group_in * g.in_h * g.in_w, seed);
+        let filter = grid_values(co * patch, seed + 1);
+        let biases = grid_values(co, seed + 2);
+        let bias = bias.then_some(&biases[..]);
+        let clamp = clamp.then_some((-0.25, 0.5));
+        let product = Gemm {
+            a: view(&filter, co, patch, patch, 1),
+            b: view(&[], patch, px, px, 1),
+            alpha: 1.0,
+            addend: bias.map(|b| (view(b, co, px, 1, 0), 1.0)),
+            clamp,
+        };
+        let pool = crate::ThreadPool::new(threads).unwrap();
+        let mut planes = vec![f32::NAN; Im2col::phase_split_len(g)];
+        let image = Im2col::phase_split(&pool, g, &input, &mut planes).unwrap();
+        for &isa in Isa::available() {
+            let mut scratch = vec![f32::NAN; gemm::im2col_scratch_len(isa, &product, threads)];
+            let mut want = vec![f32::NAN; co * px];
+            gemm::gemm_im2col(&pool, isa, &product, &image, &mut want, &mut scratch).unwrap();
+            let mut got = vec![f32::NAN; co * px];
+            let ran = conv_from_phases(&pool, isa, &image, (&filter, bias), clamp, &mut got);
+            prop_assert_eq!(ran, isa.avx512().is_some() && patch <= 256, "{:?}", isa);
+            if !ran {
+                continue;
+            }
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                prop_assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{:?} output {}: {} vs {}",
+                    isa,
+                    i,
+                    a,
+                    b
+                );
+            }
+        }
+        Ok(())
     }
 
     proptest! {

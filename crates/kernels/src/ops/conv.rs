@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use etch_linalg::conv::ConvGeometry;
 use etch_linalg::conv_nchw::{
     CHANNELS_IN_LANES_MAX_TAPS, Im2col, PlaneConv, channels_in_lanes_scratch_len, col2im_add_nchw,
-    conv_channels_in_lanes, has_channels_in_lanes, plane_scratch_len,
+    conv_channels_in_lanes, conv_from_phases, has_channels_in_lanes, plane_scratch_len,
 };
 use etch_linalg::gemm::{self, Elems, Gemm};
 use etch_memory::ColumnBlocks;
@@ -385,13 +385,16 @@ fn im2col_gemm(
                     Some(Im2col::phase_split(pool, g, x_grp, phases).ok_or_else(geometry_error)?)
                 }
             };
-            match (&image, split_depth) {
-                (None, false) => gemm::gemm(pool, isa, &mm, dst, scratch)?,
-                (None, true) => {
+            let group = group_operands(g, (ws, bs), grp).filter(|_| !input_major);
+            match (&image, split_depth, group) {
+                (Some(image), false, Some(group))
+                    if conv_from_phases(pool, isa, image, group, mm.clamp, dst) => {}
+                (None, false, _) => gemm::gemm(pool, isa, &mm, dst, scratch)?,
+                (None, true, _) => {
                     gemm::gemm_split_depth(pool, isa, &mm, gemm::DepthSplitB::View, dst, scratch)?
                 }
-                (Some(image), false) => gemm::gemm_im2col(pool, isa, &mm, image, dst, scratch)?,
-                (Some(image), true) => {
+                (Some(image), false, _) => gemm::gemm_im2col(pool, isa, &mm, image, dst, scratch)?,
+                (Some(image), true, _) => {
                     let b = gemm::DepthSplitB::Im2col(image);
                     gemm::gemm_split_depth(pool, isa, &mm, b, dst, scratch)?
                 }
@@ -399,6 +402,23 @@ fn im2col_gemm(
         }
     }
     Ok(())
+}
+
+/// Group `grp`'s filter (`[group_out, patch]`, row major) and bias of a convolution
+/// whose filter is stored output-channel major; `None` when a slice is too short (the
+/// GEMM then reports it).
+fn group_operands<'a>(
+    g: &ConvGeometry,
+    (ws, bs): (&'a [f32], Option<&'a [f32]>),
+    grp: usize,
+) -> Option<(&'a [f32], Option<&'a [f32]>)> {
+    let len = g.group_out * g.patch_len();
+    let filter = ws.get(grp * len..(grp + 1) * len)?;
+    let bias = match bs {
+        Some(b) => Some(b.get(grp * g.group_out..(grp + 1) * g.group_out)?),
+        None => None,
+    };
+    Some((filter, bias))
 }
 
 /// The instruction set of the convolution kernels (the GEMM's).

@@ -9,7 +9,7 @@
 //! plane is its only phase, `pitch = in_w`); any other takes a copy split into phase
 //! planes ([`Im2col::phase_split`]), one pass over its image.
 
-use super::polyphase::{MAX_TAPS, Phases, fill_phase};
+use super::polyphase::{MAX_TAPS, Phases, fill_phase_plane};
 use super::{Im2col, TapIndex};
 use crate::conv::ConvGeometry;
 use crate::copy::copy_floats;
@@ -50,6 +50,17 @@ impl PhaseLayout {
             pitch: g.in_w,
             taps,
         })
+    }
+
+    /// Where im2col row `tap` (input channel, kernel row and column) of output pixel
+    /// `(oy, ox)` lies: at this offset plus `oy * pitch + ox`.
+    pub(super) fn tap_offset(&self, g: &ConvGeometry, TapIndex { ci, ky, kx }: TapIndex) -> usize {
+        ci * self.channel_len + self.taps[ky * g.kernel_w + kx]
+    }
+
+    /// Elements from one output row to the next in a phase plane.
+    pub(super) fn pitch(&self) -> usize {
+        self.pitch
     }
 
     /// True when `len` elements hold every phase plane of the group.
@@ -117,10 +128,11 @@ impl<'a> Im2col<'a> {
         };
         let dst = scratch.get_mut(..g.group_in * layout.channel_len)?;
         // Phase plane `i` is phase `i % used` of channel `i / used`.
+        let isa = crate::dispatch().gemm;
         let fill = |i: usize, phase: &mut [f32]| {
             let (channel, (ry, rx)) = (i / phases.used, phases.read[i % phases.used]);
             let src = &planes[channel * plane..(channel + 1) * plane];
-            fill_phase(g, &phases, src, 0, g.out_h, (ry, rx), 0.0, phase);
+            fill_phase_plane(isa, (g, &phases), src, (ry, rx), phase);
         };
         let min_planes = (GRAIN_SIZE / phase_len.max(1)).max(1);
         pool.for_each_chunk_mut(dst, phase_len.max(1), min_planes, fill);
@@ -273,9 +285,8 @@ fn pack(
         // Replay it for every row of K, each from its own tap.
         let mut index = TapIndex::of(g, k0);
         for kk in 0..kc {
-            let TapIndex { ci, ky, kx } = index;
+            let tap = &image.planes[layout.tap_offset(g, index)..];
             index = index.next(g);
-            let tap = &image.planes[ci * layout.channel_len + layout.taps[ky * g.kernel_w + kx]..];
             copy(&mut dst[kk * nr..], tap, &pieces[..count]);
         }
     }

@@ -232,6 +232,36 @@ impl Plan {
     }
 }
 
+/// [`fill_phase`] of a whole plane (`g.out_h` rows from row 0), compiled for `isa`:
+/// with AVX-512 a stride-2 row's de-interleave runs in 16-lane shuffles.
+pub(super) fn fill_phase_plane(
+    isa: crate::Isa,
+    (g, ph): (&ConvGeometry, &Phases),
+    input: &[f32],
+    phase: (usize, usize),
+    dst: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.avx512().is_some() {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn wide(
+            g: &ConvGeometry,
+            ph: &Phases,
+            input: &[f32],
+            phase: (usize, usize),
+            dst: &mut [f32],
+        ) {
+            fill_phase(g, ph, input, 0, g.out_h, phase, 0.0, dst)
+        }
+        // SAFETY: the `CpuSupport` token behind `avx512()` proves AVX-512 F was
+        // detected; `wide` is safe code compiled with those instructions.
+        unsafe { wide(g, ph, input, phase, dst) };
+        return;
+    }
+    let _ = isa;
+    fill_phase(g, ph, input, 0, g.out_h, phase, 0.0, dst)
+}
+
 /// Writes phase `(ry, rx)` of the band starting at output row `oy0` into `dst`: phase
 /// rows `oy0..oy0 + rows + row_reach`, `pad` wherever the padded pixel lies outside the
 /// input and to the end.
@@ -255,20 +285,25 @@ pub(super) fn fill_phase(
         .saturating_sub(rx)
         .div_ceil(sw)
         .clamp(first, pitch);
-    // Padding first (one fill for every row), then the rows' insides.
-    dst.fill(pad);
-    if first == end {
-        return;
-    }
+    // Each row's inside copied and its padding filled (every value written once); the
+    // rows past the band's, and rows wholly above or below the input, are padding.
+    let filled = ((rows + ph.row_reach) * pitch).min(dst.len() / pitch.max(1) * pitch);
+    let (band, rest) = dst.split_at_mut(filled);
+    rest.fill(pad);
     // `c * sw + rx - pad_left` for `c` in `first..end`.
-    let x0 = first * sw + rx - g.pad_left;
-    let filled = (rows + ph.row_reach) * pitch;
-    for (r, row) in dst[..filled].chunks_exact_mut(pitch).enumerate() {
+    let x0 = (first * sw + rx).saturating_sub(g.pad_left);
+    for (r, row) in band.chunks_exact_mut(pitch).enumerate() {
         let padded = (oy0 + r) * sh + ry;
-        let Some(iy) = padded.checked_sub(g.pad_top).filter(|&iy| iy < ih) else {
+        let inside = padded.checked_sub(g.pad_top).filter(|&iy| iy < ih);
+        let Some(iy) = inside.filter(|_| first < end) else {
+            row.fill(pad);
             continue;
         };
-        let (dst, src) = (&mut row[first..end], &input[iy * iw + x0..(iy + 1) * iw]);
+        let (left, row) = row.split_at_mut(first);
+        let (row, right) = row.split_at_mut(end - first);
+        left.fill(pad);
+        right.fill(pad);
+        let (dst, src) = (row, &input[iy * iw + x0..(iy + 1) * iw]);
         match sw {
             1 => copy_floats(dst, src),
             // Pairs, so the loop vectorises into shuffles; an odd tail element last.
