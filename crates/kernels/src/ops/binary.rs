@@ -25,6 +25,7 @@ use super::elementwise::{Operand, Spec, Src, broadcast_operands, map, zip2, zip3
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
 
+mod dense_f32;
 mod shift;
 
 /// Registers `name => op` pairs as [`arith_op`] over the arguments of `schema`.
@@ -340,6 +341,9 @@ fn arith(
     }
     let out = resize_to_broadcast(a, &[x, y], out)?;
     check_can_cast(common, out.dtype())?;
+    if dense_f32::try_run(ctx, (&x, &y), &out, op, alpha)? {
+        return Ok(());
+    }
     let spec = Spec {
         common,
         narrow_result: true,

@@ -634,3 +634,35 @@ fn atan2_broadcasts_and_promotes() {
     let bad = tensor(&mut h, ScalarType::Float, &[3], &[0.0; 3]);
     assert_refused(&mut h, "aten::atan2.out", &[i, bad, of, of]);
 }
+
+#[test]
+fn same_shape_f32_products_split_over_the_pool() {
+    // The dense path (`binary/dense_f32.rs`): every element one IEEE operation, on one
+    // thread and split over three, for sizes under and over a task's minimum.
+    for threads in [1, 3] {
+        for n in [1, 37, 20_000, 100_003] {
+            let mut h = harness(threads);
+            let mut rng = Lcg(n as u64);
+            let (u, v) = (rng.vec(n, 2.0), rng.vec(n, 2.0));
+            let ua = tensor(&mut h, ScalarType::Float, &[1, n], &u);
+            let va = tensor(&mut h, ScalarType::Float, &[1, n], &v);
+            for op in [Op::Add, Op::Sub, Op::Mul, Op::Div] {
+                let (name, has_alpha) = op_name(op);
+                let out = h.out(ScalarType::Float, &[1, n]);
+                let al = has_alpha.then(|| h.int(1));
+                run(&mut h, name, ua, va, al, out).unwrap();
+                let got = read(&mut h, out);
+                for i in 0..n {
+                    let (x, y) = (u[i] as f32, v[i] as f32);
+                    let want = match op {
+                        Op::Add => x + y,
+                        Op::Sub => x - y,
+                        Op::Mul => x * y,
+                        _ => x / y,
+                    };
+                    assert_eq!(got[i], want as f64, "{name}, {n} elements, element {i}");
+                }
+            }
+        }
+    }
+}
