@@ -1612,6 +1612,11 @@ fn axpy_depth_tasks(n: usize, k: usize, threads: usize) -> usize {
 /// `isa`'s vectors.
 fn axpy_rows(isa: Isa, xs: &[f32], b: &[f32], start: usize, ld: usize, acc: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if let Some(cpu) = isa.avx512() {
+        avx512::axpy_rows(cpu, xs, b, start, ld, acc);
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
     if let Some(cpu) = isa.avx2() {
         avx2::axpy_rows(cpu, xs, b, start, ld, acc);
         return;
@@ -1635,10 +1640,24 @@ fn axpy_rows_body<const FUSED: bool>(
     ld: usize,
     acc: &mut [f32],
 ) {
-    for (kk, &x) in xs.iter().enumerate() {
-        let row = &b[start + kk * ld..][..acc.len()];
-        for (a, &v) in acc.iter_mut().zip(row) {
-            *a = if FUSED { x.mul_add(v, *a) } else { x * v + *a };
+    let madd = |x: f32, v: f32, a: f32| if FUSED { x.mul_add(v, a) } else { x * v + a };
+    let n = acc.len();
+    let row = |kk: usize| &b[start + kk * ld..][..n];
+    // Four rows a pass: each accumulator is loaded and stored once for four of B's
+    // streams, its products still added in row order (the values of one row a pass).
+    let fours = xs.len() / 4 * 4;
+    for (q, x) in xs[..fours].chunks_exact(4).enumerate() {
+        let (r0, r1, r2, r3) = (row(4 * q), row(4 * q + 1), row(4 * q + 2), row(4 * q + 3));
+        for (j, a) in acc.iter_mut().enumerate() {
+            let v = madd(x[0], r0[j], *a);
+            let v = madd(x[1], r1[j], v);
+            let v = madd(x[2], r2[j], v);
+            *a = madd(x[3], r3[j], v);
+        }
+    }
+    for (kk, &x) in xs.iter().enumerate().skip(fours) {
+        for (a, &v) in acc.iter_mut().zip(row(kk)) {
+            *a = madd(x, v, *a);
         }
     }
 }
