@@ -59,6 +59,7 @@ impl PhaseLayout {
     }
 
     /// Elements from one output row to the next in a phase plane.
+    #[cfg(target_arch = "x86_64")]
     pub(super) fn pitch(&self) -> usize {
         self.pitch
     }
