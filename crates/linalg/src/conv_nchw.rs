@@ -521,7 +521,8 @@ fn pad_planes(
 /// the same, bit for bit, as [`crate::gemm::gemm_im2col`]'s with the bias as a per-row
 /// addend. Returns `false`, writing nothing, where it does not apply: no AVX-512, a
 /// depth over 256 or output channels not a multiple of 8, or operands shorter than
-/// the geometry; the caller then runs the GEMM.
+/// the geometry; the caller then runs the GEMM (which also rewrites all of `out` in the
+/// one case found only while running: a task missing its block of the output).
 pub fn conv_from_phases(
     pool: &ThreadPool,
     isa: Isa,
@@ -530,100 +531,88 @@ pub fn conv_from_phases(
     clamp: Option<(f32, f32)>,
     out: &mut [f32],
 ) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        from_phases_x86(pool, isa, image, (filter, bias), clamp, out)
-    }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (pool, isa, image, filter, bias, clamp, out);
         false
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn from_phases_x86(
-    pool: &ThreadPool,
-    isa: Isa,
-    image: &Im2col<'_>,
-    (filter, bias): (&[f32], Option<&[f32]>),
-    clamp: Option<(f32, f32)>,
-    out: &mut [f32],
-) -> bool {
-    let g = &image.geometry;
-    let (depth, px, rows) = (g.patch_len(), g.out_pixels(), g.group_out);
-    let (Some(_), Some(layout)) = (isa.avx512(), image.layout) else {
-        return false;
-    };
-    let fits = (1..=phase_tiles::MAX_DEPTH).contains(&depth)
-        && rows % phase_tiles::TILE_ROWS == 0
-        && px > 0
-        && filter.len() >= rows * depth
-        && bias.is_none_or(|b| b.len() >= rows)
-        && out.len() >= rows * px;
-    if !fits {
-        return false;
-    }
-    let mut offsets = [0usize; phase_tiles::MAX_DEPTH];
-    let mut index = TapIndex::of(g, 0);
-    for offset in offsets.iter_mut().take(depth) {
-        *offset = layout.tap_offset(g, index);
-        index = index.next(g);
-    }
-    let offsets = &offsets[..depth];
-    // Every tile reads at most up to its row's end: the last row's end past the largest
-    // offset must lie inside the planes.
-    let reach = offsets.iter().max().and_then(|&most| {
-        most.checked_add((g.out_h - 1).checked_mul(layout.pitch())?)?
-            .checked_add(g.out_w)
-    });
-    if reach.is_none_or(|end| end > image.planes.len()) || layout.pitch() < g.out_w {
-        return false;
-    }
-    let bands = pool
-        .threads()
-        .clamp(1, ColumnBlocks::<f32>::MAX_BLOCKS)
-        .min(g.out_h);
-    let band_rows = g.out_h.div_ceil(bands);
-    let bands = g.out_h.div_ceil(band_rows);
-    let Some(blocks) = ColumnBlocks::grid(
-        &mut out[..rows * px],
-        (rows, px),
-        px,
-        (rows, band_rows * g.out_w),
-    ) else {
-        return false;
-    };
-    let band = phase_tiles::Band {
-        filter: &filter[..rows * depth],
-        bias: bias.map(|b| &b[..rows]),
-        bounds: clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY)),
-        planes: image.planes,
-        offsets,
-        pitch: layout.pitch(),
-    };
-    let ok = AtomicBool::new(true);
-    pool.parallel_for(0..bands, 1, |_, tasks| {
-        for t in tasks {
-            let out_rows = t * band_rows..((t + 1) * band_rows).min(g.out_h);
-            let window = blocks.take(t).and_then(|mut block| {
-                let cols = block.cols();
-                (cols == out_rows.len() * g.out_w)
-                    .then(|| block.window_ptr((0, 0), (rows, cols)))
-                    .flatten()
-            });
-            let Some(ptr) = window else {
-                ok.store(false, Ordering::Relaxed);
-                continue;
-            };
-            // SAFETY: AVX-512 F was detected (`isa.avx512()`); the filter, bias and
-            // offsets hold what `band` reads (checked above: depth, rows a multiple of
-            // the tile's, every offset plus the last row's end inside the planes); the
-            // window is this task's block: `rows` rows of the band's pixels, `px` apart.
-            unsafe { phase_tiles::band(g, &band, out_rows, (ptr, px)) };
+    #[cfg(target_arch = "x86_64")]
+    {
+        let g = &image.geometry;
+        let (depth, px, rows) = (g.patch_len(), g.out_pixels(), g.group_out);
+        let (Some(_), Some(layout)) = (isa.avx512(), image.layout) else {
+            return false;
+        };
+        let fits = (1..=phase_tiles::MAX_DEPTH).contains(&depth)
+            && rows % phase_tiles::TILE_ROWS == 0
+            && px > 0
+            && filter.len() >= rows * depth
+            && bias.is_none_or(|b| b.len() >= rows)
+            && out.len() >= rows * px;
+        if !fits {
+            return false;
         }
-    });
-    ok.load(Ordering::Relaxed)
+        let mut offsets = [0usize; phase_tiles::MAX_DEPTH];
+        let mut index = TapIndex::of(g, 0);
+        for offset in offsets.iter_mut().take(depth) {
+            *offset = layout.tap_offset(g, index);
+            index = index.next(g);
+        }
+        let offsets = &offsets[..depth];
+        // Every tile reads at most up to its row's end: the last row's end past the largest
+        // offset must lie inside the planes.
+        let reach = offsets.iter().max().and_then(|&most| {
+            most.checked_add((g.out_h - 1).checked_mul(layout.pitch())?)?
+                .checked_add(g.out_w)
+        });
+        if reach.is_none_or(|end| end > image.planes.len()) || layout.pitch() < g.out_w {
+            return false;
+        }
+        let bands = pool
+            .threads()
+            .clamp(1, ColumnBlocks::<f32>::MAX_BLOCKS)
+            .min(g.out_h);
+        let band_rows = g.out_h.div_ceil(bands);
+        let bands = g.out_h.div_ceil(band_rows);
+        let Some(blocks) = ColumnBlocks::grid(
+            &mut out[..rows * px],
+            (rows, px),
+            px,
+            (rows, band_rows * g.out_w),
+        ) else {
+            return false;
+        };
+        let band = phase_tiles::Band {
+            filter: &filter[..rows * depth],
+            bias: bias.map(|b| &b[..rows]),
+            bounds: clamp.unwrap_or((f32::NEG_INFINITY, f32::INFINITY)),
+            planes: image.planes,
+            offsets,
+            pitch: layout.pitch(),
+        };
+        let ok = AtomicBool::new(true);
+        pool.parallel_for(0..bands, 1, |_, tasks| {
+            for t in tasks {
+                let out_rows = t * band_rows..((t + 1) * band_rows).min(g.out_h);
+                let window = blocks.take(t).and_then(|mut block| {
+                    let cols = block.cols();
+                    (cols == out_rows.len() * g.out_w)
+                        .then(|| block.window_ptr((0, 0), (rows, cols)))
+                        .flatten()
+                });
+                let Some(ptr) = window else {
+                    ok.store(false, Ordering::Relaxed);
+                    continue;
+                };
+                // SAFETY: AVX-512 F was detected (`isa.avx512()`); the filter, bias and
+                // offsets hold what `band` reads (checked above: depth, rows a multiple of
+                // the tile's, every offset plus the last row's end inside the planes); the
+                // window is this task's block: `rows` rows of the band's pixels, `px` apart.
+                unsafe { phase_tiles::band(g, &band, out_rows, (ptr, px)) };
+            }
+        });
+        ok.load(Ordering::Relaxed)
+    }
 }
 
 /// Scratch elements a plane convolution or [`PlaneMaxPool`] runs best with for `g`
