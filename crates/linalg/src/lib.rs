@@ -71,6 +71,7 @@ pub mod layout;
 pub mod pool;
 pub mod quant;
 pub mod resize;
+pub mod runs;
 #[cfg(target_arch = "x86_64")]
 mod simd_x86;
 #[cfg(test)]

@@ -23,6 +23,8 @@ use crate::{
     normalize_dim,
 };
 
+mod inner_runs;
+
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
     r.register("aten::sum.IntList_out", |c, a| sum_out(c, a, false));
@@ -776,6 +778,9 @@ fn sum_or_mean(
             dtype: out.dtype(),
             what: "mean (floating point out)",
         });
+    }
+    if inner_runs::try_run(ctx, red, mean)? {
+        return Ok(());
     }
     with_compute!(out.dtype(), A => red.run::<A, _>(ctx, &Sum { mean }))
 }

@@ -708,3 +708,44 @@ fn var_refuses_integers_and_a_mismatched_mean() {
         .unwrap();
     assert!(h.read::<f32>(of)[0].is_nan());
 }
+
+#[test]
+fn f32_sums_over_the_last_dims_keep_the_sequential_bits() {
+    // The inner-runs path (`reduce/inner_runs.rs`): global average pooling's shape
+    // (sixteen runs at once with AVX-512, then the rest), on one thread and on three.
+    for threads in [1, 3] {
+        for (shape, dims) in [
+            (vec![2, 40, 7, 7], vec![2, 3]),
+            (vec![3, 17, 5], vec![-1]),
+            (vec![700, 64], vec![1]),
+        ] {
+            let n: usize = shape.iter().product();
+            let run: usize = shape[shape.len() - dims.len()..].iter().product();
+            let mut rng = Lcg(n as u64);
+            let vals = rng.vec(n, 2.0);
+            for mean in [false, true] {
+                let mut h = harness(threads);
+                let x = tensor(&mut h, ScalarType::Float, &shape, &vals);
+                let d = h.int_list(&dims);
+                let kd = h.bool(true);
+                let none = h.none();
+                let mut os = shape.clone();
+                let rank = os.len();
+                os[rank - dims.len()..].iter_mut().for_each(|s| *s = 1);
+                let out = h.out(ScalarType::Float, &os);
+                let name = if mean {
+                    "aten::mean.out"
+                } else {
+                    "aten::sum.IntList_out"
+                };
+                h.call(name, &[x, d, kd, none, out, out]).unwrap();
+                let got = read(&mut h, out);
+                for (i, values) in vals.chunks_exact(run).enumerate() {
+                    let s = values.iter().fold(0f32, |s, &v| s + v as f32);
+                    let want = if mean { s / run as f32 } else { s };
+                    assert_eq!(got[i], want as f64, "{name} {shape:?}, output {i}");
+                }
+            }
+        }
+    }
+}
