@@ -592,13 +592,17 @@ fn a_round_has_at_most_the_column_blocks_an_output_splits_into() {
 
 /// A block whose columns split unevenly over the threads (a 14x14 plane's 196
 /// columns, 7 panels, over two) or whose rows are not whole cache lines is split by
-/// rows instead; a wide one by columns only; the parts cover the block.
+/// rows instead, as is one where both cost the same; a wide one by columns only; the
+/// parts cover the block.
 #[test]
 fn an_uneven_column_split_gives_way_to_a_row_split() {
     let tile = Tile { mr: 8, nr: 32 };
     let plan = Plan::into_output(tile, 384, 196, 2, true);
     assert_eq!(plan.grid(384, 196), (192, 224));
     assert_eq!(plan.grid(384, 12544), (384, 6272));
+    // A tie (784 columns, whole lines: 2 x 1 and 1 x 2 cost the same) goes to rows.
+    let plan = Plan::into_output(tile, 192, 784, 2, true);
+    assert_eq!(plan.grid(192, 784), (96, 800));
     // 49 columns would share a cache line in every row between two column spans.
     let plan = Plan::into_output(tile, 960, 49, 2, true);
     assert_eq!(plan.grid(960, 49), (480, 64));
