@@ -92,6 +92,11 @@ impl ThreadPool {
             threads,
             message: e.to_string(),
         })?;
+        // Every worker allocates as it starts (its job queues, its thread-locals). A
+        // worker the OS starts late, on a loaded machine, would do that in the middle
+        // of a later call, which then is no longer allocation-free: wait here until
+        // each has run a job.
+        pool.broadcast(|_| ());
         Ok(Self {
             pool: Some(pool),
             threads,
