@@ -17,6 +17,8 @@ mod depthwise_flat;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_narrow_rows;
 #[cfg(target_arch = "x86_64")]
+mod depthwise_phase_rows;
+#[cfg(target_arch = "x86_64")]
 mod depthwise_phases;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_square;
@@ -720,6 +722,7 @@ impl PlaneConv {
                 DirectKernel::Flat(k) => k.plane(g, plane, output),
                 DirectKernel::NarrowRows(k) => k.plane(plane, output),
                 DirectKernel::Phases(k) => k.plane(plane, output),
+                DirectKernel::PhaseRows(k) => k.plane(plane, output),
             }
             return true;
         }
@@ -769,6 +772,9 @@ enum DirectKernel {
     /// whose output rows are 2-14 or 17-30 wide, through the plane's four phases
     /// (AVX-512).
     Phases(depthwise_phases::Phases),
+    /// The same layer with output rows of 31 to 128 pixels, the phases split a row at
+    /// a time (AVX-512).
+    PhaseRows(depthwise_phase_rows::PhaseRows),
     /// A 3x3 or 5x5 filter, stride 1 or 2 both ways (AVX2 or AVX-512).
     Square(depthwise_square::Square),
     /// Other column-stride-2 geometries (AVX-512).
@@ -799,6 +805,12 @@ impl DirectKernel {
             .and_then(|cpu| depthwise_phases::Phases::new(cpu, g))
         {
             return Some(DirectKernel::Phases(k));
+        }
+        if let Some(k) = isa
+            .avx512()
+            .and_then(|cpu| depthwise_phase_rows::PhaseRows::new(cpu, g))
+        {
+            return Some(DirectKernel::PhaseRows(k));
         }
         if let Some(k) = isa
             .avx2()
@@ -1575,6 +1587,17 @@ mod tests {
         #[test]
         fn depthwise_phases_match_polyphase(
             (h, w) in (1usize..70, 1usize..64),
+            seed in 0u32..100,
+        ) {
+            let g = ConvGeometry::same_on_both_axes((h, w), (3, 3), (2, 1), (1, 1, 1));
+            direct_matches_polyphase(&g, seed)?;
+        }
+
+        /// The same layer on wider planes (output rows of 31 to 130 pixels), where
+        /// AVX-512 runs `depthwise_phase_rows` on even sizes.
+        #[test]
+        fn depthwise_phase_rows_match_polyphase(
+            (h, w) in (1usize..24, 60usize..262),
             seed in 0u32..100,
         ) {
             let g = ConvGeometry::same_on_both_axes((h, w), (3, 3), (2, 1), (1, 1, 1));

@@ -1,0 +1,230 @@
+//! The depthwise plane convolution of a 3x3 filter, stride 2, one pixel of padding
+//! above and left, over planes of even height and width whose output rows are 31 to
+//! [`MAX_OUT_W`] pixels (MobileNetV2's 112x112 -> 56x56 layer), with AVX-512.
+//!
+//! The strided kernel for square filters (`depthwise_square`) de-interleaves two loads
+//! with two-source permutes for every tap row of every output vector, and permutes
+//! share the floating-point pipes with the fused multiply-adds. Here each input row is
+//! de-interleaved once, into its even and odd columns (`ee[y][x] = in[2y][2x]`,
+//! `eo[y][x] = in[2y][2x + 1]`, `oe[y][x] = in[2y + 1][2x]`, `oo[y][x] = in[2y + 1][2x
+//! + 1]`), just before the output row that first reads it, into a ring of two rows per
+//! phase (a few KiB, so it stays in L1). Then every tap is one plain load: output
+//! pixel `(y, x)` reads `oo[y - 1][x - 1]`, `oe[y - 1][x]`, `oo[y - 1][x]` (kernel row
+//! 0), `eo[y][x - 1]`, `ee[y][x]`, `eo[y][x]` (row 1), `oo[y][x - 1]`, `oe[y][x]`,
+//! `oo[y][x]` (row 2). Each phase row sits after a vector of zeros (column `-1`), and
+//! the odd rows' ring starts with a row of zeros (row `-1`): the padding.
+//!
+//! Each output is the bias plus its taps in `(ky, kx)` order with fused multiply-adds,
+//! a tap in the padding adding `0 * w`, as in the polyphase kernel; only the sign of a
+//! zero sum can differ.
+
+use std::arch::x86_64::*;
+
+use super::DirectPlane;
+use crate::CpuSupport;
+use crate::conv::ConvGeometry;
+
+/// Widest output row the kernel handles.
+pub(super) const MAX_OUT_W: usize = 128;
+
+/// Narrowest output row it handles (narrower ones go to `depthwise_phases`).
+pub(super) const MIN_OUT_W: usize = 31;
+
+/// Floats of one phase row in the ring: a vector of zeros (column `-1` is its last
+/// lane), then the row, rounded up to whole vectors.
+const PITCH: usize = 16 + MAX_OUT_W;
+
+/// Output rows split ahead of the one being swept, so that its loads do not wait for
+/// the stores of its own split.
+const AHEAD: usize = 2;
+
+/// Rows of each phase in the ring: the row swept, the odd rows' row before it, and the
+/// rows split ahead.
+const SLOTS: usize = AHEAD + 2;
+
+/// The ring: for each phase (`ee`, `eo`, `oe`, `oo`) [`SLOTS`] rows, output row `y` in
+/// slot `y % SLOTS`.
+#[repr(C, align(64))]
+struct Ring([[[f32; PITCH]; SLOTS]; 4]);
+
+/// The kernel prepared for one geometry.
+pub(super) struct PhaseRows {
+    cpu: CpuSupport,
+    /// Output rows and columns (the input's are twice as many).
+    out: (usize, usize),
+}
+
+impl PhaseRows {
+    /// The kernel for `g`, or `None` when it does not handle it: a 3x3 filter, stride 2
+    /// and dilation 1 both ways, one pixel of padding above and left, an input of even
+    /// height and width exactly twice the output's, output rows of [`MIN_OUT_W`] to
+    /// [`MAX_OUT_W`] pixels. `cpu` proves AVX-512 F (with AVX2 and FMA).
+    pub(super) fn new(cpu: CpuSupport, g: &ConvGeometry) -> Option<PhaseRows> {
+        let handles = (g.kernel_h, g.kernel_w) == (3, 3)
+            && (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w) == (2, 2, 1, 1)
+            && (g.pad_top, g.pad_left) == (1, 1)
+            && (g.in_h, g.in_w) == (2 * g.out_h, 2 * g.out_w)
+            && g.out_h > 0
+            && (MIN_OUT_W..=MAX_OUT_W).contains(&g.out_w);
+        handles.then_some(PhaseRows {
+            cpu,
+            out: (g.out_h, g.out_w),
+        })
+    }
+
+    /// Convolves one plane into `output`; `p` holds the geometry's input plane and taps.
+    pub(super) fn plane(&self, p: DirectPlane<'_>, output: &mut [f32]) {
+        let (h, w) = self.out;
+        if p.input.len() < 4 * h * w || output.len() < h * w || p.filter.len() < 9 {
+            return;
+        }
+        // SAFETY: `self.cpu` proves AVX-512 F, AVX2 and FMA (`new`'s contract); the
+        // slices hold the planes' pixels and the filter's taps (checked above).
+        unsafe {
+            match w.div_ceil(16) {
+                2 => sweep::<2>(self.cpu, self.out, &p, output),
+                3 => sweep::<3>(self.cpu, self.out, &p, output),
+                4 => sweep::<4>(self.cpu, self.out, &p, output),
+                5 => sweep::<5>(self.cpu, self.out, &p, output),
+                6 => sweep::<6>(self.cpu, self.out, &p, output),
+                7 => sweep::<7>(self.cpu, self.out, &p, output),
+                _ => sweep::<8>(self.cpu, self.out, &p, output),
+            }
+        }
+    }
+}
+
+/// Lanes `0..n` (at most 16) of a mask.
+fn lanes(n: usize) -> __mmask16 {
+    ((1u32 << n.min(16)) - 1) as __mmask16
+}
+
+/// The plane, row by row: input rows `2y` and `2y + 1` split into the ring, then output
+/// row `y` from it.
+///
+/// # Safety
+/// AVX-512 F, AVX2 and FMA; `p.input` holds the `2h x 2w` input plane, `output` the
+/// `h x w` output plane, `p.filter` 9 taps; `w <= MAX_OUT_W`.
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn sweep<const V: usize>(
+    _: CpuSupport,
+    (h, w): (usize, usize),
+    p: &DirectPlane<'_>,
+    output: &mut [f32],
+) {
+    let in_w = 2 * w;
+    // Zeros everywhere that is never written: the column before each row, the lanes
+    // past its end, and the odd rows' row -1 (slot 1 before row 0 is split).
+    let mut ring = Ring([[[0.0; PITCH]; SLOTS]; 4]);
+    // SAFETY (the block): AVX-512 F (the caller's promise). Input loads are masked to
+    // the `in_w` values of rows `2y` and `2y + 1 < 2h`; ring stores write lanes
+    // `16 + x` for `x < w <= MAX_OUT_W`, inside a row of `PITCH`; ring loads read
+    // lanes `15 + 16v ..= 31 + 16v` for `v < vectors`, inside the row; output stores
+    // are masked to the `w` pixels of row `y < h`.
+    unsafe {
+        let weights: [__m512; 9] = [
+            _mm512_set1_ps(p.filter[0]),
+            _mm512_set1_ps(p.filter[1]),
+            _mm512_set1_ps(p.filter[2]),
+            _mm512_set1_ps(p.filter[3]),
+            _mm512_set1_ps(p.filter[4]),
+            _mm512_set1_ps(p.filter[5]),
+            _mm512_set1_ps(p.filter[6]),
+            _mm512_set1_ps(p.filter[7]),
+            _mm512_set1_ps(p.filter[8]),
+        ];
+        let (lo, hi) = (_mm512_set1_ps(p.bounds.0), _mm512_set1_ps(p.bounds.1));
+        let bias = _mm512_set1_ps(p.bias);
+        let input = p.input.as_ptr();
+        let out = output.as_mut_ptr();
+        let ring: *mut f32 = ring.0.as_mut_ptr().cast();
+        for y in 0..h.min(AHEAD) {
+            split_rows(input.add(2 * y * in_w), in_w, phase_rows(ring, y));
+        }
+        for y in 0..h {
+            if y + AHEAD < h {
+                let z = y + AHEAD;
+                split_rows(input.add(2 * z * in_w), in_w, phase_rows(ring, z));
+            }
+            let [ee, eo, oe, oo] = phase_rows(ring, y);
+            // Row y - 1 (row -1 is the zeros of the last slot).
+            let [_, _, oe_up, oo_up] = phase_rows(ring, y + SLOTS - 1);
+            // Every vector of the row at once: independent chains of fused multiply-adds
+            // whose latencies overlap.
+            let mut acc = [bias; V];
+            let taps: [(*const f32, usize); 9] = [
+                (oo_up, 15),
+                (oe_up, 16),
+                (oo_up, 16),
+                (eo, 15),
+                (ee, 16),
+                (eo, 16),
+                (oo, 15),
+                (oe, 16),
+                (oo, 16),
+            ];
+            for (t, &(row, lane)) in taps.iter().enumerate() {
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    let x = _mm512_loadu_ps(row.add(lane + 16 * v));
+                    *acc = _mm512_fmadd_ps(x, weights[t], *acc);
+                }
+            }
+            for (v, &acc) in acc.iter().enumerate() {
+                // As `Vector::clamp`: a NaN, or a zero equal to a bound, kept.
+                let o = _mm512_min_ps(hi, _mm512_max_ps(lo, acc));
+                if 16 * (v + 1) <= w {
+                    _mm512_storeu_ps(out.add(y * w + 16 * v), o);
+                } else {
+                    _mm512_mask_storeu_ps(out.add(y * w + 16 * v), lanes(w - 16 * v), o);
+                }
+            }
+        }
+    }
+}
+
+/// The ring rows of output row `y` (slot `y % SLOTS`) of `ee`, `eo`, `oe` and `oo`.
+#[inline(always)]
+fn phase_rows(ring: *mut f32, y: usize) -> [*mut f32; 4] {
+    let slot = y % SLOTS;
+    [0, 1, 2, 3].map(|phase| ring.wrapping_add((phase * SLOTS + slot) * PITCH))
+}
+
+/// Input rows `2y` (at `src`) and `2y + 1` (`in_w` further) split into their even and
+/// odd columns, each written from lane 16 of its ring row: `rows` are the rows of
+/// `ee`, `eo`, `oe` and `oo`. Lanes past the row's end get zeros (masked loads).
+///
+/// # Safety
+/// AVX-512 F; `src` holds two rows of `in_w` values; each of `rows` has room for
+/// `16 + in_w / 2` values rounded up to whole vectors.
+#[inline(always)]
+unsafe fn split_rows(src: *const f32, in_w: usize, rows: [*mut f32; 4]) {
+    // SAFETY: the caller's promise; loads are masked to the rows' values.
+    unsafe {
+        let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        let odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
+        for (half, (even_cols, odd_cols)) in [(rows[0], rows[1]), (rows[2], rows[3])]
+            .into_iter()
+            .enumerate()
+        {
+            let src = src.add(half * in_w);
+            let mut c = 0;
+            while c < in_w {
+                let (a, b) = if c + 32 <= in_w {
+                    (
+                        _mm512_loadu_ps(src.add(c)),
+                        _mm512_loadu_ps(src.add(c + 16)),
+                    )
+                } else {
+                    (
+                        _mm512_maskz_loadu_ps(lanes(in_w - c), src.add(c)),
+                        _mm512_maskz_loadu_ps(lanes(in_w.saturating_sub(c + 16)), src.add(c + 16)),
+                    )
+                };
+                let at = 16 + c / 2;
+                _mm512_storeu_ps(even_cols.add(at), _mm512_permutex2var_ps(a, evens, b));
+                _mm512_storeu_ps(odd_cols.add(at), _mm512_permutex2var_ps(a, odds, b));
+                c += 32;
+            }
+        }
+    }
+}
