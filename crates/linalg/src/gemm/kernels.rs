@@ -95,6 +95,21 @@ pub(crate) type SimdKernel = unsafe fn(
     Option<&TilePost>,
 );
 
+/// Asks the cache for the cache lines of `len` floats from `at` (a hint: it reads
+/// nothing and faults on no address). Nothing where the target has no such hint here.
+#[inline]
+fn prefetch_floats(at: *const f32, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in (0..len).step_by(16) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: a prefetch reads nothing and faults on no address; SSE, which it
+        // needs, is part of x86-64.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(line).cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (at, len);
+}
+
 /// The A operand of one micro-kernel call: a packed panel (step `k`, row `r` at
 /// `k*mr + r`) or `mr` rows of a row-major f32 matrix read in place (row `r`, step `k`
 /// at `r*lda + k`).
@@ -124,6 +139,23 @@ impl<'a> APanel<'a> {
         match a {
             APanel::Packed(p) => (a, (p.as_ptr(), 0)),
             APanel::Rows(r, lda) => (a, (r.as_ptr(), lda)),
+        }
+    }
+
+    /// Asks the cache for the values the kernel will read over `kc` steps of `mr` rows
+    /// (a hint, which reads nothing): a panel of weights read in place comes from
+    /// outside the core's caches on its first tile, as `mr` strided streams that the
+    /// hardware prefetchers pick up late.
+    #[inline]
+    pub(crate) fn prefetch(&self, mr: usize, kc: usize) {
+        match *self {
+            APanel::Packed(p) => prefetch_floats(p.as_ptr(), (kc * mr).min(p.len())),
+            APanel::Rows(a, lda) => {
+                for r in 0..mr {
+                    let row = a.get(r * lda..).unwrap_or(&[]);
+                    prefetch_floats(row.as_ptr(), kc.min(row.len()));
+                }
+            }
         }
     }
 

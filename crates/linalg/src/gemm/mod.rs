@@ -241,6 +241,9 @@ impl Gemm<'_> {
     }
 }
 
+/// Most steps of a row of A panels that [`task`] asks the cache for ahead.
+const PREFETCH_A_MAX_STEPS: usize = 128;
+
 /// Scratch plan of one product.
 #[derive(Clone, Copy, Debug)]
 struct Plan {
@@ -1368,8 +1371,18 @@ fn task(
                 _ => micro_kernel(isa, kc, ap, bp, out, at, (rows, cols), (accumulate, None)),
             }
         };
+        // The next row of A panels asked for while this one runs (on the first column
+        // of panels, the only pass that reads A from outside the core's caches).
+        let prefetch_a = |p: usize| {
+            if p + 1 < panels_a && kc <= PREFETCH_A_MAX_STEPS {
+                a.panel(t, k, p + 1, (k0, kc)).prefetch(t.mr, kc);
+            }
+        };
         if !by_rows {
             for tile in 0..panels_a * panels_b {
+                if tile < panels_a {
+                    prefetch_a(tile);
+                }
                 one_tile(tile % panels_a, tile / panels_a, &mut post, out);
             }
             k0 += kc;
@@ -1397,6 +1410,7 @@ fn task(
             },
         };
         for p in 0..panels_a {
+            prefetch_a(p);
             let whole = if t.mr * (p + 1) <= mb { row_panels } else { 0 };
             if whole > 0 {
                 let ap = a.panel(t, k, p, (k0, kc));
