@@ -23,6 +23,8 @@ mod depthwise_phases;
 #[cfg(target_arch = "x86_64")]
 mod depthwise_square;
 #[cfg(target_arch = "x86_64")]
+mod depthwise_wide_rows;
+#[cfg(target_arch = "x86_64")]
 mod max_pool_avx512;
 #[cfg(target_arch = "x86_64")]
 mod phase_tiles;
@@ -723,6 +725,7 @@ impl PlaneConv {
                 DirectKernel::NarrowRows(k) => k.plane(plane, output),
                 DirectKernel::Phases(k) => k.plane(plane, output),
                 DirectKernel::PhaseRows(k) => k.plane(plane, output),
+                DirectKernel::WideRows(k) => k.plane(plane, output),
             }
             return true;
         }
@@ -775,6 +778,9 @@ enum DirectKernel {
     /// The same layer with output rows of 31 to 128 pixels, the phases split a row at
     /// a time (AVX-512).
     PhaseRows(depthwise_phase_rows::PhaseRows),
+    /// A 3x3 filter, stride 1, "same" padding, over planes of rows 31 to 128 wide, an
+    /// output row's vectors summed at once (AVX-512).
+    WideRows(depthwise_wide_rows::WideRows),
     /// A 3x3 or 5x5 filter, stride 1 or 2 both ways (AVX2 or AVX-512).
     Square(depthwise_square::Square),
     /// Other column-stride-2 geometries (AVX-512).
@@ -811,6 +817,12 @@ impl DirectKernel {
             .and_then(|cpu| depthwise_phase_rows::PhaseRows::new(cpu, g))
         {
             return Some(DirectKernel::PhaseRows(k));
+        }
+        if let Some(k) = isa
+            .avx512()
+            .and_then(|cpu| depthwise_wide_rows::WideRows::new(cpu, g))
+        {
+            return Some(DirectKernel::WideRows(k));
         }
         if let Some(k) = isa
             .avx2()
@@ -1576,6 +1588,17 @@ mod tests {
         #[test]
         fn depthwise_narrow_rows_matches_polyphase(
             (h, w) in (1usize..40, 1usize..34),
+            seed in 0u32..100,
+        ) {
+            let g = ConvGeometry::same_on_both_axes((h, w), (3, 3), (1, 1), (1, 1, 1));
+            direct_matches_polyphase(&g, seed)?;
+        }
+
+        /// The same layer over wider rows (up to 140 pixels), where AVX-512 runs
+        /// `depthwise_wide_rows` on rows of 31 to 128.
+        #[test]
+        fn depthwise_wide_rows_match_polyphase(
+            (h, w) in (1usize..40, 28usize..140),
             seed in 0u32..100,
         ) {
             let g = ConvGeometry::same_on_both_axes((h, w), (3, 3), (1, 1), (1, 1, 1));

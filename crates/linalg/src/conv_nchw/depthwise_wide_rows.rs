@@ -1,0 +1,166 @@
+//! The depthwise plane convolution of a 3x3 filter, stride 1, one pixel of padding all
+//! round ("same"), over planes whose rows are 31 to [`MAX_W`] pixels (MobileNetV2's
+//! 112x112 and 56x56 layers), with AVX-512.
+//!
+//! Each output row is summed a whole row at a time: for every tap, one load of the input
+//! row it reads per output vector, shifted by the tap's column, into that vector's sum.
+//! The row's vectors are independent chains of fused multiply-adds whose latencies
+//! overlap (the square-filter kernel sums a column of rows for one vector, and its
+//! chains wait on one another's loads and permutes). The first and last vector of a
+//! row load through masks worked out once per plane, so that column `-1` and column
+//! `w` read as zeros.
+//!
+//! Each output is the bias plus its taps in `(ky, kx)` order with fused multiply-adds, a
+//! column tap in the padding adding `0 * w` and a kernel row in the padding skipped, as
+//! the square-filter kernel does; only the sign of a zero sum can differ from the
+//! polyphase kernel.
+
+use std::arch::x86_64::*;
+
+use super::{DirectPlane, lanes_inside};
+use crate::CpuSupport;
+use crate::conv::ConvGeometry;
+
+/// Widest row the kernel handles.
+pub(super) const MAX_W: usize = 128;
+
+/// Narrowest row it handles (narrower ones go to `depthwise_narrow_rows`).
+pub(super) const MIN_W: usize = 31;
+
+/// The kernel prepared for one geometry.
+pub(super) struct WideRows {
+    cpu: CpuSupport,
+    /// Rows and columns of the input and of the output.
+    size: (usize, usize),
+}
+
+impl WideRows {
+    /// The kernel for `g`, or `None` when it does not handle it: a 3x3 filter, stride 1
+    /// and dilation 1 both ways, one pixel of padding above and left, an output the
+    /// size of the input, rows of [`MIN_W`] to [`MAX_W`] pixels. `cpu` proves AVX-512 F
+    /// (with AVX2 and FMA).
+    pub(super) fn new(cpu: CpuSupport, g: &ConvGeometry) -> Option<WideRows> {
+        let handles = (g.kernel_h, g.kernel_w) == (3, 3)
+            && (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w) == (1, 1, 1, 1)
+            && (g.pad_top, g.pad_left) == (1, 1)
+            && (g.in_h, g.in_w) == (g.out_h, g.out_w)
+            && g.out_h > 0
+            && (MIN_W..=MAX_W).contains(&g.out_w);
+        handles.then_some(WideRows {
+            cpu,
+            size: (g.out_h, g.out_w),
+        })
+    }
+
+    /// Convolves one plane into `output`; `p` holds the geometry's input plane and taps.
+    pub(super) fn plane(&self, p: DirectPlane<'_>, output: &mut [f32]) {
+        let (h, w) = self.size;
+        if p.input.len() < h * w || output.len() < h * w || p.filter.len() < 9 {
+            return;
+        }
+        // SAFETY: `self.cpu` proves AVX-512 F, AVX2 and FMA (`new`'s contract); the
+        // slices hold the planes' pixels and the filter's taps (checked above), and
+        // `w` is 31 to 128 pixels: 2 to 8 vectors.
+        unsafe {
+            match w.div_ceil(16) {
+                2 => sweep::<2>(self.cpu, self.size, &p, output),
+                3 => sweep::<3>(self.cpu, self.size, &p, output),
+                4 => sweep::<4>(self.cpu, self.size, &p, output),
+                5 => sweep::<5>(self.cpu, self.size, &p, output),
+                6 => sweep::<6>(self.cpu, self.size, &p, output),
+                7 => sweep::<7>(self.cpu, self.size, &p, output),
+                _ => sweep::<8>(self.cpu, self.size, &p, output),
+            }
+        }
+    }
+}
+
+/// The plane, an output row at a time, its `V` vectors at once.
+///
+/// # Safety
+/// AVX-512 F, AVX2 and FMA; `p.input` and `output` hold `h x w` planes, `p.filter` 9
+/// taps; `V == w.div_ceil(16)`, at least 2.
+#[target_feature(enable = "avx512f,avx2,fma")]
+unsafe fn sweep<const V: usize>(
+    _: CpuSupport,
+    (h, w): (usize, usize),
+    p: &DirectPlane<'_>,
+    output: &mut [f32],
+) {
+    // The lanes of the last vector inside the row.
+    let last = lanes_inside(16 * (V - 1) as isize, w as isize, 16);
+    // SAFETY (the block): AVX-512 F (the caller's promise). Loads read vector `v` of
+    // input row `r < h`, columns `16v ..`: the last one masked to the row's `w`
+    // values; stores write vector `v` of output row `y < h`, the last one masked too.
+    unsafe {
+        let weights: [__m512; 9] = [
+            _mm512_set1_ps(p.filter[0]),
+            _mm512_set1_ps(p.filter[1]),
+            _mm512_set1_ps(p.filter[2]),
+            _mm512_set1_ps(p.filter[3]),
+            _mm512_set1_ps(p.filter[4]),
+            _mm512_set1_ps(p.filter[5]),
+            _mm512_set1_ps(p.filter[6]),
+            _mm512_set1_ps(p.filter[7]),
+            _mm512_set1_ps(p.filter[8]),
+        ];
+        let (lo, hi) = (_mm512_set1_ps(p.bounds.0), _mm512_set1_ps(p.bounds.1));
+        let bias = _mm512_set1_ps(p.bias);
+        let input = p.input.as_ptr();
+        let out = output.as_mut_ptr();
+        for y in 0..h {
+            let mut acc = [bias; V];
+            // Kernel rows inside the plane: input rows y - 1 ..= y + 1.
+            for ky in (1 - y.min(1))..(h - y).min(2) + 1 {
+                let row = input.add((y + ky - 1) * w);
+                let [left_w, mid_w, right_w] = [0, 1, 2].map(|kx| weights[3 * ky + kx]);
+                // The row's vectors in turn, each with its neighbours (zeros past the
+                // row's ends), shifted a lane either way in registers: every load is
+                // of whole aligned vectors where the row is, and a load across a cache
+                // line costs twice one inside it.
+                let (mut before, mut this) = (_mm512_setzero_si512(), load(row, 0, V, last));
+                for (v, acc) in acc.iter_mut().enumerate() {
+                    let after = if v + 1 < V {
+                        load(row, v + 1, V, last)
+                    } else {
+                        _mm512_setzero_si512()
+                    };
+                    let left = _mm512_castsi512_ps(_mm512_alignr_epi32::<15>(this, before));
+                    let right = _mm512_castsi512_ps(_mm512_alignr_epi32::<1>(after, this));
+                    *acc = _mm512_fmadd_ps(left, left_w, *acc);
+                    *acc = _mm512_fmadd_ps(_mm512_castsi512_ps(this), mid_w, *acc);
+                    *acc = _mm512_fmadd_ps(right, right_w, *acc);
+                    (before, this) = (this, after);
+                }
+            }
+            for (v, &acc) in acc.iter().enumerate() {
+                // As `Vector::clamp`: a NaN, or a zero equal to a bound, kept.
+                let o = _mm512_min_ps(hi, _mm512_max_ps(lo, acc));
+                let at = out.add(y * w + 16 * v);
+                if v == V - 1 {
+                    _mm512_mask_storeu_ps(at, last, o);
+                } else {
+                    _mm512_storeu_ps(at, o);
+                }
+            }
+        }
+    }
+}
+
+/// Vector `v` of the `vectors` vectors of the row at `row`; the last one through the
+/// mask `last` of its lanes inside the row (zeros past it).
+///
+/// # Safety
+/// AVX-512 F; the row holds the vectors' values (the last one's lanes in `last`).
+#[inline(always)]
+unsafe fn load(row: *const f32, v: usize, vectors: usize, last: __mmask16) -> __m512i {
+    // SAFETY: the caller's promise.
+    unsafe {
+        let x = if v + 1 == vectors {
+            _mm512_maskz_loadu_ps(last, row.add(16 * v))
+        } else {
+            _mm512_loadu_ps(row.add(16 * v))
+        };
+        _mm512_castps_si512(x)
+    }
+}
