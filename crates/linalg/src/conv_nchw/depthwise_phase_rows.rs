@@ -7,8 +7,10 @@
 //! share the floating-point pipes with the fused multiply-adds. Here each input row is
 //! de-interleaved once, into its even and odd columns (`ee[y][x] = in[2y][2x]`,
 //! `eo[y][x] = in[2y][2x + 1]`, `oe[y][x] = in[2y + 1][2x]`, `oo[y][x] = in[2y + 1][2x
-//! + 1]`), just before the output row that first reads it, into a ring of two rows per
-//! phase (a few KiB, so it stays in L1). Then every tap is one plain load: output
+//! + 1]`), two output rows ahead of the one that first reads it, into a ring of rows per
+//! phase (a few KiB, so it stays in L1). Then every tap is one aligned load (a tap a
+//! column back shifted a lane in registers, or on rows of more than six vectors one
+//! load across a cache line): output
 //! pixel `(y, x)` reads `oo[y - 1][x - 1]`, `oe[y - 1][x]`, `oo[y - 1][x]` (kernel row
 //! 0), `eo[y][x - 1]`, `ee[y][x]`, `eo[y][x]` (row 1), `oo[y][x - 1]`, `oe[y][x]`,
 //! `oo[y][x]` (row 2). Each phase row sits after a vector of zeros (column `-1`), and
@@ -33,6 +35,11 @@ pub(super) const MIN_OUT_W: usize = 31;
 /// Floats of one phase row in the ring: a vector of zeros (column `-1` is its last
 /// lane), then the row, rounded up to whole vectors.
 const PITCH: usize = 16 + MAX_OUT_W;
+
+/// Most vectors in an output row for which a tap a column back is shifted in registers
+/// rather than loaded across a cache line: 64 to 96 pixel rows ran 6-15% faster so,
+/// 112 and 128 pixel rows 25-30% slower (AMD EPYC, one thread).
+const SHIFT_IN_REGISTERS_MAX_VECTORS: usize = 6;
 
 /// Output rows split ahead of the one being swept, so that its loads do not wait for
 /// the stores of its own split.
@@ -119,7 +126,7 @@ unsafe fn sweep<const V: usize>(
     // SAFETY (the block): AVX-512 F (the caller's promise). Input loads are masked to
     // the `in_w` values of rows `2y` and `2y + 1 < 2h`; ring stores write lanes
     // `16 + x` for `x < w <= MAX_OUT_W`, inside a row of `PITCH`; ring loads read
-    // lanes `15 + 16v ..= 31 + 16v` for `v < vectors`, inside the row; output stores
+    // lanes `0 ..= 31 + 16v` for `v < V`, inside the row; output stores
     // are masked to the `w` pixels of row `y < h`.
     unsafe {
         let weights: [__m512; 9] = [
@@ -152,20 +159,36 @@ unsafe fn sweep<const V: usize>(
             // Every vector of the row at once: independent chains of fused multiply-adds
             // whose latencies overlap.
             let mut acc = [bias; V];
-            let taps: [(*const f32, usize); 9] = [
-                (oo_up, 15),
-                (oe_up, 16),
-                (oo_up, 16),
-                (eo, 15),
-                (ee, 16),
-                (eo, 16),
-                (oo, 15),
-                (oe, 16),
-                (oo, 16),
+            // Each tap's phase row, and whether it reads a column back (x - 1): that
+            // vector is made in registers from the aligned vector and the one before
+            // (`valignd`), since a load across a cache line costs twice one inside it.
+            let taps: [(*const f32, bool); 9] = [
+                (oo_up, true),
+                (oe_up, false),
+                (oo_up, false),
+                (eo, true),
+                (ee, false),
+                (eo, false),
+                (oo, true),
+                (oe, false),
+                (oo, false),
             ];
-            for (t, &(row, lane)) in taps.iter().enumerate() {
+            for (t, &(row, back)) in taps.iter().enumerate() {
+                // Lanes 0..16 of the ring row: zeros, then column 0 at lane 16.
+                let mut before = _mm512_castps_si512(_mm512_load_ps(row));
                 for (v, acc) in acc.iter_mut().enumerate() {
-                    let x = _mm512_loadu_ps(row.add(lane + 16 * v));
+                    let x = if V > SHIFT_IN_REGISTERS_MAX_VECTORS {
+                        _mm512_loadu_ps(row.add(16 + 16 * v - usize::from(back)))
+                    } else {
+                        let this = _mm512_castps_si512(_mm512_load_ps(row.add(16 + 16 * v)));
+                        let x = if back {
+                            _mm512_alignr_epi32::<15>(this, before)
+                        } else {
+                            this
+                        };
+                        before = this;
+                        _mm512_castsi512_ps(x)
+                    };
                     *acc = _mm512_fmadd_ps(x, weights[t], *acc);
                 }
             }
