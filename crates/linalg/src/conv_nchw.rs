@@ -758,6 +758,47 @@ struct DirectPlane<'a> {
     bounds: (f32, f32),
 }
 
+/// A 3x3 plane's taps, bias and clamp bounds, each broadcast to a 16-lane vector: what
+/// the AVX-512 3x3 kernels multiply and add.
+#[cfg(target_arch = "x86_64")]
+struct WideTaps3x3 {
+    weights: [std::arch::x86_64::__m512; 9],
+    bias: std::arch::x86_64::__m512,
+    /// The clamp's (lower, upper) bounds.
+    bounds: (std::arch::x86_64::__m512, std::arch::x86_64::__m512),
+}
+
+#[cfg(target_arch = "x86_64")]
+impl DirectPlane<'_> {
+    /// The plane's [`WideTaps3x3`].
+    ///
+    /// # Safety
+    /// AVX-512 F; the filter holds at least 9 taps (else this panics). (Compiled with
+    /// AVX-512 F so that it inlines into the kernels: without it the broadcasts would be
+    /// calls.)
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn wide_taps_3x3(&self) -> WideTaps3x3 {
+        use std::arch::x86_64::_mm512_set1_ps;
+        let f = &self.filter[..9];
+        WideTaps3x3 {
+            weights: [
+                _mm512_set1_ps(f[0]),
+                _mm512_set1_ps(f[1]),
+                _mm512_set1_ps(f[2]),
+                _mm512_set1_ps(f[3]),
+                _mm512_set1_ps(f[4]),
+                _mm512_set1_ps(f[5]),
+                _mm512_set1_ps(f[6]),
+                _mm512_set1_ps(f[7]),
+                _mm512_set1_ps(f[8]),
+            ],
+            bias: _mm512_set1_ps(self.bias),
+            bounds: (_mm512_set1_ps(self.bounds.0), _mm512_set1_ps(self.bounds.1)),
+        }
+    }
+}
+
 /// The direct depthwise kernels (AVX2 or AVX-512), which read the input plane in place.
 // Built on the stack once per convolution call: boxing the larger variant would
 // allocate on every call.

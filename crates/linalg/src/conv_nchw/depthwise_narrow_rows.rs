@@ -20,7 +20,7 @@
 
 use std::arch::x86_64::*;
 
-use super::DirectPlane;
+use super::{DirectPlane, WideTaps3x3};
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 
@@ -141,13 +141,11 @@ pub(super) fn lane_picks<const N: usize>(offsets: [isize; N]) -> [[i32; 16]; N] 
     offsets.map(|r| std::array::from_fn(|l| (r + l as isize) as i32))
 }
 
-/// What every vector of a plane uses: the weights, the permute indices, the clamp's
-/// bounds and the bias.
+/// What every vector of a plane uses: the weights, bias and clamp bounds, and the
+/// permute indices.
 struct Taps {
-    weights: [__m512; 9],
+    wide: WideTaps3x3,
     picks: [__m512i; 8],
-    bounds: (__m512, __m512),
-    bias: __m512,
 }
 
 /// The sum of one output vector, from its input vectors: the pair holding the row
@@ -163,12 +161,12 @@ unsafe fn vector_sum(
     (before, this, after): (__m512, __m512, __m512),
     (l, r): (__mmask16, __mmask16),
 ) -> __m512 {
-    let (w, p) = (&taps.weights, &taps.picks);
+    let (w, p) = (&taps.wide.weights, &taps.picks);
     // SAFETY: the caller's promise.
     unsafe {
         let up = |i: usize| _mm512_permutex2var_ps(above.0, p[i], above.1);
         let down = |i: usize| _mm512_permutex2var_ps(below.0, p[i], below.1);
-        let mut acc = taps.bias;
+        let mut acc = taps.wide.bias;
         acc = _mm512_mask3_fmadd_ps(up(0), w[0], acc, l);
         acc = _mm512_fmadd_ps(up(1), w[1], acc);
         acc = _mm512_mask3_fmadd_ps(up(2), w[2], acc, r);
@@ -181,7 +179,7 @@ unsafe fn vector_sum(
         acc = _mm512_fmadd_ps(down(6), w[7], acc);
         acc = _mm512_mask3_fmadd_ps(down(7), w[8], acc, r);
         // As `Vector::clamp`: a NaN, or a zero equal to a bound, kept.
-        _mm512_min_ps(taps.bounds.1, _mm512_max_ps(taps.bounds.0, acc))
+        _mm512_min_ps(taps.wide.bounds.1, _mm512_max_ps(taps.wide.bounds.0, acc))
     }
 }
 
@@ -211,13 +209,10 @@ unsafe fn sweep<const R: usize>(
                 _mm512_setzero_ps()
             }
         };
-        let weight = |t: usize| _mm512_set1_ps(p.filter[t]);
         let pick = |i: usize| _mm512_loadu_si512(k.picks[i].as_ptr().cast());
         let taps = Taps {
-            weights: std::array::from_fn(weight),
+            wide: p.wide_taps_3x3(),
             picks: std::array::from_fn(pick),
-            bounds: (_mm512_set1_ps(p.bounds.0), _mm512_set1_ps(p.bounds.1)),
-            bias: _mm512_set1_ps(p.bias),
         };
         let out = output.as_mut_ptr();
         // Output vector v from its pairs above and below and its vectors beside.

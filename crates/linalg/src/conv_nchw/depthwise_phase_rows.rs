@@ -22,7 +22,7 @@
 
 use std::arch::x86_64::*;
 
-use super::DirectPlane;
+use super::{DirectPlane, WideTaps3x3};
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 
@@ -129,19 +129,11 @@ unsafe fn sweep<const V: usize>(
     // lanes `0 ..= 31 + 16v` for `v < V`, inside the row; output stores
     // are masked to the `w` pixels of row `y < h`.
     unsafe {
-        let weights: [__m512; 9] = [
-            _mm512_set1_ps(p.filter[0]),
-            _mm512_set1_ps(p.filter[1]),
-            _mm512_set1_ps(p.filter[2]),
-            _mm512_set1_ps(p.filter[3]),
-            _mm512_set1_ps(p.filter[4]),
-            _mm512_set1_ps(p.filter[5]),
-            _mm512_set1_ps(p.filter[6]),
-            _mm512_set1_ps(p.filter[7]),
-            _mm512_set1_ps(p.filter[8]),
-        ];
-        let (lo, hi) = (_mm512_set1_ps(p.bounds.0), _mm512_set1_ps(p.bounds.1));
-        let bias = _mm512_set1_ps(p.bias);
+        let WideTaps3x3 {
+            weights,
+            bias,
+            bounds: (lo, hi),
+        } = p.wide_taps_3x3();
         let input = p.input.as_ptr();
         let out = output.as_mut_ptr();
         let ring: *mut f32 = ring.0.as_mut_ptr().cast();

@@ -26,10 +26,10 @@
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
-use super::DirectPlane;
 use super::depthwise_narrow_rows::{
     MAX_PIXELS, MAX_VECTORS, ONE_VECTOR_ROWS, TWO_VECTOR_ROWS, lane_picks, row_edges,
 };
+use super::{DirectPlane, WideTaps3x3};
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 
@@ -152,11 +152,13 @@ unsafe fn sweep<const R: usize>(
         for phase in [ee, eo, oe, oo] {
             _mm512_mask_storeu_ps(phase.add(pixels), 0xffff, _mm512_setzero_ps());
         }
-        let weights: [__m512; 9] = std::array::from_fn(|t| _mm512_set1_ps(p.filter[t]));
+        let WideTaps3x3 {
+            weights,
+            bias,
+            bounds: (lo, hi),
+        } = p.wide_taps_3x3();
         let pick = |i: usize| _mm512_loadu_si512(k.picks[i].as_ptr().cast());
         let (row_back, col_back, both_back) = (pick(0), pick(1), pick(2));
-        let (lo, hi) = (_mm512_set1_ps(p.bounds.0), _mm512_set1_ps(p.bounds.1));
-        let bias = _mm512_set1_ps(p.bias);
         let load = |phase: *const f32, v: usize| _mm512_loadu_ps(phase.add(v * 16));
         let zero = _mm512_setzero_ps();
         // Per phase read a row back, its vectors v - R ..= v - 1 (zeros before the first);

@@ -17,7 +17,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{DirectPlane, lanes_inside};
+use super::{DirectPlane, WideTaps3x3, lanes_inside};
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 
@@ -93,19 +93,11 @@ unsafe fn sweep<const V: usize>(
     // input row `r < h`, columns `16v ..`: the last one masked to the row's `w`
     // values; stores write vector `v` of output row `y < h`, the last one masked too.
     unsafe {
-        let weights: [__m512; 9] = [
-            _mm512_set1_ps(p.filter[0]),
-            _mm512_set1_ps(p.filter[1]),
-            _mm512_set1_ps(p.filter[2]),
-            _mm512_set1_ps(p.filter[3]),
-            _mm512_set1_ps(p.filter[4]),
-            _mm512_set1_ps(p.filter[5]),
-            _mm512_set1_ps(p.filter[6]),
-            _mm512_set1_ps(p.filter[7]),
-            _mm512_set1_ps(p.filter[8]),
-        ];
-        let (lo, hi) = (_mm512_set1_ps(p.bounds.0), _mm512_set1_ps(p.bounds.1));
-        let bias = _mm512_set1_ps(p.bias);
+        let WideTaps3x3 {
+            weights,
+            bias,
+            bounds: (lo, hi),
+        } = p.wide_taps_3x3();
         let input = p.input.as_ptr();
         let out = output.as_mut_ptr();
         for y in 0..h {
