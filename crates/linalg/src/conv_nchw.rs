@@ -1640,10 +1640,15 @@ mod tests {
         #[test]
         fn depthwise_wide_rows_match_polyphase(
             (h, w) in (1usize..40, 28usize..140),
+            band in (0usize..40, 1usize..40),
             seed in 0u32..100,
         ) {
             let g = ConvGeometry::same_on_both_axes((h, w), (3, 3), (1, 1), (1, 1, 1));
             direct_matches_polyphase(&g, seed)?;
+            // A band of output rows, as threads split large planes.
+            let start = band.0 % g.out_h;
+            let rows = start..(start + band.1).min(g.out_h);
+            direct_matches_polyphase(&g.row_band(rows).0, seed)?;
         }
 
         /// MobileNet's downsampling depthwise layer (3x3, stride 2, one pixel of
@@ -1662,10 +1667,15 @@ mod tests {
         #[test]
         fn depthwise_phase_rows_match_polyphase(
             (h, w) in (1usize..24, 60usize..262),
+            band in (0usize..12, 1usize..12),
             seed in 0u32..100,
         ) {
             let g = ConvGeometry::same_on_both_axes((h, w), (3, 3), (2, 1), (1, 1, 1));
             direct_matches_polyphase(&g, seed)?;
+            // A band of output rows, as threads split large planes.
+            let start = band.0 % g.out_h;
+            let rows = start..(start + band.1).min(g.out_h);
+            direct_matches_polyphase(&g.row_band(rows).0, seed)?;
         }
     }
 

@@ -1,6 +1,7 @@
 //! The depthwise plane convolution of a 3x3 filter, stride 2, one pixel of padding
 //! above and left, over planes of even height and width whose output rows are 31 to
-//! [`MAX_OUT_W`] pixels (MobileNetV2's 112x112 -> 56x56 layer), with AVX-512.
+//! [`MAX_OUT_W`] pixels (MobileNetV2's 112x112 -> 56x56 layer), or a band of such a
+//! plane's rows (as threads split it), with AVX-512.
 //!
 //! The strided kernel for square filters (`depthwise_square`) de-interleaves two loads
 //! with two-source permutes for every tap row of every output vector, and permutes
@@ -57,45 +58,55 @@ struct Ring([[[f32; PITCH]; SLOTS]; 4]);
 /// The kernel prepared for one geometry.
 pub(super) struct PhaseRows {
     cpu: CpuSupport,
-    /// Output rows and columns (the input's are twice as many).
+    /// Output rows and columns (the input's columns are twice as many).
     out: (usize, usize),
+    /// Rows of padding above the input (1 for a whole plane; 0 for a band of rows
+    /// below the first, `ConvGeometry::row_band`, whose row above is input row 0).
+    pad_top: usize,
 }
 
 impl PhaseRows {
     /// The kernel for `g`, or `None` when it does not handle it: a 3x3 filter, stride 2
-    /// and dilation 1 both ways, one pixel of padding above and left, an input of even
-    /// height and width exactly twice the output's, output rows of [`MIN_OUT_W`] to
-    /// [`MAX_OUT_W`] pixels. `cpu` proves AVX-512 F (with AVX2 and FMA).
+    /// and dilation 1 both ways, one pixel of padding left and one or none above, an
+    /// input twice as wide as the output with every row the output reads inside it (no
+    /// padding below), output rows of [`MIN_OUT_W`] to [`MAX_OUT_W`] pixels: a whole
+    /// even-sized plane, or a band of its rows. `cpu` proves AVX-512 F (with AVX2 and
+    /// FMA).
     pub(super) fn new(cpu: CpuSupport, g: &ConvGeometry) -> Option<PhaseRows> {
         let handles = (g.kernel_h, g.kernel_w) == (3, 3)
             && (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w) == (2, 2, 1, 1)
-            && (g.pad_top, g.pad_left) == (1, 1)
-            && (g.in_h, g.in_w) == (2 * g.out_h, 2 * g.out_w)
+            && g.pad_top <= 1
+            && g.pad_left == 1
+            && g.in_w == 2 * g.out_w
             && g.out_h > 0
+            && g.in_h + g.pad_top >= 2 * g.out_h + 1
             && (MIN_OUT_W..=MAX_OUT_W).contains(&g.out_w);
         handles.then_some(PhaseRows {
             cpu,
             out: (g.out_h, g.out_w),
+            pad_top: g.pad_top,
         })
     }
 
     /// Convolves one plane into `output`; `p` holds the geometry's input plane and taps.
     pub(super) fn plane(&self, p: DirectPlane<'_>, output: &mut [f32]) {
         let (h, w) = self.out;
-        if p.input.len() < 4 * h * w || output.len() < h * w || p.filter.len() < 9 {
+        // Input rows read: up to 2h + 1 - pad_top.
+        let rows = 2 * h + 1 - self.pad_top;
+        if p.input.len() < rows * 2 * w || output.len() < h * w || p.filter.len() < 9 {
             return;
         }
         // SAFETY: `self.cpu` proves AVX-512 F, AVX2 and FMA (`new`'s contract); the
         // slices hold the planes' pixels and the filter's taps (checked above).
         unsafe {
             match w.div_ceil(16) {
-                2 => sweep::<2>(self.cpu, self.out, &p, output),
-                3 => sweep::<3>(self.cpu, self.out, &p, output),
-                4 => sweep::<4>(self.cpu, self.out, &p, output),
-                5 => sweep::<5>(self.cpu, self.out, &p, output),
-                6 => sweep::<6>(self.cpu, self.out, &p, output),
-                7 => sweep::<7>(self.cpu, self.out, &p, output),
-                _ => sweep::<8>(self.cpu, self.out, &p, output),
+                2 => sweep::<2>(self.cpu, (self.out, self.pad_top), &p, output),
+                3 => sweep::<3>(self.cpu, (self.out, self.pad_top), &p, output),
+                4 => sweep::<4>(self.cpu, (self.out, self.pad_top), &p, output),
+                5 => sweep::<5>(self.cpu, (self.out, self.pad_top), &p, output),
+                6 => sweep::<6>(self.cpu, (self.out, self.pad_top), &p, output),
+                7 => sweep::<7>(self.cpu, (self.out, self.pad_top), &p, output),
+                _ => sweep::<8>(self.cpu, (self.out, self.pad_top), &p, output),
             }
         }
     }
@@ -115,7 +126,7 @@ fn lanes(n: usize) -> __mmask16 {
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn sweep<const V: usize>(
     _: CpuSupport,
-    (h, w): (usize, usize),
+    ((h, w), pad_top): ((usize, usize), usize),
     p: &DirectPlane<'_>,
     output: &mut [f32],
 ) {
@@ -124,7 +135,8 @@ unsafe fn sweep<const V: usize>(
     // past its end, and the odd rows' row -1 (slot 1 before row 0 is split).
     let mut ring = Ring([[[0.0; PITCH]; SLOTS]; 4]);
     // SAFETY (the block): AVX-512 F (the caller's promise). Input loads are masked to
-    // the `in_w` values of rows `2y` and `2y + 1 < 2h`; ring stores write lanes
+    // the `in_w` values of rows `0` (a band's row above) and `2y + 1 - pad_top` and the
+    // one after, below `2h + 1 - pad_top` (the plane's rows); ring stores write lanes
     // `16 + x` for `x < w <= MAX_OUT_W`, inside a row of `PITCH`; ring loads read
     // lanes `0 ..= 31 + 16v` for `v < V`, inside the row; output stores
     // are masked to the `w` pixels of row `y < h`.
@@ -137,13 +149,23 @@ unsafe fn sweep<const V: usize>(
         let input = p.input.as_ptr();
         let out = output.as_mut_ptr();
         let ring: *mut f32 = ring.0.as_mut_ptr().cast();
+        // Output row y's middle kernel row reads input row 2y + 1 - pad_top (its even
+        // phases), the one below it the row after (its odd phases, which output row
+        // y + 1 reads as its row above).
+        let middle = |y: usize| input.wrapping_add((2 * y + 1 - pad_top) * in_w);
+        if pad_top == 0 {
+            // A band below the plane's first row: its row above is input row 0, the odd
+            // phases of row -1 (the zeros of the last slot otherwise).
+            let [_, _, oe, oo] = phase_rows(ring, SLOTS - 1);
+            split_row(input, in_w, (oe, oo));
+        }
         for y in 0..h.min(AHEAD) {
-            split_rows(input.add(2 * y * in_w), in_w, phase_rows(ring, y));
+            split_rows(middle(y), in_w, phase_rows(ring, y));
         }
         for y in 0..h {
             if y + AHEAD < h {
                 let z = y + AHEAD;
-                split_rows(input.add(2 * z * in_w), in_w, phase_rows(ring, z));
+                split_rows(middle(z), in_w, phase_rows(ring, z));
             }
             let [ee, eo, oe, oo] = phase_rows(ring, y);
             // Row y - 1 (row -1 is the zeros of the last slot).
@@ -204,42 +226,50 @@ fn phase_rows(ring: *mut f32, y: usize) -> [*mut f32; 4] {
     [0, 1, 2, 3].map(|phase| ring.wrapping_add((phase * SLOTS + slot) * PITCH))
 }
 
-/// Input rows `2y` (at `src`) and `2y + 1` (`in_w` further) split into their even and
-/// odd columns, each written from lane 16 of its ring row: `rows` are the rows of
-/// `ee`, `eo`, `oe` and `oo`. Lanes past the row's end get zeros (masked loads).
+/// Input rows `2y + 1 - pad_top` (at `src`) and the one after (`in_w` further), split
+/// into the even and odd columns of `rows` (`ee`, `eo`, `oe` and `oo`): [`split_row`]
+/// of each.
 ///
 /// # Safety
-/// AVX-512 F; `src` holds two rows of `in_w` values; each of `rows` has room for
-/// `16 + in_w / 2` values rounded up to whole vectors.
+/// As [`split_row`], for both rows.
 #[inline(always)]
 unsafe fn split_rows(src: *const f32, in_w: usize, rows: [*mut f32; 4]) {
-    // SAFETY: the caller's promise; loads are masked to the rows' values.
+    // SAFETY: the caller's promise.
+    unsafe {
+        split_row(src, in_w, (rows[0], rows[1]));
+        split_row(src.add(in_w), in_w, (rows[2], rows[3]));
+    }
+}
+
+/// The input row at `src` split into its even and odd columns, each written from lane
+/// 16 of its ring row. Lanes past the row's end get zeros (masked loads).
+///
+/// # Safety
+/// AVX-512 F; `src` holds a row of `in_w` values; each ring row has room for
+/// `16 + in_w / 2` values rounded up to whole vectors.
+#[inline(always)]
+unsafe fn split_row(src: *const f32, in_w: usize, (even_cols, odd_cols): (*mut f32, *mut f32)) {
+    // SAFETY: the caller's promise; loads are masked to the row's values.
     unsafe {
         let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         let odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
-        for (half, (even_cols, odd_cols)) in [(rows[0], rows[1]), (rows[2], rows[3])]
-            .into_iter()
-            .enumerate()
-        {
-            let src = src.add(half * in_w);
-            let mut c = 0;
-            while c < in_w {
-                let (a, b) = if c + 32 <= in_w {
-                    (
-                        _mm512_loadu_ps(src.add(c)),
-                        _mm512_loadu_ps(src.add(c + 16)),
-                    )
-                } else {
-                    (
-                        _mm512_maskz_loadu_ps(lanes(in_w - c), src.add(c)),
-                        _mm512_maskz_loadu_ps(lanes(in_w.saturating_sub(c + 16)), src.add(c + 16)),
-                    )
-                };
-                let at = 16 + c / 2;
-                _mm512_storeu_ps(even_cols.add(at), _mm512_permutex2var_ps(a, evens, b));
-                _mm512_storeu_ps(odd_cols.add(at), _mm512_permutex2var_ps(a, odds, b));
-                c += 32;
-            }
+        let mut c = 0;
+        while c < in_w {
+            let (a, b) = if c + 32 <= in_w {
+                (
+                    _mm512_loadu_ps(src.add(c)),
+                    _mm512_loadu_ps(src.add(c + 16)),
+                )
+            } else {
+                (
+                    _mm512_maskz_loadu_ps(lanes(in_w - c), src.add(c)),
+                    _mm512_maskz_loadu_ps(lanes(in_w.saturating_sub(c + 16)), src.add(c + 16)),
+                )
+            };
+            let at = 16 + c / 2;
+            _mm512_storeu_ps(even_cols.add(at), _mm512_permutex2var_ps(a, evens, b));
+            _mm512_storeu_ps(odd_cols.add(at), _mm512_permutex2var_ps(a, odds, b));
+            c += 32;
         }
     }
 }

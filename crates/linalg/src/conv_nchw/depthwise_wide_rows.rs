@@ -1,6 +1,7 @@
 //! The depthwise plane convolution of a 3x3 filter, stride 1, one pixel of padding all
 //! round ("same"), over planes whose rows are 31 to [`MAX_W`] pixels (MobileNetV2's
-//! 112x112 and 56x56 layers), with AVX-512.
+//! 112x112 and 56x56 layers), or a band of such a plane's rows (as threads split it),
+//! with AVX-512.
 //!
 //! Each output row is summed a whole row at a time: for every tap, one load of the input
 //! row it reads per output vector, shifted by the tap's column, into that vector's sum.
@@ -30,32 +31,39 @@ pub(super) const MIN_W: usize = 31;
 /// The kernel prepared for one geometry.
 pub(super) struct WideRows {
     cpu: CpuSupport,
-    /// Rows and columns of the input and of the output.
-    size: (usize, usize),
+    /// Rows of the input, rows of the output, and columns of both.
+    size: (usize, usize, usize),
+    /// Rows of padding above the input (1 for a whole plane; 0 for a band of rows
+    /// below the first, `ConvGeometry::row_band`).
+    pad_top: usize,
 }
 
 impl WideRows {
     /// The kernel for `g`, or `None` when it does not handle it: a 3x3 filter, stride 1
-    /// and dilation 1 both ways, one pixel of padding above and left, an output the
-    /// size of the input, rows of [`MIN_W`] to [`MAX_W`] pixels. `cpu` proves AVX-512 F
-    /// (with AVX2 and FMA).
+    /// and dilation 1 both ways, one pixel of padding left and one or none above, output
+    /// rows as wide as the input's, of [`MIN_W`] to [`MAX_W`] pixels (a "same" plane, or
+    /// a band of its rows; kernel rows below the input are padding). `cpu` proves
+    /// AVX-512 F (with AVX2 and FMA).
     pub(super) fn new(cpu: CpuSupport, g: &ConvGeometry) -> Option<WideRows> {
         let handles = (g.kernel_h, g.kernel_w) == (3, 3)
             && (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w) == (1, 1, 1, 1)
-            && (g.pad_top, g.pad_left) == (1, 1)
-            && (g.in_h, g.in_w) == (g.out_h, g.out_w)
+            && g.pad_top <= 1
+            && g.pad_left == 1
+            && g.in_w == g.out_w
+            && g.in_h > 0
             && g.out_h > 0
             && (MIN_W..=MAX_W).contains(&g.out_w);
         handles.then_some(WideRows {
             cpu,
-            size: (g.out_h, g.out_w),
+            size: (g.in_h, g.out_h, g.out_w),
+            pad_top: g.pad_top,
         })
     }
 
     /// Convolves one plane into `output`; `p` holds the geometry's input plane and taps.
     pub(super) fn plane(&self, p: DirectPlane<'_>, output: &mut [f32]) {
-        let (h, w) = self.size;
-        if p.input.len() < h * w || output.len() < h * w || p.filter.len() < 9 {
+        let (in_h, h, w) = self.size;
+        if p.input.len() < in_h * w || output.len() < h * w || p.filter.len() < 9 {
             return;
         }
         // SAFETY: `self.cpu` proves AVX-512 F, AVX2 and FMA (`new`'s contract); the
@@ -63,13 +71,13 @@ impl WideRows {
         // `w` is 31 to 128 pixels: 2 to 8 vectors.
         unsafe {
             match w.div_ceil(16) {
-                2 => sweep::<2>(self.cpu, self.size, &p, output),
-                3 => sweep::<3>(self.cpu, self.size, &p, output),
-                4 => sweep::<4>(self.cpu, self.size, &p, output),
-                5 => sweep::<5>(self.cpu, self.size, &p, output),
-                6 => sweep::<6>(self.cpu, self.size, &p, output),
-                7 => sweep::<7>(self.cpu, self.size, &p, output),
-                _ => sweep::<8>(self.cpu, self.size, &p, output),
+                2 => sweep::<2>(self.cpu, (self.size, self.pad_top), &p, output),
+                3 => sweep::<3>(self.cpu, (self.size, self.pad_top), &p, output),
+                4 => sweep::<4>(self.cpu, (self.size, self.pad_top), &p, output),
+                5 => sweep::<5>(self.cpu, (self.size, self.pad_top), &p, output),
+                6 => sweep::<6>(self.cpu, (self.size, self.pad_top), &p, output),
+                7 => sweep::<7>(self.cpu, (self.size, self.pad_top), &p, output),
+                _ => sweep::<8>(self.cpu, (self.size, self.pad_top), &p, output),
             }
         }
     }
@@ -78,19 +86,19 @@ impl WideRows {
 /// The plane, an output row at a time, its `V` vectors at once.
 ///
 /// # Safety
-/// AVX-512 F, AVX2 and FMA; `p.input` and `output` hold `h x w` planes, `p.filter` 9
-/// taps; `V == w.div_ceil(16)`, at least 2.
+/// AVX-512 F, AVX2 and FMA; `p.input` holds the `in_h x w` input plane, `output` the
+/// `h x w` output plane, `p.filter` 9 taps; `V == w.div_ceil(16)`, at least 2.
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn sweep<const V: usize>(
     _: CpuSupport,
-    (h, w): (usize, usize),
+    ((in_h, h, w), pad_top): ((usize, usize, usize), usize),
     p: &DirectPlane<'_>,
     output: &mut [f32],
 ) {
     // The lanes of the last vector inside the row.
     let last = lanes_inside(16 * (V - 1) as isize, w as isize, 16);
     // SAFETY (the block): AVX-512 F (the caller's promise). Loads read vector `v` of
-    // input row `r < h`, columns `16v ..`: the last one masked to the row's `w`
+    // input row `r < in_h`, columns `16v ..`: the last one masked to the row's `w`
     // values; stores write vector `v` of output row `y < h`, the last one masked too.
     unsafe {
         let WideTaps3x3 {
@@ -102,9 +110,11 @@ unsafe fn sweep<const V: usize>(
         let out = output.as_mut_ptr();
         for y in 0..h {
             let mut acc = [bias; V];
-            // Kernel rows inside the plane: input rows y - 1 ..= y + 1.
-            for ky in (1 - y.min(1))..(h - y).min(2) + 1 {
-                let row = input.add((y + ky - 1) * w);
+            // Kernel rows inside the plane: input rows y - pad_top + ky in 0..in_h.
+            let first = pad_top.saturating_sub(y);
+            let end = (in_h + pad_top).saturating_sub(y).min(3);
+            for ky in first..end {
+                let row = input.add((y + ky - pad_top) * w);
                 let [left_w, mid_w, right_w] = [0, 1, 2].map(|kx| weights[3 * ky + kx]);
                 // The row's vectors in turn, each with its neighbours (zeros past the
                 // row's ends), shifted a lane either way in registers: every load is
