@@ -79,7 +79,7 @@ impl PhaseRows {
             && g.pad_left == 1
             && g.in_w == 2 * g.out_w
             && g.out_h > 0
-            && g.in_h + g.pad_top >= 2 * g.out_h + 1
+            && g.in_h + g.pad_top > 2 * g.out_h
             && (MIN_OUT_W..=MAX_OUT_W).contains(&g.out_w);
         handles.then_some(PhaseRows {
             cpu,
