@@ -8,6 +8,24 @@
 //!
 //! A 1-d convolution is the 2-d one with `in_h = out_h = kernel_h = 1`.
 
+/// `$sweep::<V>(args)` with `V` the 16-lane vectors of a row of `$w` pixels, 2 to 8 (8
+/// for wider rows): the dispatch of the AVX-512 depthwise kernels that hold a whole
+/// row's sums in registers.
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_row_vectors {
+    ($w:expr, $sweep:ident($($arg:expr),* $(,)?)) => {
+        match $w.div_ceil(16) {
+            2 => $sweep::<2>($($arg),*),
+            3 => $sweep::<3>($($arg),*),
+            4 => $sweep::<4>($($arg),*),
+            5 => $sweep::<5>($($arg),*),
+            6 => $sweep::<6>($($arg),*),
+            7 => $sweep::<7>($($arg),*),
+            _ => $sweep::<8>($($arg),*),
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 mod channels_in_lanes;
 #[cfg(target_arch = "x86_64")]

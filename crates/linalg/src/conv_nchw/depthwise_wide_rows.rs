@@ -69,17 +69,7 @@ impl WideRows {
         // SAFETY: `self.cpu` proves AVX-512 F, AVX2 and FMA (`new`'s contract); the
         // slices hold the planes' pixels and the filter's taps (checked above), and
         // `w` is 31 to 128 pixels: 2 to 8 vectors.
-        unsafe {
-            match w.div_ceil(16) {
-                2 => sweep::<2>(self.cpu, (self.size, self.pad_top), &p, output),
-                3 => sweep::<3>(self.cpu, (self.size, self.pad_top), &p, output),
-                4 => sweep::<4>(self.cpu, (self.size, self.pad_top), &p, output),
-                5 => sweep::<5>(self.cpu, (self.size, self.pad_top), &p, output),
-                6 => sweep::<6>(self.cpu, (self.size, self.pad_top), &p, output),
-                7 => sweep::<7>(self.cpu, (self.size, self.pad_top), &p, output),
-                _ => sweep::<8>(self.cpu, (self.size, self.pad_top), &p, output),
-            }
-        }
+        unsafe { by_row_vectors!(w, sweep(self.cpu, (self.size, self.pad_top), &p, output)) }
     }
 }
 
