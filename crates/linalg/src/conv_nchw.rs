@@ -1662,11 +1662,7 @@ mod tests {
             seed in 0u32..100,
         ) {
             let g = ConvGeometry::same_on_both_axes((h, w), (3, 3), (1, 1), (1, 1, 1));
-            direct_matches_polyphase(&g, seed)?;
-            // A band of output rows, as threads split large planes.
-            let start = band.0 % g.out_h;
-            let rows = start..(start + band.1).min(g.out_h);
-            direct_matches_polyphase(&g.row_band(rows).0, seed)?;
+            plane_and_band_match_polyphase(&g, band, seed)?;
         }
 
         /// MobileNet's downsampling depthwise layer (3x3, stride 2, one pixel of
@@ -1689,11 +1685,7 @@ mod tests {
             seed in 0u32..100,
         ) {
             let g = ConvGeometry::same_on_both_axes((h, w), (3, 3), (2, 1), (1, 1, 1));
-            direct_matches_polyphase(&g, seed)?;
-            // A band of output rows, as threads split large planes.
-            let start = band.0 % g.out_h;
-            let rows = start..(start + band.1).min(g.out_h);
-            direct_matches_polyphase(&g.row_band(rows).0, seed)?;
+            plane_and_band_match_polyphase(&g, band, seed)?;
         }
     }
 
@@ -1836,6 +1828,20 @@ mod tests {
     /// direct kernel where one handles `g`), with and without a clamp: the same values
     /// (equal bits, or both zero of either sign). All with fused multiply-adds.
     #[cfg(target_arch = "x86_64")]
+    /// [`direct_matches_polyphase`] on the plane of `g`, then on a band of its output
+    /// rows (`band`: first row, modulo the plane's, and rows), as threads split large
+    /// planes.
+    #[cfg(target_arch = "x86_64")]
+    fn plane_and_band_match_polyphase(
+        g: &ConvGeometry,
+        (first, rows): (usize, usize),
+        seed: u32,
+    ) -> Result<(), TestCaseError> {
+        direct_matches_polyphase(g, seed)?;
+        let start = first % g.out_h;
+        direct_matches_polyphase(&g.row_band(start..(start + rows).min(g.out_h)).0, seed)
+    }
+
     fn direct_matches_polyphase(g: &ConvGeometry, seed: u32) -> Result<(), TestCaseError> {
         let isas = Isa::available();
         let Some(&fma) = isas.iter().find(|i| i.avx2().is_some()) else {
