@@ -1823,11 +1823,6 @@ mod tests {
         }
     }
 
-    /// One plane of `g` (a 1-in, 1-out channel geometry) convolved with the polyphase
-    /// kernel and, on every SIMD instruction set of this CPU, as `PlaneConv` runs it (a
-    /// direct kernel where one handles `g`), with and without a clamp: the same values
-    /// (equal bits, or both zero of either sign). All with fused multiply-adds.
-    #[cfg(target_arch = "x86_64")]
     /// [`direct_matches_polyphase`] on the plane of `g`, then on a band of its output
     /// rows (`band`: first row, modulo the plane's, and rows), as threads split large
     /// planes.
@@ -1842,6 +1837,11 @@ mod tests {
         direct_matches_polyphase(&g.row_band(start..(start + rows).min(g.out_h)).0, seed)
     }
 
+    /// One plane of `g` (a 1-in, 1-out channel geometry) convolved with the polyphase
+    /// kernel and, on every SIMD instruction set of this CPU, as `PlaneConv` runs it (a
+    /// direct kernel where one handles `g`), with and without a clamp: the same values
+    /// (equal bits, or both zero of either sign). All with fused multiply-adds.
+    #[cfg(target_arch = "x86_64")]
     fn direct_matches_polyphase(g: &ConvGeometry, seed: u32) -> Result<(), TestCaseError> {
         let isas = Isa::available();
         let Some(&fma) = isas.iter().find(|i| i.avx2().is_some()) else {
