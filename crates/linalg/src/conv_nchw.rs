@@ -776,6 +776,20 @@ struct DirectPlane<'a> {
     bounds: (f32, f32),
 }
 
+/// Whether `g` is a 3x3 filter of stride `stride` and dilation 1 both ways, with one
+/// pixel of padding left and one or none above (a "same" plane, or a band of its rows,
+/// `ConvGeometry::row_band`), and output rows of `widths` pixels: the layers the
+/// AVX-512 wide-row depthwise kernels take.
+#[cfg(target_arch = "x86_64")]
+fn is_3x3_rows(g: &ConvGeometry, stride: usize, widths: std::ops::RangeInclusive<usize>) -> bool {
+    (g.kernel_h, g.kernel_w) == (3, 3)
+        && (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w) == (stride, stride, 1, 1)
+        && g.pad_top <= 1
+        && g.pad_left == 1
+        && g.out_h > 0
+        && widths.contains(&g.out_w)
+}
+
 /// A 3x3 plane's taps, bias and clamp bounds, each broadcast to a 16-lane vector: what
 /// the AVX-512 3x3 kernels multiply and add.
 #[cfg(target_arch = "x86_64")]
@@ -784,6 +798,43 @@ struct WideTaps3x3 {
     bias: std::arch::x86_64::__m512,
     /// The clamp's (lower, upper) bounds.
     bounds: (std::arch::x86_64::__m512, std::arch::x86_64::__m512),
+}
+
+#[cfg(target_arch = "x86_64")]
+impl WideTaps3x3 {
+    /// The sums of one output row of `w` pixels, `V` vectors (the last one's lanes past
+    /// `w` not stored), clamped into the bounds as `Vector::clamp` does (a NaN, or a zero
+    /// equal to a bound, kept) and stored from `row`.
+    ///
+    /// # Safety
+    /// AVX-512 F; `row` points at `w` writable values, `w` in `16 * (V - 1) + 1 ..= 16 * V`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn store_row<const V: usize>(
+        &self,
+        sums: &[std::arch::x86_64::__m512; V],
+        row: *mut f32,
+        w: usize,
+    ) {
+        use std::arch::x86_64::*;
+        let (lo, hi) = self.bounds;
+        for (v, &sum) in sums.iter().enumerate() {
+            let o = _mm512_min_ps(hi, _mm512_max_ps(lo, sum));
+            // SAFETY: vector v's lanes inside the row are inside `row`'s `w` values (the
+            // caller's promise); the last vector's are masked to them.
+            unsafe {
+                if v + 1 < V {
+                    _mm512_storeu_ps(row.add(16 * v), o);
+                } else {
+                    _mm512_mask_storeu_ps(
+                        row.add(16 * v),
+                        lanes_inside(0, (w - 16 * v) as isize, 16),
+                        o,
+                    );
+                }
+            }
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -23,7 +23,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{DirectPlane, WideTaps3x3};
+use super::{DirectPlane, is_3x3_rows};
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 
@@ -73,14 +73,9 @@ impl PhaseRows {
     /// even-sized plane, or a band of its rows. `cpu` proves AVX-512 F (with AVX2 and
     /// FMA).
     pub(super) fn new(cpu: CpuSupport, g: &ConvGeometry) -> Option<PhaseRows> {
-        let handles = (g.kernel_h, g.kernel_w) == (3, 3)
-            && (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w) == (2, 2, 1, 1)
-            && g.pad_top <= 1
-            && g.pad_left == 1
+        let handles = is_3x3_rows(g, 2, MIN_OUT_W..=MAX_OUT_W)
             && g.in_w == 2 * g.out_w
-            && g.out_h > 0
-            && g.in_h + g.pad_top > 2 * g.out_h
-            && (MIN_OUT_W..=MAX_OUT_W).contains(&g.out_w);
+            && g.in_h + g.pad_top > 2 * g.out_h;
         handles.then_some(PhaseRows {
             cpu,
             out: (g.out_h, g.out_w),
@@ -131,11 +126,8 @@ unsafe fn sweep<const V: usize>(
     // lanes `0 ..= 31 + 16v` for `v < V`, inside the row; output stores
     // are masked to the `w` pixels of row `y < h`.
     unsafe {
-        let WideTaps3x3 {
-            weights,
-            bias,
-            bounds: (lo, hi),
-        } = p.wide_taps_3x3();
+        let wide = p.wide_taps_3x3();
+        let (weights, bias) = (wide.weights, wide.bias);
         let input = p.input.as_ptr();
         let out = output.as_mut_ptr();
         let ring: *mut f32 = ring.0.as_mut_ptr().cast();
@@ -196,15 +188,7 @@ unsafe fn sweep<const V: usize>(
                     *acc = _mm512_fmadd_ps(x, weights[t], *acc);
                 }
             }
-            for (v, &acc) in acc.iter().enumerate() {
-                // As `Vector::clamp`: a NaN, or a zero equal to a bound, kept.
-                let o = _mm512_min_ps(hi, _mm512_max_ps(lo, acc));
-                if 16 * (v + 1) <= w {
-                    _mm512_storeu_ps(out.add(y * w + 16 * v), o);
-                } else {
-                    _mm512_mask_storeu_ps(out.add(y * w + 16 * v), lanes(w - 16 * v), o);
-                }
-            }
+            wide.store_row(&acc, out.add(y * w), w);
         }
     }
 }

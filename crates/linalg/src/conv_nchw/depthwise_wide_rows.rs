@@ -18,7 +18,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{DirectPlane, WideTaps3x3, lanes_inside};
+use super::{DirectPlane, is_3x3_rows, lanes_inside};
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 
@@ -45,14 +45,7 @@ impl WideRows {
     /// a band of its rows; kernel rows below the input are padding). `cpu` proves
     /// AVX-512 F (with AVX2 and FMA).
     pub(super) fn new(cpu: CpuSupport, g: &ConvGeometry) -> Option<WideRows> {
-        let handles = (g.kernel_h, g.kernel_w) == (3, 3)
-            && (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w) == (1, 1, 1, 1)
-            && g.pad_top <= 1
-            && g.pad_left == 1
-            && g.in_w == g.out_w
-            && g.in_h > 0
-            && g.out_h > 0
-            && (MIN_W..=MAX_W).contains(&g.out_w);
+        let handles = is_3x3_rows(g, 1, MIN_W..=MAX_W) && g.in_w == g.out_w && g.in_h > 0;
         handles.then_some(WideRows {
             cpu,
             size: (g.in_h, g.out_h, g.out_w),
@@ -91,11 +84,8 @@ unsafe fn sweep<const V: usize>(
     // input row `r < in_h`, columns `16v ..`: the last one masked to the row's `w`
     // values; stores write vector `v` of output row `y < h`, the last one masked too.
     unsafe {
-        let WideTaps3x3 {
-            weights,
-            bias,
-            bounds: (lo, hi),
-        } = p.wide_taps_3x3();
+        let wide = p.wide_taps_3x3();
+        let (weights, bias) = (wide.weights, wide.bias);
         let input = p.input.as_ptr();
         let out = output.as_mut_ptr();
         for y in 0..h {
@@ -125,16 +115,7 @@ unsafe fn sweep<const V: usize>(
                     (before, this) = (this, after);
                 }
             }
-            for (v, &acc) in acc.iter().enumerate() {
-                // As `Vector::clamp`: a NaN, or a zero equal to a bound, kept.
-                let o = _mm512_min_ps(hi, _mm512_max_ps(lo, acc));
-                let at = out.add(y * w + 16 * v);
-                if v == V - 1 {
-                    _mm512_mask_storeu_ps(at, last, o);
-                } else {
-                    _mm512_storeu_ps(at, o);
-                }
-            }
+            wide.store_row(&acc, out.add(y * w), w);
         }
     }
 }
