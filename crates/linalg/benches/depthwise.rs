@@ -1,7 +1,8 @@
 //! The depthwise plane kernel at MobileNetV2's 3x3 depthwise layers (224x224 input), one
 //! thread: `default` is what `PlaneConv` runs with its preferred scratch (the polyphase
 //! kernel, or with AVX2 or AVX-512 a direct kernel: the flat one for rows at most half a
-//! vector wide, the square-filter one for the others), `no_scratch` what it runs
+//! vector wide, with AVX-512 the narrow-rows, phase, phase-rows and wide-rows ones for
+//! the 3x3 layers they take, the square-filter one for the others), `no_scratch` what it runs
 //! with none (the row kernel, or again the direct one), in multiply-adds per
 //! second as criterion "elements". Run with
 //! `cargo bench -p etch-linalg --bench depthwise -- --warm-up-time 1 --measurement-time 3`.

@@ -23,7 +23,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{DirectPlane, is_3x3_rows};
+use super::{DirectPlane, is_3x3_rows, lanes_inside};
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 
@@ -97,17 +97,13 @@ impl PhaseRows {
     }
 }
 
-/// Lanes `0..n` (at most 16) of a mask.
-fn lanes(n: usize) -> __mmask16 {
-    ((1u32 << n.min(16)) - 1) as __mmask16
-}
-
-/// The plane, row by row: input rows `2y` and `2y + 1` split into the ring, then output
-/// row `y` from it.
+/// The plane (or band), row by row: input rows `2y + 1 - pad_top` and the one after split
+/// into the ring two output rows ahead, then output row `y` from it.
 ///
 /// # Safety
-/// AVX-512 F, AVX2 and FMA; `p.input` holds the `2h x 2w` input plane, `output` the
-/// `h x w` output plane, `p.filter` 9 taps; `w <= MAX_OUT_W`.
+/// AVX-512 F, AVX2 and FMA; `p.input` holds the `2h + 1 - pad_top` input rows of `2w`
+/// values the plane reads, `output` the `h x w` output plane, `p.filter` 9 taps;
+/// `V == w.div_ceil(16)` and `w <= MAX_OUT_W`.
 #[target_feature(enable = "avx512f,avx2,fma")]
 unsafe fn sweep<const V: usize>(
     _: CpuSupport,
@@ -117,7 +113,7 @@ unsafe fn sweep<const V: usize>(
 ) {
     let in_w = 2 * w;
     // Zeros everywhere that is never written: the column before each row, the lanes
-    // past its end, and the odd rows' row -1 (slot 1 before row 0 is split).
+    // past its end, and the odd rows' row -1 (the last slot, for a whole plane).
     let mut ring = Ring([[[0.0; PITCH]; SLOTS]; 4]);
     // SAFETY (the block): AVX-512 F (the caller's promise). Input loads are masked to
     // the `in_w` values of rows `0` (a band's row above) and `2y + 1 - pad_top` and the
@@ -227,6 +223,7 @@ unsafe fn split_row(src: *const f32, in_w: usize, (even_cols, odd_cols): (*mut f
     unsafe {
         let evens = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         let odds = _mm512_add_epi32(evens, _mm512_set1_epi32(1));
+        let w = in_w as isize;
         let mut c = 0;
         while c < in_w {
             let (a, b) = if c + 32 <= in_w {
@@ -236,8 +233,8 @@ unsafe fn split_row(src: *const f32, in_w: usize, (even_cols, odd_cols): (*mut f
                 )
             } else {
                 (
-                    _mm512_maskz_loadu_ps(lanes(in_w - c), src.add(c)),
-                    _mm512_maskz_loadu_ps(lanes(in_w.saturating_sub(c + 16)), src.add(c + 16)),
+                    _mm512_maskz_loadu_ps(lanes_inside(c as isize, w, 16), src.add(c)),
+                    _mm512_maskz_loadu_ps(lanes_inside((c + 16) as isize, w, 16), src.add(c + 16)),
                 )
             };
             let at = 16 + c / 2;

@@ -3,13 +3,14 @@
 //! 112x112 and 56x56 layers), or a band of such a plane's rows (as threads split it),
 //! with AVX-512.
 //!
-//! Each output row is summed a whole row at a time: for every tap, one load of the input
-//! row it reads per output vector, shifted by the tap's column, into that vector's sum.
-//! The row's vectors are independent chains of fused multiply-adds whose latencies
-//! overlap (the square-filter kernel sums a column of rows for one vector, and its
-//! chains wait on one another's loads and permutes). The first and last vector of a
-//! row load through masks worked out once per plane, so that column `-1` and column
-//! `w` read as zeros.
+//! Each output row is summed a whole row at a time: every input row it reads is loaded
+//! as whole aligned vectors, and each vector's left and right neighbours (the taps a
+//! column either side) are shifted a lane in registers (`valignd`) from the vectors
+//! beside it, zeros past the row's ends: a 512-bit load across a cache line costs about
+//! twice one inside it. The row's vectors are independent chains of fused multiply-adds
+//! whose latencies overlap (the square-filter kernel sums a column of rows for one
+//! vector, and its chains wait on one another's loads and permutes). Only the last
+//! vector of a row loads through a mask, worked out once per plane.
 //!
 //! Each output is the bias plus its taps in `(ky, kx)` order with fused multiply-adds, a
 //! column tap in the padding adding `0 * w` and a kernel row in the padding skipped, as
