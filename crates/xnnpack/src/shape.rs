@@ -3,6 +3,7 @@
 //! way each call). Serialized dims are only upper bounds.
 
 use crate::dims::{Dims, MAX_DIMS};
+use crate::parse::Window;
 use crate::plan::{ConvKind, Op};
 
 /// Why a shape could not be inferred (rendered with the node at the call site).
@@ -43,6 +44,22 @@ pub fn broadcast(a: &Dims, b: &Dims) -> Option<Dims> {
         out[rank - 1 - i] = if da == 0 || db == 0 { 0 } else { d };
     }
     Dims::new(&out[..rank])
+}
+
+impl Window {
+    /// Output rows of this window over an input `in_h` rows tall, or `None` where the
+    /// window (dilated) is taller than the padded input.
+    fn output_height(&self, in_h: usize) -> Option<usize> {
+        let pad = self.pad_top + self.pad_bottom;
+        window_out(in_h, pad, self.kernel_h, self.dilation_h, self.stride_h)
+    }
+
+    /// Output columns of this window over an input `in_w` columns wide, or `None`
+    /// where the window (dilated) is wider than the padded input.
+    fn output_width(&self, in_w: usize) -> Option<usize> {
+        let pad = self.pad_left + self.pad_right;
+        window_out(in_w, pad, self.kernel_w, self.dilation_w, self.stride_w)
+    }
 }
 
 /// Output extent of a convolution or pooling window along one axis.
@@ -260,22 +277,10 @@ pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
                     )
                 }
                 _ => (
-                    window_out(
-                        xd.get(1),
-                        w.pad_top + w.pad_bottom,
-                        w.kernel_h,
-                        w.dilation_h,
-                        w.stride_h,
-                    )
-                    .ok_or("kernel taller than the padded input")?,
-                    window_out(
-                        xd.get(2),
-                        w.pad_left + w.pad_right,
-                        w.kernel_w,
-                        w.dilation_w,
-                        w.stride_w,
-                    )
-                    .ok_or("kernel wider than the padded input")?,
+                    w.output_height(xd.get(1))
+                        .ok_or("kernel taller than the padded input")?,
+                    w.output_width(xd.get(2))
+                        .ok_or("kernel wider than the padded input")?,
                 ),
             };
             let out_c = w.groups * w.group_out;
@@ -291,22 +296,12 @@ pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
                 return Err("pooling input must be NHWC (rank 4)");
             }
             let w = &p.window;
-            let oh = window_out(
-                xd.get(1),
-                w.pad_top + w.pad_bottom,
-                w.kernel_h,
-                w.dilation_h,
-                w.stride_h,
-            )
-            .ok_or("pooling window taller than the padded input")?;
-            let ow = window_out(
-                xd.get(2),
-                w.pad_left + w.pad_right,
-                w.kernel_w,
-                w.dilation_w,
-                w.stride_w,
-            )
-            .ok_or("pooling window wider than the padded input")?;
+            let oh = w
+                .output_height(xd.get(1))
+                .ok_or("pooling window taller than the padded input")?;
+            let ow = w
+                .output_width(xd.get(2))
+                .ok_or("pooling window wider than the padded input")?;
             set(
                 shapes,
                 p.y,
