@@ -21,7 +21,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import time
@@ -35,8 +34,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools" / "fixtures"))
+sys.path.insert(0, str(ROOT / "bench"))
 import vision_models  # noqa: E402
 import xnn_payload  # noqa: E402
+from machine import cpu_model  # noqa: E402
 
 OUT = ROOT / "models" / "vision"
 SEED = 20261202
@@ -80,16 +81,6 @@ def run(pte: Path, x: torch.Tensor, runs: int) -> Dict[str, Any]:
         "min_ms": round(min(times) * 1e3, 2) if times else None,
         "runs": runs,
     }
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main(argv: Any = None) -> int:
