@@ -202,6 +202,25 @@ impl FormatError {
         }
     }
 
+    /// Fails with [`FormatError::LimitExceeded`] at `path` when `count` (of `what`:
+    /// "vector length", "tensor rank", ...) is above `limit`.
+    pub(crate) fn check_limit(
+        path: &dyn std::fmt::Display,
+        what: &'static str,
+        count: u64,
+        limit: u64,
+    ) -> Result<(), Self> {
+        if count <= limit {
+            return Ok(());
+        }
+        Err(FormatError::LimitExceeded {
+            path: path.to_string(),
+            what,
+            count,
+            limit,
+        })
+    }
+
     pub(crate) fn out_of_bounds(path: impl ToString, reason: impl Into<String>) -> Self {
         FormatError::OutOfBounds {
             path: path.to_string(),

@@ -133,14 +133,8 @@ impl<'a> Buffer<'a> {
     /// Takes `n` items from the decode budget.
     fn charge(&self, n: u64, path: &FieldPath<'_>) -> Result<()> {
         let left = self.budget.get();
-        if n > left {
-            return Err(FormatError::LimitExceeded {
-                path: path.to_string(),
-                what: "decoded items (tables, elements, string bytes)",
-                count: n,
-                limit: left,
-            });
-        }
+        let what = "decoded items (tables, elements, string bytes)";
+        FormatError::check_limit(path, what, n, left)?;
         self.budget.set(left - n);
         Ok(())
     }
@@ -182,14 +176,8 @@ impl<'a> Buffer<'a> {
     }
 
     fn table_at(&'a self, pos: usize, path: &FieldPath<'_>, depth: u32) -> Result<Table<'a>> {
-        if depth > MAX_TABLE_DEPTH {
-            return Err(FormatError::LimitExceeded {
-                path: path.to_string(),
-                what: "table nesting depth",
-                count: u64::from(depth),
-                limit: u64::from(MAX_TABLE_DEPTH),
-            });
-        }
+        let (depth_now, limit) = (u64::from(depth), u64::from(MAX_TABLE_DEPTH));
+        FormatError::check_limit(path, "table nesting depth", depth_now, limit)?;
         self.charge(1, path)?;
         let soffset = self.read::<i32>(pos, path)?;
         let vtable = i64::try_from(pos)
@@ -325,14 +313,7 @@ impl<'a> Table<'a> {
             return Ok(None);
         };
         let len = self.buf.read::<u32>(target, path)? as usize;
-        if len > limit {
-            return Err(FormatError::LimitExceeded {
-                path: path.to_string(),
-                what: "vector length",
-                count: len as u64,
-                limit: limit as u64,
-            });
-        }
+        FormatError::check_limit(path, "vector length", len as u64, limit as u64)?;
         let bytes = len.checked_mul(elem_size).ok_or_else(|| {
             FormatError::out_of_bounds(path, format!("vector of {len} elements overflows"))
         })?;

@@ -295,14 +295,8 @@ fn parse_plan(t: &Table<'_>, path: &FieldPath<'_>) -> Result<ExecutionPlan> {
         let u = u64::try_from(size).map_err(|_| {
             FormatError::invalid(p.index(i), format!("negative buffer size {size}"))
         })?;
-        if u > MAX_PLANNED_BUFFER_BYTES {
-            return Err(FormatError::LimitExceeded {
-                path: p.index(i).to_string(),
-                what: "planned buffer bytes",
-                count: u,
-                limit: MAX_PLANNED_BUFFER_BYTES,
-            });
-        }
+        let what = "planned buffer bytes";
+        FormatError::check_limit(&p.index(i), what, u, MAX_PLANNED_BUFFER_BYTES)?;
         non_const_buffer_sizes.push(u);
     }
 
@@ -617,14 +611,7 @@ pub(crate) fn check_shape(
     sizes_path: &FieldPath<'_>,
     dim_order_path: &FieldPath<'_>,
 ) -> Result<(Vec<usize>, u64)> {
-    if rank > MAX_RANK {
-        return Err(FormatError::LimitExceeded {
-            path: sizes_path.to_string(),
-            what: "tensor rank",
-            count: rank as u64,
-            limit: MAX_RANK as u64,
-        });
-    }
+    FormatError::check_limit(sizes_path, "tensor rank", rank as u64, MAX_RANK as u64)?;
     let mut sizes = Vec::with_capacity(rank);
     let mut nbytes = scalar_type.element_size() as u64;
     for (i, size) in raw_sizes.enumerate() {
