@@ -779,7 +779,7 @@ struct DirectPlane<'a> {
 /// Whether `g` is a 3x3 filter of stride `stride` and dilation 1 both ways, with one
 /// pixel of padding left and one or none above (a "same" plane, or a band of its rows,
 /// `ConvGeometry::row_band`), and output rows of `widths` pixels: the layers the
-/// AVX-512 wide-row depthwise kernels take.
+/// AVX-512 row depthwise kernels take (each with conditions of its own besides).
 #[cfg(target_arch = "x86_64")]
 fn is_3x3_rows(g: &ConvGeometry, stride: usize, widths: std::ops::RangeInclusive<usize>) -> bool {
     (g.kernel_h, g.kernel_w) == (3, 3)

@@ -20,7 +20,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{DirectPlane, WideTaps3x3};
+use super::{DirectPlane, WideTaps3x3, is_3x3_rows};
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
 
@@ -55,19 +55,13 @@ pub(super) struct NarrowRows {
 }
 
 impl NarrowRows {
-    /// The kernel for `g`, or `None` when it does not handle it: a 3x3 filter, stride 1
-    /// and dilation 1, one pixel of padding before (and, the output as large as the
-    /// input, after) each axis, rows of [`ONE_VECTOR_ROWS`] or [`TWO_VECTOR_ROWS`]
-    /// pixels and at most [`MAX_PIXELS`] pixels. `cpu` proves AVX-512 F (with AVX2 and
-    /// FMA).
+    /// The kernel for `g`, or `None` when it does not handle it ([`is_narrow_3x3`] at
+    /// stride 1: a 3x3 filter, one pixel of padding before (and, the output as large
+    /// as the input, after) each axis, rows of [`ONE_VECTOR_ROWS`] or
+    /// [`TWO_VECTOR_ROWS`] pixels and at most [`MAX_PIXELS`] pixels). `cpu` proves
+    /// AVX-512 F (with AVX2 and FMA).
     pub(super) fn new(cpu: CpuSupport, g: &ConvGeometry) -> Option<NarrowRows> {
-        let handles = (g.kernel_h, g.kernel_w) == (3, 3)
-            && (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w) == (1, 1, 1, 1)
-            && (g.pad_top, g.pad_left) == (1, 1)
-            && (g.out_h, g.out_w) == (g.in_h, g.in_w)
-            && (ONE_VECTOR_ROWS.contains(&g.in_w) || TWO_VECTOR_ROWS.contains(&g.in_w))
-            && (1..=MAX_PIXELS).contains(&(g.in_h * g.in_w));
-        if !handles {
+        if !is_narrow_3x3(g, 1) {
             return None;
         }
         let (pixels, w) = (g.in_h * g.in_w, g.in_w);
@@ -114,6 +108,18 @@ impl NarrowRows {
             }
         }
     }
+}
+
+/// Whether `g` is a 3x3 filter of stride `stride` and dilation 1 both ways, with one
+/// pixel of padding above and left, an input exactly `stride` times the output each
+/// way, output rows of [`ONE_VECTOR_ROWS`] or [`TWO_VECTOR_ROWS`] pixels and at most
+/// [`MAX_PIXELS`] output pixels: the planes this kernel (stride 1) and
+/// `depthwise_phases` (stride 2) take.
+pub(super) fn is_narrow_3x3(g: &ConvGeometry, stride: usize) -> bool {
+    (is_3x3_rows(g, stride, ONE_VECTOR_ROWS) || is_3x3_rows(g, stride, TWO_VECTOR_ROWS))
+        && g.pad_top == 1
+        && (g.in_h, g.in_w) == (stride * g.out_h, stride * g.out_w)
+        && g.out_h * g.out_w <= MAX_PIXELS
 }
 
 /// Per vector of a plane of `pixels` pixels in rows of `w`, the lanes whose left

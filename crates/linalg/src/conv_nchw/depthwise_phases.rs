@@ -27,7 +27,7 @@ use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
 
 use super::depthwise_narrow_rows::{
-    MAX_PIXELS, MAX_VECTORS, ONE_VECTOR_ROWS, TWO_VECTOR_ROWS, lane_picks, row_edges,
+    MAX_PIXELS, MAX_VECTORS, TWO_VECTOR_ROWS, is_narrow_3x3, lane_picks, row_edges,
 };
 use super::{DirectPlane, WideTaps3x3};
 use crate::CpuSupport;
@@ -40,7 +40,7 @@ pub(super) struct Phases {
     input: (usize, usize),
     /// Output pixels (and each phase's).
     pixels: usize,
-    /// Output rows of [`TWO_VECTOR_ROWS`] rather than [`ONE_VECTOR_ROWS`].
+    /// Output rows of [`TWO_VECTOR_ROWS`] rather than of 2 to 14 pixels.
     two_vector_rows: bool,
     /// Per output vector, the lanes whose column is not the first (a left neighbour).
     left: [u16; MAX_VECTORS],
@@ -51,19 +51,13 @@ pub(super) struct Phases {
 }
 
 impl Phases {
-    /// The kernel for `g`, or `None` when it does not handle it: a 3x3 filter, stride 2
-    /// and dilation 1 both ways, one pixel of padding above and left, an input of even
-    /// height and width exactly twice the output's, output rows of [`ONE_VECTOR_ROWS`]
-    /// or [`TWO_VECTOR_ROWS`] pixels and at most [`MAX_PIXELS`] output pixels. `cpu`
+    /// The kernel for `g`, or `None` when it does not handle it ([`is_narrow_3x3`] at
+    /// stride 2: a 3x3 filter, one pixel of padding above and left, an input of even
+    /// height and width exactly twice the output's, output rows of 2 to 14 or
+    /// [`TWO_VECTOR_ROWS`] pixels and at most [`MAX_PIXELS`] output pixels). `cpu`
     /// proves AVX-512 F (with AVX2 and FMA).
     pub(super) fn new(cpu: CpuSupport, g: &ConvGeometry) -> Option<Phases> {
-        let handles = (g.kernel_h, g.kernel_w) == (3, 3)
-            && (g.stride_h, g.stride_w, g.dilation_h, g.dilation_w) == (2, 2, 1, 1)
-            && (g.pad_top, g.pad_left) == (1, 1)
-            && (g.in_h, g.in_w) == (2 * g.out_h, 2 * g.out_w)
-            && (ONE_VECTOR_ROWS.contains(&g.out_w) || TWO_VECTOR_ROWS.contains(&g.out_w))
-            && (1..=MAX_PIXELS).contains(&(g.out_h * g.out_w));
-        if !handles {
+        if !is_narrow_3x3(g, 2) {
             return None;
         }
         let (pixels, w) = (g.out_h * g.out_w, g.out_w);
