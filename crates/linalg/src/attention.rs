@@ -20,49 +20,41 @@
 use crate::CpuSupport;
 use crate::Isa;
 
+/// The body of an entry point over a loop `$with` generic over [`Arith`], each call
+/// given the arguments `$arg`: on x86-64 the AVX2 entry point `$x86` (the CPU token
+/// first) where `$isa` includes AVX2, on aarch64 `$with::<Fused>` where it has NEON,
+/// and `$with::<Plain>` (the scalar twin) otherwise.
+macro_rules! by_isa {
+    ($isa:ident, $x86:path, $with:ident($($arg:expr),*)) => {{
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = $isa.avx2() {
+            return $x86(t, $($arg),*);
+        }
+        #[cfg(target_arch = "aarch64")]
+        if $isa.neon().is_some() {
+            return $with::<Fused>($($arg),*);
+        }
+        let _ = $isa;
+        $with::<Plain>($($arg),*)
+    }};
+}
+
 /// `out[j] = q · tile_row(j)` for `j < out.len()`, where row `j` of the tile starts at
 /// `j * stride` and is `q.len()` long (rows past the tile's end read as empty: 0).
 pub fn scores(isa: Isa, q: &[f32], tile: &[f32], stride: usize, out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(t) = isa.avx2() {
-        return x86::scores(t, q, tile, stride, out);
-    }
-    #[cfg(target_arch = "aarch64")]
-    if isa.neon().is_some() {
-        return scores_with::<Fused>(q, tile, stride, out);
-    }
-    let _ = isa;
-    scores_with::<Plain>(q, tile, stride, out)
+    by_isa!(isa, x86::scores, scores_with(q, tile, stride, out))
 }
 
 /// `acc += Σ_j p[j] * tile_row(j)` for `j < p.len()`, rows `acc.len()` long at
 /// `j * stride` (rows past the tile's end read as empty).
 pub fn accumulate(isa: Isa, p: &[f32], tile: &[f32], stride: usize, acc: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(t) = isa.avx2() {
-        return x86::accumulate(t, p, tile, stride, acc);
-    }
-    #[cfg(target_arch = "aarch64")]
-    if isa.neon().is_some() {
-        return accumulate_with::<Fused>(p, tile, stride, acc);
-    }
-    let _ = isa;
-    accumulate_with::<Plain>(p, tile, stride, acc)
+    by_isa!(isa, x86::accumulate, accumulate_with(p, tile, stride, acc))
 }
 
 /// `x[j] = exp(x[j] - m)` and returns `Σ x[j]`, for `m >= max(x)` finite (see
 /// [`exp_nonpositive`] for the accuracy).
 pub fn exp_shift_sum(isa: Isa, x: &mut [f32], m: f32) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(t) = isa.avx2() {
-        return x86::exp_shift_sum(t, x, m);
-    }
-    #[cfg(target_arch = "aarch64")]
-    if isa.neon().is_some() {
-        return exp_shift_sum_with::<Fused>(x, m);
-    }
-    let _ = isa;
-    exp_shift_sum_with::<Plain>(x, m)
+    by_isa!(isa, x86::exp_shift_sum, exp_shift_sum_with(x, m))
 }
 
 /// `e^x` for `x <= 0` (larger `x` is clamped to 0), with a relative error of a few ulp;
