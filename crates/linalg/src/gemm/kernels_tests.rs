@@ -149,6 +149,27 @@ proptest::proptest! {
     }
 }
 
+/// The `mr x nr` tile (row-major) that `isa`'s micro-kernel makes of `a · b` over `kc`
+/// steps, added to 0.5 in every element.
+fn tile_plus_half(
+    isa: Isa,
+    kc: usize,
+    a: APanel<'_>,
+    b: BPanel<'_>,
+    (mr, nr): (usize, usize),
+) -> Vec<f32> {
+    let mut c = vec![0.5f32; mr * nr];
+    let blocks = etch_memory::ColumnBlocks::new(&mut c, mr, nr, nr, nr).unwrap();
+    let mut block = blocks.take(0).unwrap();
+    micro_kernel(isa, kc, a, b, &mut block, (0, 0), (mr, nr), (true, None));
+    c
+}
+
+/// Whether `x` and `y` hold the same values to the bit.
+fn same_bits(x: &[f32], y: &[f32]) -> bool {
+    x.len() == y.len() && x.iter().zip(y).all(|(a, b)| a.to_bits() == b.to_bits())
+}
+
 /// Every micro-kernel reads rows of A in place to the same bits as the packed panel of
 /// those rows.
 #[test]
@@ -166,29 +187,13 @@ fn rows_of_a_in_place_give_the_bits_of_the_packed_panel() {
             let b = rand_vec(kc * t.nr, 10);
             for (r_cut, c_cut) in [(0, 0), (1, 5)] {
                 let (mr, nr) = (t.mr - r_cut, t.nr - c_cut);
-                let run = |a: APanel<'_>| {
-                    let mut c = vec![0.5f32; mr * nr];
-                    let blocks = etch_memory::ColumnBlocks::new(&mut c, mr, nr, nr, nr).unwrap();
-                    let mut block = blocks.take(0).unwrap();
-                    micro_kernel(
-                        isa,
-                        kc,
-                        a,
-                        BPanel::Packed(&b),
-                        &mut block,
-                        (0, 0),
-                        (mr, nr),
-                        (true, None),
-                    );
-                    c
-                };
+                let run = |a: APanel<'_>| tile_plus_half(isa, kc, a, BPanel::Packed(&b), (mr, nr));
                 let (in_place, from_panel) =
                     (run(APanel::Rows(&rows, lda)), run(APanel::Packed(&packed)));
-                let same = in_place
-                    .iter()
-                    .zip(&from_panel)
-                    .all(|(x, y)| x.to_bits() == y.to_bits());
-                assert!(same, "{isa:?} kc={kc} lda={lda} {mr}x{nr}");
+                assert!(
+                    same_bits(&in_place, &from_panel),
+                    "{isa:?} kc={kc} lda={lda} {mr}x{nr}"
+                );
             }
         }
     }
@@ -214,21 +219,13 @@ fn rows_of_b_in_place_give_the_bits_of_the_packed_panel() {
             let a = rand_vec(kc * t.mr, 12);
             for (r_cut, c_cut) in [(0, 0), (1, 5)] {
                 let (mr, nr) = (t.mr - r_cut, t.nr - c_cut);
-                let run = |b: BPanel<'_>| {
-                    let mut c = vec![0.5f32; mr * nr];
-                    let blocks = etch_memory::ColumnBlocks::new(&mut c, mr, nr, nr, nr).unwrap();
-                    let mut block = blocks.take(0).unwrap();
-                    let a = APanel::Packed(&a);
-                    micro_kernel(isa, kc, a, b, &mut block, (0, 0), (mr, nr), (true, None));
-                    c
-                };
+                let run = |b: BPanel<'_>| tile_plus_half(isa, kc, APanel::Packed(&a), b, (mr, nr));
                 let (in_place, from_panel) =
                     (run(BPanel::Rows(&rows, ldb)), run(BPanel::Packed(&packed)));
-                let same = in_place
-                    .iter()
-                    .zip(&from_panel)
-                    .all(|(x, y)| x.to_bits() == y.to_bits());
-                assert!(same, "{isa:?} kc={kc} ldb={ldb} {mr}x{nr}");
+                assert!(
+                    same_bits(&in_place, &from_panel),
+                    "{isa:?} kc={kc} ldb={ldb} {mr}x{nr}"
+                );
             }
         }
     }
