@@ -95,31 +95,25 @@ mod tests {
 
     #[test]
     fn doubling_with_half_pixel_centers() {
-        // 1x2 -> 1x4: sources -0.25 (clamped to 0), 0.25, 0.75, 1.25 (clamped to 1).
-        let mut y = [0f32; 4];
-        assert!(resize_bilinear_nhwc(
-            1,
-            2,
-            1,
-            1,
-            4,
-            false,
-            false,
-            &[0.0, 4.0],
-            &mut y
-        ));
-        assert_eq!(y, [0.0, 1.0, 3.0, 4.0]);
-        assert!(resize_bilinear_nhwc(
-            1,
-            2,
-            1,
-            1,
-            4,
-            true,
-            false,
-            &[0.0, 3.0],
-            &mut y
-        ));
-        assert_eq!(y, [0.0, 1.0, 2.0, 3.0]);
+        // 1x2 -> 1x4: sources -0.25 (clamped to 0), 0.25, 0.75, 1.25 (clamped to 1);
+        // with aligned corners 0, 1/3, 2/3, 1.
+        for (align_corners, input, want) in [
+            (false, [0.0, 4.0], [0.0, 1.0, 3.0, 4.0]),
+            (true, [0.0, 3.0], [0.0, 1.0, 2.0, 3.0]),
+        ] {
+            let mut y = [0f32; 4];
+            assert!(resize_bilinear_nhwc(
+                1,
+                2,
+                1,
+                1,
+                4,
+                align_corners,
+                false,
+                &input,
+                &mut y
+            ));
+            assert_eq!(y, want, "align_corners {align_corners}");
+        }
     }
 }
