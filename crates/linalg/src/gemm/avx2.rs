@@ -132,19 +132,4 @@ unsafe fn transpose_blocks(rows: &[&[f32]; 8], blocks: usize, out: *mut f32) {
     }
 }
 
-/// [`super::axpy_rows_body`] compiled with AVX2 and FMA.
-pub(super) fn axpy_rows(
-    _: CpuSupport,
-    xs: &[f32],
-    b: &[f32],
-    start: usize,
-    ld: usize,
-    acc: &mut [f32],
-) {
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn run(xs: &[f32], b: &[f32], start: usize, ld: usize, acc: &mut [f32]) {
-        super::axpy_rows_body::<true>(xs, b, start, ld, acc)
-    }
-    // SAFETY: the `CpuSupport` token proves AVX2 and FMA were detected on this CPU.
-    unsafe { run(xs, b, start, ld, acc) }
-}
+x86::axpy_rows_entry!("avx2,fma", "AVX2 and FMA");

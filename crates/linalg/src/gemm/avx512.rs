@@ -7,20 +7,4 @@ use crate::simd_x86::Wide;
 
 x86::entry_points!(Wide, AVX512_MR, "avx512f", "avx512f");
 
-/// [`super::axpy_rows_body`] compiled with AVX-512 F (16-lane vectors).
-pub(super) fn axpy_rows(
-    _: crate::CpuSupport,
-    xs: &[f32],
-    b: &[f32],
-    start: usize,
-    ld: usize,
-    acc: &mut [f32],
-) {
-    #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn run(xs: &[f32], b: &[f32], start: usize, ld: usize, acc: &mut [f32]) {
-        super::axpy_rows_body::<true>(xs, b, start, ld, acc)
-    }
-    // SAFETY: the `CpuSupport` token behind `Isa::avx512` proves AVX-512 F (with AVX2
-    // and FMA) was detected on this CPU.
-    unsafe { run(xs, b, start, ld, acc) }
-}
+x86::axpy_rows_entry!("avx512f,avx2,fma", "AVX-512 F (16-lane vectors)");

@@ -38,6 +38,33 @@ macro_rules! tile_entry {
 }
 pub(super) use tile_entry;
 
+/// Defines `axpy_rows`, [`super::axpy_rows_body`] with fused multiply-adds compiled
+/// with `$features` (`$what` in its doc), behind the `CpuSupport` token of an [`crate::Isa`]
+/// that has them.
+macro_rules! axpy_rows_entry {
+    ($features:literal, $what:literal) => {
+        #[doc = concat!("[`super::axpy_rows_body`] compiled with ", $what, ".")]
+        pub(super) fn axpy_rows(
+            _: crate::CpuSupport,
+            xs: &[f32],
+            b: &[f32],
+            start: usize,
+            ld: usize,
+            acc: &mut [f32],
+        ) {
+            #[target_feature(enable = $features)]
+            unsafe fn run(xs: &[f32], b: &[f32], start: usize, ld: usize, acc: &mut [f32]) {
+                super::axpy_rows_body::<true>(xs, b, start, ld, acc)
+            }
+            // SAFETY: the `CpuSupport` token the caller passes (`Isa::avx2` or
+            // `Isa::avx512`, matching the width that invokes this) proves these features
+            // were detected on this CPU.
+            unsafe { run(xs, b, start, ld, acc) }
+        }
+    };
+}
+pub(super) use axpy_rows_entry;
+
 /// Defines, in the module that invokes it, the entry points of one vector width
 /// `$width` with `$mr`-row tiles: the kernels compiled with `$features` behind the
 /// signatures of [`super::kernels`] (`kernel`: [`kernel`], `kernel_one_vector`:
