@@ -241,13 +241,7 @@ pub fn gemm_qs8_with(
             len: a.data.len(),
         });
     }
-    if ldc < n || out.len() < (m - 1) * ldc + n {
-        return Err(LinalgError::OutputTooSmall {
-            what: "qs8 GEMM output",
-            need: (m - 1) * ldc + n,
-            len: out.len(),
-        });
-    }
+    check_output(m, n, ldc, out.len())?;
     if rq.scales.len() < n {
         return Err(LinalgError::Shape(format!(
             "qs8 GEMM: {} requantization scales for {n} channels",
@@ -258,6 +252,19 @@ pub fn gemm_qs8_with(
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni(t) => super::qs8_x86::gemm_avx512_vnni(t, a, w, rq, out, ldc),
         _ => gemm_qs8_scalar(a, w, rq, out, ldc),
+    }
+    Ok(())
+}
+
+/// Fails unless an output of `m` rows (`m >= 1`) of `n` values, `ldc` apart, fits in
+/// `len` values (the last row holding only its `n`).
+fn check_output(m: usize, n: usize, ldc: usize, len: usize) -> Result<(), LinalgError> {
+    if ldc < n || len < (m - 1) * ldc + n {
+        return Err(LinalgError::OutputTooSmall {
+            what: "qs8 GEMM output",
+            need: (m - 1) * ldc + n,
+            len,
+        });
     }
     Ok(())
 }
@@ -308,13 +315,7 @@ pub fn gemm_qs8_parallel(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    if ldc < n || out.len() < (m - 1) * ldc + n {
-        return Err(LinalgError::OutputTooSmall {
-            what: "qs8 GEMM output",
-            need: (m - 1) * ldc + n,
-            len: out.len(),
-        });
-    }
+    check_output(m, n, ldc, out.len())?;
     let rows = m.div_ceil(pool.threads()).max(1);
     // The last row holds only its `n` outputs (the caller's slice may end there).
     let out = &mut out[..(m - 1) * ldc + n];
