@@ -465,12 +465,7 @@ fn gemm_f32_api_rejects_bad_operands() {
     let big = GemmF32 {
         m: 7,
         n: 40,
-        k: 3,
-        a: &a,
-        lda: 3,
-        b: RhsF32::NK(&w),
-        bias: None,
-        clamp: None,
+        ..good
     };
     assert!(gemm_f32(&pool, &big, &mut out, &mut []).is_err());
 }
