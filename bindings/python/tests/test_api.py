@@ -31,6 +31,14 @@ def llama() -> etch.Program:
     return etch.load(TINY_LLAMA)
 
 
+def test_package_exports_the_native_api() -> None:
+    expected = {"EtchError", "InputError", "Method", "MethodMeta", "Program", "TextGenerator",
+                "TextStream", "ValueMeta", "__version__", "backend_names", "load", "operator_names"}
+    assert expected <= set(etch.__all__)
+    for name in etch.__all__:
+        assert getattr(etch, name) is getattr(etch._etch, name)
+
+
 class ArrayLike:
     """An object numpy converts through ``__array__``, as it does torch tensors."""
 

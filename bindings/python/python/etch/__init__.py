@@ -13,32 +13,6 @@ Native API::
 ``etch.runtime`` mirrors ``executorch.runtime`` (``Runtime.get().load_program(...)``).
 """
 
-from ._etch import (
-    EtchError,
-    InputError,
-    Method,
-    MethodMeta,
-    Program,
-    TextGenerator,
-    TextStream,
-    ValueMeta,
-    __version__,
-    backend_names,
-    load,
-    operator_names,
-)
-
-__all__ = [
-    "EtchError",
-    "InputError",
-    "Method",
-    "MethodMeta",
-    "Program",
-    "TextGenerator",
-    "TextStream",
-    "ValueMeta",
-    "__version__",
-    "backend_names",
-    "load",
-    "operator_names",
-]
+# The native module's public names (its `__all__`, typed by `_etch.pyi`).
+from ._etch import *  # noqa: F403
+from ._etch import __all__, __version__  # noqa: F401
