@@ -15,7 +15,7 @@ use crate::ops::elementwise::broadcast::broadcast_shapes;
 use crate::ops::elementwise::dtype::with_float;
 use crate::ops::elementwise::num::Real;
 use crate::ops::same_dtype;
-use crate::ops::shape::common::require_contiguous;
+use crate::ops::shape::common::{advance_index, require_contiguous};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
@@ -181,13 +181,7 @@ fn cdist(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
                     o[ob + i * rows2 + j] = cast::<A, E>(norm.distance(row_i, row_j));
                 }
             }
-            for d in (0..nb).rev() {
-                idx[d] += 1;
-                if idx[d] < batch[d] {
-                    break;
-                }
-                idx[d] = 0;
-            }
+            advance_index(&mut idx[..nb], batch);
         }
         Ok(())
     })

@@ -17,8 +17,9 @@ use super::same_dtype;
 use crate::ops::elementwise::broadcast::broadcast_shapes;
 use crate::ops::embedding::Indices;
 use crate::ops::shape::common::{
-    Bool8, MAX_DIMS, Strided, broadcast_strides, checked_numel, copy_tensor_cast, for_rows,
-    gather_copy, require_contiguous, with_bits_type, with_cast_type, worth_parallel,
+    Bool8, MAX_DIMS, Strided, advance_index, advance_index_with_offsets, broadcast_strides,
+    checked_numel, copy_tensor_cast, for_rows, gather_copy, require_contiguous, with_bits_type,
+    with_cast_type, worth_parallel,
 };
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor, TensorList};
@@ -181,13 +182,7 @@ impl<'a> Plan<'a> {
                             }
                             w += k;
                         }
-                        for e in (0..k).rev() {
-                            idx[e] += 1;
-                            if idx[e] < t.sizes()[e] {
-                                break;
-                            }
-                            idx[e] = 0;
-                        }
+                        advance_index(&mut idx[..k], t.sizes());
                     }
                     let coords: &'a [i64] = coords;
                     for c in 0..k {
@@ -446,26 +441,13 @@ fn scatter_block<T: Copy>(
     if doff + dl.extent()? > dst.len() || voff + vl.extent()? > src.len() {
         return Err(KernelError::invalid("index_put block out of bounds"));
     }
-    let rank = sizes.len();
     let mut idx = [0usize; MAX_RANK];
-    let (mut d, mut v) = (doff, voff);
+    let idx = &mut idx[..sizes.len()];
+    let mut at = [doff, voff];
     loop {
-        op(&mut dst[d], src[v]);
-        let mut k = rank;
-        loop {
-            if k == 0 {
-                return Ok(());
-            }
-            k -= 1;
-            idx[k] += 1;
-            d += dstrides[k];
-            v += vstrides[k];
-            if idx[k] < sizes[k] {
-                break;
-            }
-            d -= dstrides[k] * sizes[k];
-            v -= vstrides[k] * sizes[k];
-            idx[k] = 0;
+        op(&mut dst[at[0]], src[at[1]]);
+        if !advance_index_with_offsets(idx, sizes, [dstrides, vstrides], &mut at) {
+            return Ok(());
         }
     }
 }
@@ -757,13 +739,7 @@ fn gather(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
                 off += c * sstrides[k];
             }
             *d = *src.get(off).ok_or_else(|| KernelError::invalid("gather out of bounds"))?;
-            for k in (0..r).rev() {
-                pos[k] += 1;
-                if pos[k] < isizes[k] {
-                    break;
-                }
-                pos[k] = 0;
-            }
+            advance_index(&mut pos[..r], isizes);
         }
         Ok(())
     })

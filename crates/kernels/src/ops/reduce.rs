@@ -11,12 +11,15 @@
 //! of a dynamically quantized activation downstream. Outputs are split across the pool
 //! when there are many of them.
 
+use std::array;
+
 use etch_base::ScalarType;
 
 use super::elementwise::BLOCK;
 use super::elementwise::dtype::{Bool8, Element, In, Out, narrow_slice, narrows, with_compute};
 use super::elementwise::num::Num;
 use crate::ops::same_dtype;
+use crate::ops::shape::common::advance_index_with_offsets;
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{
     Args, GRAIN_SIZE, IntList, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor,
@@ -354,15 +357,12 @@ impl<A: Element, R: Reducer<A>> Job<'_, '_, A, R> {
             }
             pos += inner;
             // Next reduced row.
-            for d in (0..last).rev() {
-                idx[d] += 1;
-                off += p.r_in[d];
-                if idx[d] < p.r_sizes[d] {
-                    break;
-                }
-                off -= p.r_in[d] * p.r_sizes[d];
-                idx[d] = 0;
-            }
+            advance_index_with_offsets(
+                &mut idx[..last],
+                &p.r_sizes,
+                [&p.r_in],
+                array::from_mut(&mut off),
+            );
         }
         self.reducer.finish(st, p.count)
     }

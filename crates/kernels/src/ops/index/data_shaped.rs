@@ -17,7 +17,10 @@ use etch_base::{Element, ScalarType};
 use crate::ops::elementwise::broadcast::broadcast_shapes;
 use crate::ops::elementwise::dtype::with_elem;
 use crate::ops::same_dtype;
-use crate::ops::shape::common::{MAX_DIMS, broadcast_strides, require_contiguous, with_bits_type};
+use crate::ops::shape::common::{
+    MAX_DIMS, advance_index, advance_index_with_offsets, broadcast_strides, require_contiguous,
+    with_bits_type,
+};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
@@ -41,20 +44,10 @@ fn for_each_broadcast(
     let b = broadcast_strides(s2, st2, target, &mut b2)?;
     let n: usize = target.iter().product();
     let mut idx = [0usize; MAX_RANK];
-    let (mut o1, mut o2) = (0usize, 0usize);
+    let mut at = [0usize; 2];
     for _ in 0..n {
-        f(o1, o2);
-        for d in (0..target.len()).rev() {
-            idx[d] += 1;
-            o1 += a[d];
-            o2 += b[d];
-            if idx[d] < target[d] {
-                break;
-            }
-            o1 -= a[d] * target[d];
-            o2 -= b[d] * target[d];
-            idx[d] = 0;
-        }
+        f(at[0], at[1]);
+        advance_index_with_offsets(&mut idx[..target.len()], target, [a, b], &mut at);
     }
     Ok(())
 }
@@ -98,13 +91,7 @@ fn nonzero(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError>
                 }
                 row += 1;
             }
-            for d in (0..rank).rev() {
-                idx[d] += 1;
-                if idx[d] < sizes[d] {
-                    break;
-                }
-                idx[d] = 0;
-            }
+            advance_index(&mut idx[..rank], sizes);
         }
         Ok(())
     }, Err(KernelError::UnsupportedDtype { dtype: input.dtype(), what: "nonzero" }))

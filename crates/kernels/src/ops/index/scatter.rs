@@ -15,7 +15,7 @@ use etch_base::{Element, ScalarType, cast};
 use crate::ops::elementwise::dtype::{with_compute, with_elem};
 use crate::ops::elementwise::num::Num;
 use crate::ops::same_dtype;
-use crate::ops::shape::common::{require_contiguous, with_bits_type};
+use crate::ops::shape::common::{advance_index, require_contiguous, with_bits_type};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
 
@@ -95,13 +95,7 @@ impl Plan<'_> {
                 s += pos[k] * sstr[k];
             }
             f(o, s);
-            for k in (0..r).rev() {
-                pos[k] += 1;
-                if pos[k] < self.isizes[k] {
-                    break;
-                }
-                pos[k] = 0;
-            }
+            advance_index(&mut pos[..r], self.isizes);
         }
     }
 }

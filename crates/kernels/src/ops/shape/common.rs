@@ -1,5 +1,8 @@
 //! Helpers shared by the shape, index, embedding and matmul kernels: dtype dispatch,
-//! dtype casts, a strided gather-copy engine and row-parallel loops.
+//! dtype casts, row-major multi-index stepping, a strided gather-copy engine and
+//! row-parallel loops.
+
+use std::array;
 
 use bytemuck::Pod;
 use etch_base::{Element, cast, cast_slice};
@@ -100,6 +103,39 @@ pub(crate) use with_cast_type;
 
 pub(crate) use etch_base::can_cast;
 
+/// Steps the row-major multi-index `idx` over `sizes` (the last dim fastest) to the
+/// next position. Returns false, with `idx` back at all zeros, when it was the last.
+#[inline(always)]
+pub(crate) fn advance_index(idx: &mut [usize], sizes: &[usize]) -> bool {
+    advance_index_with_offsets(idx, sizes, [], &mut [])
+}
+
+/// [`advance_index`] that keeps `offsets[k]`, the offset of `idx` through
+/// `strides[k]`, in step: a dim that carries over takes its whole extent back off.
+/// `sizes` and every `strides[k]` have at least `idx.len()` dims.
+#[inline(always)]
+pub(crate) fn advance_index_with_offsets<const N: usize>(
+    idx: &mut [usize],
+    sizes: &[usize],
+    strides: [&[usize]; N],
+    offsets: &mut [usize; N],
+) -> bool {
+    for d in (0..idx.len()).rev() {
+        idx[d] += 1;
+        for (o, s) in offsets.iter_mut().zip(&strides) {
+            *o += s[d];
+        }
+        if idx[d] < sizes[d] {
+            return true;
+        }
+        for (o, s) in offsets.iter_mut().zip(&strides) {
+            *o -= s[d] * sizes[d];
+        }
+        idx[d] = 0;
+    }
+    false
+}
+
 /// A source layout for the copy engine: sizes of the (contiguous) destination and the
 /// source's element strides for each of its dims. A stride of 0 broadcasts.
 #[derive(Clone, Copy, Debug)]
@@ -152,22 +188,6 @@ impl Strided {
                 .ok_or_else(|| KernelError::invalid("copy layout overflows"))?;
         }
         Ok(last + 1)
-    }
-
-    /// Steps the multi-index `idx` of a row (over every dim but the last) to the next
-    /// row in row-major order, keeping `base`, the source offset of the row's first
-    /// element, in step.
-    #[inline(always)]
-    fn next_row(&self, idx: &mut [usize; MAX_DIMS], base: &mut usize) {
-        for d in (0..self.rank - 1).rev() {
-            idx[d] += 1;
-            *base += self.strides[d];
-            if idx[d] < self.sizes[d] {
-                return;
-            }
-            *base -= self.strides[d] * self.sizes[d];
-            idx[d] = 0;
-        }
     }
 
     /// The same layout with size-1 dims dropped and mergeable neighbours merged
@@ -307,19 +327,25 @@ fn gather_rows<S: Sync, D: Send>(
     let inner_stride = c.strides[rank - 1];
     let rows = numel / inner;
     let dst = &mut dst[..numel];
+    let outer = rank - 1;
     let run = |first_row: usize, chunk: &mut [D]| {
         // Multi-index of `first_row` over the outer dims.
         let mut idx = [0usize; MAX_DIMS];
         let mut r = first_row;
         let mut base = offset;
-        for d in (0..rank - 1).rev() {
+        for d in (0..outer).rev() {
             idx[d] = r % c.sizes[d];
             r /= c.sizes[d];
             base += idx[d] * c.strides[d];
         }
         for row in chunk.chunks_exact_mut(inner) {
             row_op(row, src, base, inner_stride);
-            c.next_row(&mut idx, &mut base);
+            advance_index_with_offsets(
+                &mut idx[..outer],
+                &c.sizes,
+                [&c.strides],
+                array::from_mut(&mut base),
+            );
         }
     };
     for_rows(
@@ -437,6 +463,21 @@ mod tests {
         assert_eq!(s.sizes(), &[1]);
         let s = Strided::new(&[3, 0], &[1, 1]).unwrap().coalesced();
         assert_eq!(s.sizes(), &[0]);
+    }
+
+    #[test]
+    fn advance_index_walks_row_major_and_wraps() {
+        let sizes = [2usize, 3];
+        let (mut idx, mut at) = ([0usize; 2], [0usize; 2]);
+        let mut seen = vec![(idx, at)];
+        while advance_index_with_offsets(&mut idx, &sizes, [&[3, 1], &[1, 2]], &mut at) {
+            seen.push((idx, at));
+        }
+        assert_eq!(seen.len(), 6);
+        assert_eq!(seen[4], ([1, 1], [4, 3]));
+        assert_eq!((idx, at), ([0, 0], [0, 0]));
+        assert!(advance_index(&mut idx[..1], &sizes));
+        assert!(!advance_index(&mut idx[..1], &sizes));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! must be contiguous and of one dtype; only bytes move, so every dtype is served.
 
 use crate::ops::shape::common::{
-    checked_numel, for_rows, require_copy_pair, with_bits_type, worth_parallel,
+    advance_index, checked_numel, for_rows, require_copy_pair, with_bits_type, worth_parallel,
 };
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, IntList, KernelContext, KernelError, MAX_RANK, Registry, Tensor, normalize_dim};
@@ -89,18 +89,6 @@ impl RemapPlan {
             .map(|d| self.maps[d].source(idx[d], self.sizes[d]) * self.strides[d])
             .sum()
     }
-
-    /// Steps `idx` to the next row in row-major order.
-    #[inline(always)]
-    fn next_row(&self, idx: &mut [usize; MAX_RANK]) {
-        for d in (0..self.rank - 1).rev() {
-            idx[d] += 1;
-            if idx[d] < self.sizes[d] {
-                return;
-            }
-            idx[d] = 0;
-        }
-    }
 }
 
 /// Fills `dst` (the out tensor's elements) from `src` through `plan`; both hold
@@ -115,10 +103,11 @@ fn remap_copy<T: Copy + Send + Sync>(
     let inner = plan.sizes[plan.rank - 1];
     let inner_map = plan.maps[plan.rank - 1];
     let rows = numel / inner;
+    let outer = plan.rank - 1;
     let run = |first_row: usize, chunk: &mut [T]| {
         let mut idx = [0usize; MAX_RANK];
         let mut r = first_row;
-        for d in (0..plan.rank - 1).rev() {
+        for d in (0..outer).rev() {
             idx[d] = r % plan.sizes[d];
             r /= plan.sizes[d];
         }
@@ -136,7 +125,7 @@ fn remap_copy<T: Copy + Send + Sync>(
                     row[shift..].copy_from_slice(&from[..inner - shift]);
                 }
             }
-            plan.next_row(&mut idx);
+            advance_index(&mut idx[..outer], &plan.sizes);
         }
     };
     let parallel = worth_parallel(rows, numel);
