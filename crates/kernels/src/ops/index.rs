@@ -18,8 +18,8 @@ use crate::ops::elementwise::broadcast::broadcast_shapes;
 use crate::ops::embedding::Indices;
 use crate::ops::shape::common::{
     Bool8, MAX_DIMS, Strided, advance_index, advance_index_with_offsets, broadcast_strides,
-    checked_numel, copy_tensor_cast, for_rows, gather_copy, require_contiguous, with_bits_type,
-    with_cast_type, worth_parallel,
+    checked_numel, copy_tensor_cast, for_rows, gather_copy, require_contiguous, strided_offset,
+    with_bits_type, with_cast_type, worth_parallel,
 };
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Tensor, TensorList};
@@ -470,14 +470,7 @@ fn index_put_into(
     let vstrides = broadcast_strides(values.sizes(), values.strides(), r, &mut vbuf)?;
     let lead = plan.p_rank + plan.b_rank;
     // Values offset of each block: digits of the block index over r[..lead].
-    let block_voff = |mut blk: usize| {
-        let mut off = 0;
-        for d in (0..lead).rev() {
-            off += (blk % r[d]) * vstrides[d];
-            blk /= r[d];
-        }
-        off
-    };
+    let block_voff = |blk: usize| strided_offset(blk, &r[..lead], vstrides);
     let mut qsizes = [0usize; MAX_RANK];
     let mut qstrides = [0usize; MAX_RANK];
     for (i, &dim) in plan.q[..plan.q_rank].iter().enumerate() {

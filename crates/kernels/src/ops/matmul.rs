@@ -9,7 +9,7 @@ use etch_base::ScalarType;
 
 use super::same_dtype;
 use crate::ops::elementwise::broadcast::broadcast_shapes;
-use crate::ops::shape::common::{MAX_DIMS, broadcast_strides, require_contiguous};
+use crate::ops::shape::common::{MAX_DIMS, broadcast_strides, require_contiguous, strided_offset};
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
 use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
@@ -329,16 +329,6 @@ fn addmm(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> {
     run_products(ctx, &out, 1, m, n, alpha, beta, |_| g)
 }
 
-/// Element offset of batch `i` (row-major over `batch`) with `strides`.
-fn batch_offset(mut i: usize, batch: &[usize], strides: &[usize]) -> usize {
-    let mut off = 0;
-    for d in (0..batch.len()).rev() {
-        off += (i % batch[d]) * strides[d];
-        i /= batch[d];
-    }
-    off
-}
-
 op_args! {
     /// `matmul.out(Tensor self, Tensor other, *, Tensor(a!) out)`: `torch.matmul`, with
     /// 1-d operands promoted and batch dims broadcast.
@@ -406,8 +396,8 @@ fn matmul(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
     let (xd, yd) = (elems(ctx, &x)?, elems(ctx, &y)?);
     run_products(ctx, &out, count, m, n, 1.0, 0.0, |i| {
         product(
-            view(xd, batch_offset(i, batch, xbs), m, k, xrs, 1),
-            view(yd, batch_offset(i, batch, ybs), k, n, yrs, ycs),
+            view(xd, strided_offset(i, batch, xbs), m, k, xrs, 1),
+            view(yd, strided_offset(i, batch, ybs), k, n, yrs, ycs),
         )
     })
 }

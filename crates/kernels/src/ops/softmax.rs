@@ -7,6 +7,7 @@ use etch_base::ScalarType;
 use super::elementwise::BLOCK;
 use super::elementwise::dtype::{In, Out};
 use super::elementwise::num::Num;
+use crate::ops::shape::common::strided_offset;
 use crate::schema::{OpArgs, OutArg, op_args};
 use crate::{Args, GRAIN_SIZE, KernelContext, KernelError, MAX_RANK, Registry, Tensor};
 
@@ -111,13 +112,8 @@ impl Rows {
         self.sizes[..self.rank].iter().product()
     }
 
-    fn base(&self, mut i: usize) -> usize {
-        let mut off = 0;
-        for d in (0..self.rank).rev() {
-            off += (i % self.sizes[d]) * self.strides[d];
-            i /= self.sizes[d];
-        }
-        off
+    fn base(&self, i: usize) -> usize {
+        strided_offset(i, &self.sizes[..self.rank], &self.strides)
     }
 }
 

@@ -103,6 +103,18 @@ pub(crate) use with_cast_type;
 
 pub(crate) use etch_base::can_cast;
 
+/// The offset, through `strides`, of the element at row-major position `i` over `sizes`
+/// (the last dim fastest).
+#[inline]
+pub(crate) fn strided_offset(mut i: usize, sizes: &[usize], strides: &[usize]) -> usize {
+    let mut off = 0;
+    for d in (0..sizes.len()).rev() {
+        off += (i % sizes[d]) * strides[d];
+        i /= sizes[d];
+    }
+    off
+}
+
 /// Steps the row-major multi-index `idx` over `sizes` (the last dim fastest) to the
 /// next position. Returns false, with `idx` back at all zeros, when it was the last.
 #[inline(always)]
