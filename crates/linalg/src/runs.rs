@@ -2,9 +2,12 @@
 //! average pooling of NCHW planes), each summed left to right from 0 in f32, the order
 //! of the portable reduction, so every ISA gives the same bits.
 //!
-//! With AVX-512, sixteen runs are summed at once, lane `r` holding run `r`'s sum: step
-//! `j` gathers value `j` of each run (the runs lie `run` apart) and adds it, so each sum
-//! still takes its values in order.
+//! With AVX-512, sixteen runs are summed at once, lane `r` holding run `r`'s sum: blocks
+//! of sixteen values of each run are loaded a run to a vector and transposed in
+//! registers, so that vector `j` holds value `j` of each run, and added in order, so each
+//! sum still takes its values in order. (AVX-512 gathers gave the same bits, but on an
+//! AMD EPYC ran slower than the scalar loop: 11.4 against 10.4 us for MobileNetV2's
+//! 1280 planes of 7x7; the transposes take 4.2.)
 
 use crate::Isa;
 
@@ -16,12 +19,12 @@ use crate::Isa;
 pub fn sum_runs(isa: Isa, data: &[f32], run: usize, out: &mut [f32]) {
     let data = &data[..out.len() * run];
     #[cfg(target_arch = "x86_64")]
-    if isa.avx512().is_some() && run > 0 && i32::try_from(16 * run).is_ok() {
+    if isa.avx512().is_some() && run > 0 {
         let whole = out.len() / 16 * 16;
         let (head, tail) = out.split_at_mut(whole);
         // SAFETY: AVX-512 F was detected (`isa.avx512()`); `head` holds whole groups
         // of 16 runs whose values lie inside `data` (sliced to `out.len() * run`
-        // above), every gather offset below `16 * run`, which fits an i32.
+        // above).
         unsafe { x86::sum_sixteen_runs(&data[..whole * run], run, head) };
         sum_runs_scalar(&data[whole * run..], run, tail);
         return;
@@ -44,31 +47,116 @@ pub fn sum_runs_scalar(data: &[f32], run: usize, out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        _mm512_add_ps, _mm512_i32gather_ps, _mm512_mullo_epi32, _mm512_set1_epi32,
-        _mm512_setr_epi32, _mm512_setzero_ps, _mm512_storeu_ps,
+        __m512, _mm512_add_ps, _mm512_castpd_ps, _mm512_castps_pd, _mm512_maskz_loadu_ps,
+        _mm512_setzero_ps, _mm512_shuffle_f32x4, _mm512_storeu_ps, _mm512_unpackhi_pd,
+        _mm512_unpackhi_ps, _mm512_unpacklo_pd, _mm512_unpacklo_ps,
     };
 
-    /// [`super::sum_runs`] over whole groups of 16 runs.
+    /// [`super::sum_runs`] over whole groups of 16 runs: blocks of 16 runs by 16 values
+    /// are loaded a run to a vector and transposed in registers, so that vector `c` of a
+    /// block holds value `c` of each run, and added in order. Two groups at a time, so
+    /// that two chains of dependent adds are in flight.
     ///
     /// # Safety
-    /// AVX-512 F; `out.len()` a multiple of 16, `data` at least `out.len() * run`
-    /// values, and `16 * run` fits an i32.
+    /// AVX-512 F; `out.len()` a multiple of 16 and `data` at least `out.len() * run`
+    /// values.
     #[target_feature(enable = "avx512f")]
     pub(super) unsafe fn sum_sixteen_runs(data: &[f32], run: usize, out: &mut [f32]) {
-        let lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        let offsets = _mm512_mullo_epi32(lanes, _mm512_set1_epi32(run as i32));
-        for (group, sums) in out.chunks_exact_mut(16).enumerate() {
-            let base = &data[group * 16 * run..(group + 1) * 16 * run];
-            let mut acc = _mm512_setzero_ps();
-            for j in 0..run {
-                // SAFETY: lane r reads base[r * run + j], inside `base` (16 runs of
-                // `run` values) since j < run.
-                let values = unsafe { _mm512_i32gather_ps::<4>(offsets, base.as_ptr().add(j)) };
-                acc = _mm512_add_ps(acc, values);
-            }
-            // SAFETY: `sums` holds 16 values.
-            unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), acc) };
+        let done = out.len() / 32 * 32;
+        let (pairs, rest) = out.split_at_mut(done);
+        for (pair, sums) in pairs.chunks_exact_mut(32).enumerate() {
+            sum_groups::<2>(&data[pair * 32 * run..], run, sums);
         }
+        for (group, sums) in rest.chunks_exact_mut(16).enumerate() {
+            sum_groups::<1>(&data[(done + group * 16) * run..], run, sums);
+        }
+    }
+
+    /// The sums of the `16 * G` runs of `run` values at the start of `data` into `sums`
+    /// (`16 * G` values).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn sum_groups<const G: usize>(data: &[f32], run: usize, sums: &mut [f32]) {
+        assert!(data.len() >= 16 * G * run && sums.len() == 16 * G);
+        let mut accs = [_mm512_setzero_ps(); G];
+        for first in (0..run).step_by(16) {
+            let values = (run - first).min(16);
+            for (g, acc) in accs.iter_mut().enumerate() {
+                let columns = load_transposed(&data[g * 16 * run..], run, first, values);
+                *acc = columns[..values]
+                    .iter()
+                    .fold(*acc, |acc, &column| _mm512_add_ps(acc, column));
+            }
+        }
+        for (chunk, acc) in sums.chunks_exact_mut(16).zip(accs) {
+            // SAFETY: `chunk` holds 16 values.
+            unsafe { _mm512_storeu_ps(chunk.as_mut_ptr(), acc) };
+        }
+    }
+
+    /// Values `first..first + values` (at most 16) of the 16 runs of `run` values in
+    /// `group`, transposed: vector `c` holds value `first + c` of each run.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn load_transposed(group: &[f32], run: usize, first: usize, values: usize) -> [__m512; 16] {
+        assert!(first + values <= run && values <= 16 && group.len() >= 16 * run);
+        let mask = (((1u32 << values) - 1) & 0xffff) as u16;
+        let mut block = [_mm512_setzero_ps(); 16];
+        for (r, row) in block.iter_mut().enumerate() {
+            // SAFETY: the `values` lanes loaded, group[r * run + first..][..values], lie
+            // inside `group` (asserted: 16 runs of `run` values, first + values <= run);
+            // masked-off lanes are not read.
+            *row = unsafe { _mm512_maskz_loadu_ps(mask, group.as_ptr().add(r * run + first)) };
+        }
+        transpose_16x16(block)
+    }
+
+    /// The transpose of 16 rows of 16 values: vector `c` of the result holds value `c`
+    /// of each row, row `r` in lane `r`.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn transpose_16x16(rows: [__m512; 16]) -> [__m512; 16] {
+        // Pairs of rows interleaved within each 128-bit chunk q: `pairs[2i]` holds
+        // rows 2i, 2i+1 at values 4q and 4q+1, `pairs[2i + 1]` at 4q+2 and 4q+3.
+        let mut pairs = [_mm512_setzero_ps(); 16];
+        for i in 0..8 {
+            pairs[2 * i] = _mm512_unpacklo_ps(rows[2 * i], rows[2 * i + 1]);
+            pairs[2 * i + 1] = _mm512_unpackhi_ps(rows[2 * i], rows[2 * i + 1]);
+        }
+        // Quads: `quads[4k + c]` holds rows 4k..4k+4 at value 4q + c in chunk q.
+        let mut quads = [_mm512_setzero_ps(); 16];
+        for k in 0..4 {
+            let (lo_a, hi_a) = (pairs[4 * k], pairs[4 * k + 1]);
+            let (lo_b, hi_b) = (pairs[4 * k + 2], pairs[4 * k + 3]);
+            let pd = |a: __m512, b: __m512, high: bool| {
+                let (a, b) = (_mm512_castps_pd(a), _mm512_castps_pd(b));
+                let v = if high {
+                    _mm512_unpackhi_pd(a, b)
+                } else {
+                    _mm512_unpacklo_pd(a, b)
+                };
+                _mm512_castpd_ps(v)
+            };
+            quads[4 * k] = pd(lo_a, lo_b, false);
+            quads[4 * k + 1] = pd(lo_a, lo_b, true);
+            quads[4 * k + 2] = pd(hi_a, hi_b, false);
+            quads[4 * k + 3] = pd(hi_a, hi_b, true);
+        }
+        // A 4x4 transpose of 128-bit chunks for each c: value 4q + c of every row is
+        // chunk q of quads[c], quads[4 + c], quads[8 + c], quads[12 + c].
+        let mut columns = [_mm512_setzero_ps(); 16];
+        for c in 0..4 {
+            let (v0, v1, v2, v3) = (quads[c], quads[4 + c], quads[8 + c], quads[12 + c]);
+            let x0 = _mm512_shuffle_f32x4::<0x44>(v0, v1);
+            let x1 = _mm512_shuffle_f32x4::<0xEE>(v0, v1);
+            let x2 = _mm512_shuffle_f32x4::<0x44>(v2, v3);
+            let x3 = _mm512_shuffle_f32x4::<0xEE>(v2, v3);
+            columns[c] = _mm512_shuffle_f32x4::<0x88>(x0, x2);
+            columns[4 + c] = _mm512_shuffle_f32x4::<0xDD>(x0, x2);
+            columns[8 + c] = _mm512_shuffle_f32x4::<0x88>(x1, x3);
+            columns[12 + c] = _mm512_shuffle_f32x4::<0xDD>(x1, x3);
+        }
+        columns
     }
 }
 
