@@ -9,7 +9,9 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use etch_linalg::conv::ConvGeometry;
-use etch_linalg::conv_nchw::{PlaneConv, plane_scratch_len};
+use etch_linalg::conv_nchw::{
+    LANES_DEPTHWISE_PLANES, LanesDepthwise, PlaneConv, plane_scratch_len,
+};
 
 mod common;
 use common::data;
@@ -48,6 +50,25 @@ fn bench(c: &mut Criterion) {
                         let w = &filter[ch * 9..][..9];
                         assert!(conv.run(x, w, (0.5, None), o, &mut scratch));
                     }
+                })
+            });
+        }
+        let planes = LANES_DEPTHWISE_PLANES;
+        let many = ConvGeometry {
+            groups: planes,
+            ..g
+        };
+        if let Some(lanes) = LanesDepthwise::new(etch_linalg::dispatch().gemm, &many) {
+            let mut scratch = vec![0f32; lanes.scratch_len()];
+            let bias = vec![0.5f32; channels];
+            group.bench_function("lanes", |b| {
+                b.iter(|| {
+                    assert!(lanes.run(
+                        (&input, &filter, Some(&bias)),
+                        None,
+                        &mut output,
+                        &mut scratch
+                    ))
                 })
             });
         }

@@ -47,11 +47,10 @@ pub fn sum_runs_scalar(data: &[f32], run: usize, out: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m512, _mm512_add_ps, _mm512_castpd_ps, _mm512_castps_pd, _mm512_maskz_loadu_ps,
-        _mm512_setzero_ps, _mm512_shuffle_f32x4, _mm512_storeu_ps, _mm512_unpackhi_pd,
-        _mm512_unpackhi_ps, _mm512_unpacklo_pd, _mm512_unpacklo_ps,
+        __m512, _mm512_add_ps, _mm512_maskz_loadu_ps, _mm512_setzero_ps, _mm512_storeu_ps,
     };
 
+    use crate::simd_x86::transpose_16x16;
     /// [`super::sum_runs`] over whole groups of 16 runs: blocks of 16 runs by 16 values
     /// are loaded a run to a vector and transposed in registers, so that vector `c` of a
     /// block holds value `c` of each run, and added in order. Two groups at a time, so
@@ -109,54 +108,6 @@ mod x86 {
             *row = unsafe { _mm512_maskz_loadu_ps(mask, group.as_ptr().add(r * run + first)) };
         }
         transpose_16x16(block)
-    }
-
-    /// The transpose of 16 rows of 16 values: vector `c` of the result holds value `c`
-    /// of each row, row `r` in lane `r`.
-    #[target_feature(enable = "avx512f")]
-    #[inline]
-    fn transpose_16x16(rows: [__m512; 16]) -> [__m512; 16] {
-        // Pairs of rows interleaved within each 128-bit chunk q: `pairs[2i]` holds
-        // rows 2i, 2i+1 at values 4q and 4q+1, `pairs[2i + 1]` at 4q+2 and 4q+3.
-        let mut pairs = [_mm512_setzero_ps(); 16];
-        for i in 0..8 {
-            pairs[2 * i] = _mm512_unpacklo_ps(rows[2 * i], rows[2 * i + 1]);
-            pairs[2 * i + 1] = _mm512_unpackhi_ps(rows[2 * i], rows[2 * i + 1]);
-        }
-        // Quads: `quads[4k + c]` holds rows 4k..4k+4 at value 4q + c in chunk q.
-        let mut quads = [_mm512_setzero_ps(); 16];
-        for k in 0..4 {
-            let (lo_a, hi_a) = (pairs[4 * k], pairs[4 * k + 1]);
-            let (lo_b, hi_b) = (pairs[4 * k + 2], pairs[4 * k + 3]);
-            let pd = |a: __m512, b: __m512, high: bool| {
-                let (a, b) = (_mm512_castps_pd(a), _mm512_castps_pd(b));
-                let v = if high {
-                    _mm512_unpackhi_pd(a, b)
-                } else {
-                    _mm512_unpacklo_pd(a, b)
-                };
-                _mm512_castpd_ps(v)
-            };
-            quads[4 * k] = pd(lo_a, lo_b, false);
-            quads[4 * k + 1] = pd(lo_a, lo_b, true);
-            quads[4 * k + 2] = pd(hi_a, hi_b, false);
-            quads[4 * k + 3] = pd(hi_a, hi_b, true);
-        }
-        // A 4x4 transpose of 128-bit chunks for each c: value 4q + c of every row is
-        // chunk q of quads[c], quads[4 + c], quads[8 + c], quads[12 + c].
-        let mut columns = [_mm512_setzero_ps(); 16];
-        for c in 0..4 {
-            let (v0, v1, v2, v3) = (quads[c], quads[4 + c], quads[8 + c], quads[12 + c]);
-            let x0 = _mm512_shuffle_f32x4::<0x44>(v0, v1);
-            let x1 = _mm512_shuffle_f32x4::<0xEE>(v0, v1);
-            let x2 = _mm512_shuffle_f32x4::<0x44>(v2, v3);
-            let x3 = _mm512_shuffle_f32x4::<0xEE>(v2, v3);
-            columns[c] = _mm512_shuffle_f32x4::<0x88>(x0, x2);
-            columns[4 + c] = _mm512_shuffle_f32x4::<0xDD>(x0, x2);
-            columns[8 + c] = _mm512_shuffle_f32x4::<0x88>(x1, x3);
-            columns[12 + c] = _mm512_shuffle_f32x4::<0xDD>(x1, x3);
-        }
-        columns
     }
 }
 

@@ -25,8 +25,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use etch_linalg::conv::ConvGeometry;
 use etch_linalg::conv_nchw::{
-    CHANNELS_IN_LANES_MAX_TAPS, Im2col, PlaneConv, channels_in_lanes_scratch_len, col2im_add_nchw,
-    conv_channels_in_lanes, conv_from_phases, has_channels_in_lanes, plane_scratch_len,
+    CHANNELS_IN_LANES_MAX_TAPS, Im2col, LANES_DEPTHWISE_PLANES, LanesDepthwise, PlaneConv,
+    channels_in_lanes_scratch_len, col2im_add_nchw, conv_channels_in_lanes, conv_from_phases,
+    has_channels_in_lanes, plane_scratch_len,
 };
 use etch_linalg::gemm::{self, Elems, Gemm};
 use etch_memory::ColumnBlocks;
@@ -538,6 +539,11 @@ fn depthwise(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(
     if splits_pixels(&conv.g, threads) {
         return depthwise_bands(ctx, conv, io, threads);
     }
+    if conv.g.out_channels() % LANES_DEPTHWISE_PLANES == 0
+        && let Some(kernel) = LanesDepthwise::preferred(isa(), &conv.g)
+    {
+        return depthwise_lanes(ctx, conv, io, &kernel);
+    }
     let Operands { xs, ws, bs, os } = io;
     let g = &conv.g;
     let (px, taps, co) = (g.out_pixels(), g.kernel_h * g.kernel_w, g.out_channels());
@@ -560,6 +566,56 @@ fn depthwise(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(
         scratch,
         per_task,
         plane,
+    );
+    geometry_checked(&ok)
+}
+
+/// [`depthwise`] over small planes, [`LANES_DEPTHWISE_PLANES`] at a time with the planes
+/// in the vector lanes: each task takes whole groups of planes of one image (the output
+/// channels a multiple of the group, one input plane per output plane).
+fn depthwise_lanes(
+    ctx: &KernelContext<'_>,
+    conv: &Conv,
+    io: Operands<'_>,
+    kernel: &LanesDepthwise,
+) -> Result<(), KernelError> {
+    let Operands { xs, ws, bs, os } = io;
+    let g = &conv.g;
+    let (in_px, out_px, taps, co) = (
+        g.in_h * g.in_w,
+        g.out_pixels(),
+        g.kernel_h * g.kernel_w,
+        g.out_channels(),
+    );
+    let per_task = kernel.scratch_len();
+    let scratch = ctx.scratch_dirty::<f32>(per_task * ctx.pool().threads())?;
+    let clamp = ctx.epilogue().clamp;
+    let group = LANES_DEPTHWISE_PLANES;
+    let ok = AtomicBool::new(true);
+    let planes = |i: usize, out: &mut [f32], scratch: &mut [f32]| {
+        // Planes i * group.. of the batch: image n, output channels oc..oc + group,
+        // which read input channels oc..oc + group.
+        let (n, oc) = (i * group / co, i * group % co);
+        let x = xs.get((n * co + oc) * in_px..(n * co + oc + group) * in_px);
+        let w = ws.get(oc * taps..(oc + group) * taps);
+        let b = bs.map(|b| b.get(oc..oc + group));
+        let done = match (x, w, b) {
+            (Some(x), Some(w), None) => kernel.run((x, w, None), clamp, out, scratch),
+            (Some(x), Some(w), Some(Some(b))) => kernel.run((x, w, Some(b)), clamp, out, scratch),
+            _ => false,
+        };
+        if !done {
+            ok.store(false, Ordering::Relaxed);
+        }
+    };
+    let min_groups = (crate::GRAIN_SIZE / (group * out_px * taps).max(1)).max(1);
+    ctx.pool().for_each_chunk_mut_with_scratch(
+        &mut os[..conv.batch * co * out_px],
+        group * out_px,
+        min_groups,
+        scratch,
+        per_task,
+        planes,
     );
     geometry_checked(&ok)
 }
