@@ -82,11 +82,11 @@ pub fn cast<I: Element, O: Element>(x: I) -> O {
 pub fn cast_slice<I: Element, O: Element>(src: &[I], dst: &mut [O]) {
     let n = src.len().min(dst.len());
     let (src, dst) = (&src[..n], &mut dst[..n]);
-    if I::DTYPE == O::DTYPE {
-        if let Ok(same) = bytemuck::try_cast_slice::<I, O>(src) {
-            dst.copy_from_slice(same);
-            return;
-        }
+    if I::DTYPE == O::DTYPE
+        && let Ok(same) = bytemuck::try_cast_slice::<I, O>(src)
+    {
+        dst.copy_from_slice(same);
+        return;
     }
     if half_to_f32(src, dst).is_some() || f32_to_half(src, dst).is_some() {
         return;

@@ -219,10 +219,10 @@ impl MethodSummary {
         for chain in &plan.chains {
             instructions += chain.instructions.len();
             for instruction in &chain.instructions {
-                if let Instruction::KernelCall { op_index, .. } = instruction {
-                    if let Some(count) = operator_calls.get_mut(*op_index) {
-                        *count += 1;
-                    }
+                if let Instruction::KernelCall { op_index, .. } = instruction
+                    && let Some(count) = operator_calls.get_mut(*op_index)
+                {
+                    *count += 1;
                 }
             }
         }

@@ -114,14 +114,15 @@ fn tiny_llama_facts() {
     // Every constant resolves inside the constant segment.
     let mut constants = 0;
     for value in &forward.values {
-        if let etch_format::Value::Tensor(t) = value {
-            if t.data_buffer_idx > 0 && t.allocation_info.is_none() {
-                let range = file
-                    .check_constant(t.data_buffer_idx, t.nbytes())
-                    .expect("constant");
-                assert_eq!(file.slice(range).map(<[u8]>::len), Some(t.nbytes()));
-                constants += 1;
-            }
+        if let etch_format::Value::Tensor(t) = value
+            && t.data_buffer_idx > 0
+            && t.allocation_info.is_none()
+        {
+            let range = file
+                .check_constant(t.data_buffer_idx, t.nbytes())
+                .expect("constant");
+            assert_eq!(file.slice(range).map(<[u8]>::len), Some(t.nbytes()));
+            constants += 1;
         }
     }
     assert!(constants > 0);

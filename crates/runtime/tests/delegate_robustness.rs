@@ -99,7 +99,7 @@ fn corrupt(original: &[u8], ranges: &[(usize, usize)], rng: &mut XorShift) -> (V
     let (offset, len) = ranges[rng.below(ranges.len())];
     // Half of the corruptions land in the first KiB: the header and the graph's
     // tables, where a byte changes meaning most; the rest anywhere in the payload.
-    let window = if rng.next() % 2 == 0 {
+    let window = if rng.next().is_multiple_of(2) {
         len.min(1024)
     } else {
         len

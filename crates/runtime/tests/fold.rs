@@ -45,7 +45,7 @@ impl Net {
     }
 
     fn constant(&mut self, sizes: &[i32], data: &[f32]) -> i32 {
-        while self.constants.len() % 16 != 0 {
+        while !self.constants.len().is_multiple_of(16) {
             self.constants.push(0);
         }
         self.offsets.push(self.constants.len() as u64);

@@ -605,7 +605,7 @@ fn parse_quant(
             let ic = dims.get(1);
             let gs = usize::try_from(gs)
                 .ok()
-                .filter(|&g| g > 0 && dims.rank() == 2 && ic % g == 0)
+                .filter(|&g| g > 0 && dims.rank() == 2 && ic.is_multiple_of(g))
                 .ok_or_else(|| {
                     invalid(field("group_size"), format!("{gs} does not divide {ic}"))
                 })?;

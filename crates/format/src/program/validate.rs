@@ -33,16 +33,16 @@ fn check_index(
 /// Constant, mutable and named data tables against the segments.
 fn validate_data_tables(program: &Program) -> Result<()> {
     let n_segments = program.segments.len();
-    if let Some(c) = &program.constant_segment {
-        if c.offsets.len() > 1 {
-            if !program.constant_buffers.is_empty() {
-                return Err(FormatError::invalid(
-                    "constant_buffer",
-                    "both constant_buffer and constant_segment hold constants",
-                ));
-            }
-            check_offsets(program, c, "constant_segment")?;
+    if let Some(c) = &program.constant_segment
+        && c.offsets.len() > 1
+    {
+        if !program.constant_buffers.is_empty() {
+            return Err(FormatError::invalid(
+                "constant_buffer",
+                "both constant_buffer and constant_segment hold constants",
+            ));
         }
+        check_offsets(program, c, "constant_segment")?;
     }
     for (i, m) in program.mutable_data_segments.iter().enumerate() {
         check_offsets(program, m, &format!("mutable_data_segments[{i}]"))?;

@@ -61,7 +61,7 @@ impl DataFileB {
             );
         let mut out = Writer::new(b"FT01", &[0u8; PADDED_HEADER_LEN]).finish(&root);
         let flatbuffer_size = out.len() - PADDED_HEADER_LEN;
-        while out.len() % SEGMENT_ALIGN != 0 {
+        while !out.len().is_multiple_of(SEGMENT_ALIGN) {
             out.push(0);
         }
         let base = out.len();

@@ -96,7 +96,7 @@ impl Writer {
     }
 
     fn pad_to(&mut self, align: usize, extra: usize) {
-        while (self.out.len() + extra) % align != 0 {
+        while !(self.out.len() + extra).is_multiple_of(align) {
             self.out.push(0);
         }
     }
@@ -121,7 +121,7 @@ impl Writer {
         let mut cursor = 4usize;
         for i in &order {
             let size = field_size(&t.fields[*i].1);
-            while cursor % size != 0 {
+            while !cursor.is_multiple_of(size) {
                 cursor += 1;
             }
             rel[*i] = cursor;
@@ -139,7 +139,7 @@ impl Writer {
         let vtable_len = 4 + 2 * n_ids;
         // Place the table 8-aligned right after the vtable.
         let mut vtable_pos = self.out.len();
-        while (vtable_pos + vtable_len) % 8 != 0 {
+        while !(vtable_pos + vtable_len).is_multiple_of(8) {
             vtable_pos += 2;
         }
         self.out.resize(vtable_pos, 0);

@@ -415,7 +415,7 @@ impl ProgramB {
             let program_size = out.len();
             let mut base = 0;
             if !self.segments.is_empty() {
-                while out.len() % SEGMENT_ALIGN != 0 {
+                while !out.len().is_multiple_of(SEGMENT_ALIGN) {
                     out.push(0);
                 }
                 base = out.len();

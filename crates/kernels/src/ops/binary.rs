@@ -312,12 +312,13 @@ pub fn arith_dtype(x: &Operand, y: &Operand, op: Op) -> Result<ScalarType, Kerne
             });
         }
         Op::Pow if !common.is_floating_point() => {
-            if let Operand::Scalar(s) = y {
-                if s.to_i64() < 0 && !matches!(s, Scalar::Double(_)) {
-                    return Err(KernelError::invalid(
-                        "integers to negative integer powers are not allowed",
-                    ));
-                }
+            if let Operand::Scalar(s) = y
+                && s.to_i64() < 0
+                && !matches!(s, Scalar::Double(_))
+            {
+                return Err(KernelError::invalid(
+                    "integers to negative integer powers are not allowed",
+                ));
             }
         }
         _ => {}

@@ -539,7 +539,7 @@ fn depthwise(ctx: &KernelContext<'_>, conv: &Conv, io: Operands<'_>) -> Result<(
     if splits_pixels(&conv.g, threads) {
         return depthwise_bands(ctx, conv, io, threads);
     }
-    if conv.g.out_channels() % LANES_DEPTHWISE_PLANES == 0
+    if conv.g.out_channels().is_multiple_of(LANES_DEPTHWISE_PLANES)
         && let Some(kernel) = LanesDepthwise::preferred(isa(), &conv.g)
     {
         return depthwise_lanes(ctx, conv, io, &kernel);
@@ -645,7 +645,7 @@ fn splits_pixels(g: &ConvGeometry, threads: usize) -> bool {
     threads > 1
         && g.out_h >= 4 * threads
         && g.out_pixels() >= MIN_BAND_OUTPUTS * threads
-        && g.out_pixels() % 16 == 0
+        && g.out_pixels().is_multiple_of(16)
 }
 
 /// Whether a convolution's GEMM on `threads` threads splits its depth (input channels

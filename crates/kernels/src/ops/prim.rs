@@ -175,7 +175,7 @@ pub fn infer_view_sizes<'b>(
         }
     }
     if let Some(i) = infer_at {
-        if known == 0 || numel % known != 0 {
+        if known == 0 || !numel.is_multiple_of(known) {
             return Err(KernelError::invalid(format!(
                 "cannot infer view size: {numel} elements over {known}"
             )));

@@ -220,7 +220,7 @@ where
     } else {
         1
     };
-    if groups == 0 || dim % groups != 0 {
+    if groups == 0 || !dim.is_multiple_of(groups) {
         return Err(KernelError::invalid(format!(
             "{groups} groups do not divide the embedding dim {dim}"
         )));

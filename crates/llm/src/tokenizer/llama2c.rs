@@ -84,13 +84,13 @@ impl Llama2cTokenizer {
         let mut r = header(0);
         if let (Ok(vocab), Ok(bos), Ok(eos), Ok(max_len)) = (r.u32(), r.u32(), r.u32(), r.u32()) {
             let (vocab, max_len) = (vocab as usize, max_len as usize);
-            if (1..=MAX_VOCAB).contains(&vocab) && (bos as usize) < vocab && (eos as usize) < vocab
+            if (1..=MAX_VOCAB).contains(&vocab)
+                && (bos as usize) < vocab
+                && (eos as usize) < vocab
+                && let Ok((pieces, scores)) = parse_pieces(&mut r, Some(vocab), max_len)
+                && r.at == bytes.len()
             {
-                if let Ok((pieces, scores)) = parse_pieces(&mut r, Some(vocab), max_len) {
-                    if r.at == bytes.len() {
-                        return Ok(Self::build(pieces, scores, bos, eos));
-                    }
-                }
+                return Ok(Self::build(pieces, scores, bos, eos));
             }
         }
         let mut r = header(0);

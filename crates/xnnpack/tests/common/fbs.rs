@@ -29,7 +29,7 @@ impl T {
 }
 
 fn align(buf: &mut Vec<u8>, a: usize) {
-    while buf.len() % a != 0 {
+    while !buf.len().is_multiple_of(a) {
         buf.push(0);
     }
 }
@@ -125,7 +125,7 @@ pub fn finish(t: &T) -> Vec<u8> {
 pub fn payload(flatbuffer: &[u8], constants: &[u8]) -> Vec<u8> {
     let fb_off = 32usize;
     let mut fb = flatbuffer.to_vec();
-    while fb.len() % 16 != 0 {
+    while !fb.len().is_multiple_of(16) {
         fb.push(0);
     }
     let c_off = fb_off + fb.len();

@@ -313,15 +313,15 @@ fn run_range<const N: usize, C, R, F>(
             let out_stride = plan.out_strides[last];
             let o = out_off + c * out_stride - base;
             let mut done = false;
-            if out_stride == 1 {
-                if let Some(d) = out.as_mut_slice::<R>() {
-                    let d = &mut d[o..o + n];
-                    f(&srcs, d);
-                    if let Some(t) = narrow_result {
-                        narrow_slice(t, d);
-                    }
-                    done = true;
+            if out_stride == 1
+                && let Some(d) = out.as_mut_slice::<R>()
+            {
+                let d = &mut d[o..o + n];
+                f(&srcs, d);
+                if let Some(t) = narrow_result {
+                    narrow_slice(t, d);
                 }
+                done = true;
             }
             if !done {
                 let r = &mut rbuf[..n];

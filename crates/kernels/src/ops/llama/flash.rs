@@ -1081,7 +1081,7 @@ fn check_sources<Q: Rows, K: Rows, V: Rows>(
     let kv_ok = |l: &RowLayout| {
         l.batch == p.batch && l.seq >= p.n_keys && l.heads == p.kv_heads && l.width == p.head_dim
     };
-    let heads_ok = p.kv_heads > 0 && p.q_heads % p.kv_heads == 0;
+    let heads_ok = p.kv_heads > 0 && p.q_heads.is_multiple_of(p.kv_heads);
     if !q_ok || !kv_ok(kl) || !kv_ok(vl) || !heads_ok || p.out_len() != Some(out_len) {
         return Err(KernelError::invalid(format!(
             "attention: sources q {ql:?}, k {kl:?}, v {vl:?} and {out_len} outputs do not match {p:?}"

@@ -107,7 +107,7 @@ pub(crate) fn attn_shape(
             "sdpa: query {q:?} and key {k:?} differ in batch or head dim"
         )));
     }
-    if shape.kv_heads == 0 || shape.q_heads % shape.kv_heads != 0 {
+    if shape.kv_heads == 0 || !shape.q_heads.is_multiple_of(shape.kv_heads) {
         return Err(invalid(format!(
             "sdpa: {} query heads are not a multiple of {} KV heads",
             shape.q_heads, shape.kv_heads
