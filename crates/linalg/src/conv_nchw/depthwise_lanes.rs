@@ -1,6 +1,6 @@
 //! The depthwise convolution of sixteen NCHW planes at once with the planes in the
-//! AVX-512 lanes, for small planes (MobileNetV2's 14x14 and 7x7 layers), where the
-//! plane kernels spend more time per plane than per pixel.
+//! AVX-512 lanes, for small planes (up to 256 output pixels; taken for MobileNetV2's
+//! 7x7 outputs), where the plane kernels spend more time per plane than per pixel.
 //!
 //! The sixteen input planes are transposed in registers, sixteen pixels at a time, into
 //! a zero-bordered image of pixels (`[row][column][plane]`, one vector a pixel). Each
