@@ -981,48 +981,29 @@ enum DirectKernel {
 impl DirectKernel {
     /// The kernel of `isa` that handles `g`, if any.
     fn new(isa: Isa, g: &ConvGeometry) -> Option<DirectKernel> {
-        let wide = isa.avx512().is_some();
+        let (avx2, avx512) = (isa.avx2(), isa.avx512());
+        let wide = avx512.is_some();
         // The flat kernel first: on rows of at most half a vector (7x7 planes) it is as
-        // fast as the narrow-rows one.
-        if let Some(k) = isa
-            .avx2()
-            .and_then(|cpu| depthwise_flat::Flat::new(cpu, wide, g))
-        {
-            return Some(DirectKernel::Flat(k));
-        }
-        if let Some(k) = isa
-            .avx512()
-            .and_then(|cpu| depthwise_narrow_rows::NarrowRows::new(cpu, g))
-        {
-            return Some(DirectKernel::NarrowRows(k));
-        }
-        if let Some(k) = isa
-            .avx512()
-            .and_then(|cpu| depthwise_phases::Phases::new(cpu, g))
-        {
-            return Some(DirectKernel::Phases(k));
-        }
-        if let Some(k) = isa
-            .avx512()
-            .and_then(|cpu| depthwise_phase_rows::PhaseRows::new(cpu, g))
-        {
-            return Some(DirectKernel::PhaseRows(k));
-        }
-        if let Some(k) = isa
-            .avx512()
-            .and_then(|cpu| depthwise_wide_rows::WideRows::new(cpu, g))
-        {
-            return Some(DirectKernel::WideRows(k));
-        }
-        if let Some(k) = isa
-            .avx2()
-            .and_then(|cpu| depthwise_square::Square::new(cpu, wide, g))
-        {
-            return Some(DirectKernel::Square(k));
-        }
-        isa.avx512()
-            .and_then(|cpu| depthwise_avx512::Direct::new(cpu, g))
-            .map(DirectKernel::Stride2)
+        // fast as the narrow-rows one. Then the AVX-512 3x3 kernels, each for its own
+        // geometries, then the square one, then the other column-stride-2 geometries.
+        let flat = || avx2.and_then(|cpu| depthwise_flat::Flat::new(cpu, wide, g));
+        let wide_3x3 = || {
+            let cpu = avx512?;
+            depthwise_narrow_rows::NarrowRows::new(cpu, g)
+                .map(DirectKernel::NarrowRows)
+                .or_else(|| depthwise_phases::Phases::new(cpu, g).map(DirectKernel::Phases))
+                .or_else(|| {
+                    depthwise_phase_rows::PhaseRows::new(cpu, g).map(DirectKernel::PhaseRows)
+                })
+                .or_else(|| depthwise_wide_rows::WideRows::new(cpu, g).map(DirectKernel::WideRows))
+        };
+        let square = || avx2.and_then(|cpu| depthwise_square::Square::new(cpu, wide, g));
+        let stride_2 = || avx512.and_then(|cpu| depthwise_avx512::Direct::new(cpu, g));
+        flat()
+            .map(DirectKernel::Flat)
+            .or_else(wide_3x3)
+            .or_else(|| square().map(DirectKernel::Square))
+            .or_else(|| stride_2().map(DirectKernel::Stride2))
     }
 }
 
