@@ -460,6 +460,7 @@ mod x86 {
 
     use super::{DEPTHWISE_LANES, Depthwise};
     use crate::CpuSupport;
+    use crate::simd_x86::first_lanes;
 
     /// [`Depthwise::rows`] with AVX2 and FMA.
     pub(super) fn depthwise(
@@ -516,7 +517,7 @@ mod x86 {
             let row_inside = top.is_some_and(|t| t + reach_h < g.in_h);
             let out_row = &mut output[r * g.out_w * c..][..g.out_w * c];
             for c0 in (0..c).step_by(16) {
-                let mask = (((1u32 << (c - c0).min(16)) - 1) & 0xffff) as __mmask16;
+                let mask = first_lanes(c - c0);
                 let mut ox = 0;
                 while ox < g.out_w {
                     let inside = row_inside && ox >= first_x && ox < end_x;

@@ -50,7 +50,7 @@ mod x86 {
         __m512, _mm512_add_ps, _mm512_maskz_loadu_ps, _mm512_setzero_ps, _mm512_storeu_ps,
     };
 
-    use crate::simd_x86::transpose_16x16;
+    use crate::simd_x86::{first_lanes, transpose_16x16};
     /// [`super::sum_runs`] over whole groups of 16 runs: blocks of 16 runs by 16 values
     /// are loaded a run to a vector and transposed in registers, so that vector `c` of a
     /// block holds value `c` of each run, and added in order. Two groups at a time, so
@@ -99,7 +99,7 @@ mod x86 {
     #[inline]
     fn load_transposed(group: &[f32], run: usize, first: usize, values: usize) -> [__m512; 16] {
         assert!(first + values <= run && values <= 16 && group.len() >= 16 * run);
-        let mask = (((1u32 << values) - 1) & 0xffff) as u16;
+        let mask = first_lanes(values);
         let mut block = [_mm512_setzero_ps(); 16];
         for (r, row) in block.iter_mut().enumerate() {
             // SAFETY: the `values` lanes loaded, group[r * run + first..][..values], lie

@@ -384,3 +384,9 @@ pub(crate) fn transpose_16x16(rows: [__m512; 16]) -> [__m512; 16] {
     }
     columns
 }
+
+/// The 16-lane mask of the first `n` lanes (all 16 for `n >= 16`).
+#[inline(always)]
+pub(crate) fn first_lanes(n: usize) -> u16 {
+    ((1u32 << n.min(16)) - 1) as u16
+}

@@ -20,7 +20,7 @@ use std::arch::x86_64::*;
 
 use crate::CpuSupport;
 use crate::conv::ConvGeometry;
-use crate::simd_x86::transpose_16x16;
+use crate::simd_x86::{first_lanes, transpose_16x16};
 
 /// Planes convolved at once: the lanes of a vector.
 pub(crate) const PLANES: usize = 16;
@@ -116,9 +116,10 @@ impl LanesDepthwise {
         {
             return false;
         }
-        // SAFETY: `self.cpu` proves AVX-512 F; the slices' lengths were checked above.
+        zero_border(self, scratch);
+        // SAFETY: `self.cpu` proves AVX-512 F; the slices' lengths were checked above,
+        // and the image's border is zeroed.
         unsafe {
-            zero_border(self.cpu, self, scratch);
             for (i, out) in output.chunks_exact_mut(PLANES * out_px).enumerate() {
                 let x = &input[i * PLANES * in_px..][..PLANES * in_px];
                 let w = &filters[i * PLANES * taps..][..PLANES * taps];
@@ -130,31 +131,24 @@ impl LanesDepthwise {
     }
 }
 
-/// The lanes of the first `n` (at most 16) values.
-fn first(n: usize) -> __mmask16 {
-    ((1u32 << n.min(16)) - 1) as __mmask16
-}
-
 /// Output pixels of a row computed at once, each its own chain of fused multiply-adds.
 const ROW_BLOCK: usize = 7;
 
-/// Zeros the border of the padded image in `scratch` (its first `rows x cols` pixel
-/// vectors): rows above and below the input's, columns left and right of it. Every
-/// group of planes writes the inside only, so the border stays zero for all.
-///
-/// # Safety
-/// AVX-512 F; `scratch` holds [`LanesDepthwise::scratch_len`] values.
-#[target_feature(enable = "avx512f")]
-unsafe fn zero_border(_: CpuSupport, k: &LanesDepthwise, scratch: &mut [f32]) {
+/// Zeros the border of the padded image at the start of `scratch` (`rows x cols`
+/// pixel vectors): the rows above and below the input's, the columns left and right of
+/// it. Every group of planes writes the inside only, so the border stays zero for all.
+fn zero_border(k: &LanesDepthwise, scratch: &mut [f32]) {
     let g = &k.g;
     let (rows, cols) = k.padded;
-    let (inside_rows, inside_cols) = (
-        g.pad_top..g.pad_top + g.in_h,
-        g.pad_left..g.pad_left + g.in_w,
-    );
-    for r in 0..rows {
-        for c in (0..cols).filter(|c| !inside_rows.contains(&r) || !inside_cols.contains(c)) {
-            scratch[(r * cols + c) * PLANES..][..PLANES].fill(0.0);
+    let inside_rows = g.pad_top..g.pad_top + g.in_h;
+    let (left, right) = (g.pad_left * PLANES, (g.pad_left + g.in_w) * PLANES);
+    let image = &mut scratch[..rows * cols * PLANES];
+    for (r, row) in image.chunks_exact_mut(cols * PLANES).enumerate() {
+        if inside_rows.contains(&r) {
+            row[..left].fill(0.0);
+            row[right..].fill(0.0);
+        } else {
+            row.fill(0.0);
         }
     }
 }
@@ -193,7 +187,8 @@ unsafe fn convolve(
             let n = (taps - t0).min(16);
             let mut block = [zero; 16];
             for (plane, row) in block.iter_mut().enumerate() {
-                *row = _mm512_maskz_loadu_ps(first(n), filters.as_ptr().add(plane * taps + t0));
+                *row =
+                    _mm512_maskz_loadu_ps(first_lanes(n), filters.as_ptr().add(plane * taps + t0));
             }
             for (t, tap) in transpose_16x16(block).iter().enumerate().take(n) {
                 _mm512_storeu_ps(weights.as_mut_ptr().add((t0 + t) * PLANES), *tap);
@@ -206,7 +201,8 @@ unsafe fn convolve(
             let n = (in_px - p0).min(16);
             let mut block = [zero; 16];
             for (plane, row) in block.iter_mut().enumerate() {
-                *row = _mm512_maskz_loadu_ps(first(n), input.as_ptr().add(plane * in_px + p0));
+                *row =
+                    _mm512_maskz_loadu_ps(first_lanes(n), input.as_ptr().add(plane * in_px + p0));
             }
             for pixel in &transpose_16x16(block)[..n] {
                 let at = (y + g.pad_top) * cols + x + g.pad_left;
@@ -255,7 +251,7 @@ unsafe fn convolve(
             }
             for (plane, values) in transpose_16x16(block).iter().enumerate() {
                 let to = output.as_mut_ptr().add(plane * out_px + p0);
-                _mm512_mask_storeu_ps(to, first(n), *values);
+                _mm512_mask_storeu_ps(to, first_lanes(n), *values);
             }
         }
     }

@@ -15,7 +15,7 @@
 //! depth of at most one block, so the two agree to the bit.
 
 use crate::conv::ConvGeometry;
-use crate::simd_x86::{Vector, Wide};
+use crate::simd_x86::{Vector, Wide, first_lanes};
 
 /// Rows (output channels) of a tile.
 pub(super) const TILE_ROWS: usize = 8;
@@ -138,8 +138,8 @@ unsafe fn tile(
     // SAFETY (every block below): AVX-512 F (the caller's promise).
     let (m0, m1) = unsafe {
         (
-            Wide::mask(lane_bits(first.cols)),
-            Wide::mask(lane_bits(second.cols)),
+            Wide::mask(first_lanes(first.cols)),
+            Wide::mask(first_lanes(second.cols)),
         )
     };
     let mut acc = [[unsafe { Wide::splat(0.0) }; 2]; TILE_ROWS];
@@ -180,10 +180,4 @@ unsafe fn tile(
                 .store_first(cr.wrapping_add(second.c), second.cols);
         }
     }
-}
-
-/// The mask of the first `n` (at most 16) lanes.
-#[inline(always)]
-fn lane_bits(n: usize) -> u16 {
-    ((1u32 << n.min(16)) - 1) as u16
 }
