@@ -7,10 +7,17 @@
 //! as whole aligned vectors, and each vector's left and right neighbours (the taps a
 //! column either side) are shifted a lane in registers (`valignd`) from the vectors
 //! beside it, zeros past the row's ends: a 512-bit load across a cache line costs about
-//! twice one inside it. The row's vectors are independent chains of fused multiply-adds
-//! whose latencies overlap (the square-filter kernel sums a column of rows for one
-//! vector, and its chains wait on one another's loads and permutes). Only the last
-//! vector of a row loads through a mask, worked out once per plane.
+//! twice one inside it (measured on a 2-vCPU AMD EPYC with a throwaway C loop: fused
+//! multiply-adds fed from an aligned buffer ran at 7.1 per ns, from the same buffer one
+//! float off at 3.9), and the square-filter kernel's shifted taps are such loads. The
+//! row's vectors are independent chains of fused multiply-adds whose latencies overlap
+//! (the square-filter kernel sums a column of rows for one vector, and its chains wait
+//! on one another's loads and permutes). Only the last vector of a row loads through a
+//! mask, worked out once per plane.
+//!
+//! Not measured on Intel when written (2026-12-07): its cores issue `valignd` on a port
+//! shared with an FMA unit, so the trade of loads across lines for shifts may weigh
+//! differently there (`bench/ab_minima.py` against the square kernel would say).
 //!
 //! Each output is the bias plus its taps in `(ky, kx)` order with fused multiply-adds, a
 //! column tap in the padding adding `0 * w` and a kernel row in the padding skipped, as
