@@ -69,7 +69,7 @@ fn run_request(
         if request.ignore_eos {
             runner.clear_eos_ids();
         }
-        runner.reset();
+        runner.reset()?;
         runner.generate(&ids, request.max_new_tokens, request.sampling, on_text)
     })();
     runner.clear_eos_ids();

@@ -192,7 +192,7 @@ fn load(args: &BenchArgs, threads: usize) -> anyhow::Result<Runner> {
 
 /// One prefill of `prompt` and `decode` model steps after it, from position 0.
 fn once(runner: &mut Runner, prompt: &[u64], decode: usize) -> anyhow::Result<GenerationStats> {
-    runner.reset();
+    runner.reset()?;
     let g = runner.generate(prompt, decode + 1, SamplingConfig::default(), &mut |_| {})?;
     if g.generated_token_ids.len() != decode + 1 {
         bail!(

@@ -69,7 +69,7 @@ pub fn main(args: ChatArgs) -> anyhow::Result<()> {
         .clone()
         .or_else(|| ChatTemplate::default_system_beside(&args.model.tokenizer));
     let context = runner.metadata().max_context_len;
-    let mut chat = Conversation::new(&mut runner, template, system);
+    let mut chat = Conversation::new(&mut runner, template, system)?;
     let on_full = match args.on_full {
         OnFullArg::Stop => OnFull::Stop,
         OnFullArg::DropOldest => OnFull::DropOldest,
@@ -107,13 +107,13 @@ pub fn main(args: ChatArgs) -> anyhow::Result<()> {
             match name {
                 "quit" | "exit" => break,
                 "reset" => {
-                    chat.reset(&mut runner);
+                    chat.reset(&mut runner)?;
                     eprintln!("[conversation reset]");
                 }
                 "system" => {
                     let text = rest.trim();
                     let system = (!text.is_empty()).then(|| text.to_string());
-                    chat.set_system(&mut runner, system);
+                    chat.set_system(&mut runner, system)?;
                     eprintln!("[system message set; conversation reset]");
                 }
                 _ => eprintln!("[unknown command /{name}: /reset, /system TEXT, /quit]"),

@@ -49,31 +49,39 @@ pub struct Conversation {
 impl Conversation {
     /// A new conversation; the template's end-of-turn tokens become stop tokens of
     /// `runner`, whose cache is reset.
-    pub fn new(runner: &mut Runner, template: ChatTemplate, system: Option<String>) -> Self {
+    pub fn new(
+        runner: &mut Runner,
+        template: ChatTemplate,
+        system: Option<String>,
+    ) -> Result<Self, LlmError> {
         runner.add_stop_tokens(template);
-        runner.reset();
-        Self {
+        runner.reset()?;
+        Ok(Self {
             template,
             system,
             turns: Vec::new(),
             pending: Vec::new(),
             started: false,
-        }
+        })
     }
 
     /// Forgets every turn (the system message stays) and empties the cache.
-    pub fn reset(&mut self, runner: &mut Runner) {
-        runner.reset();
+    pub fn reset(&mut self, runner: &mut Runner) -> Result<(), LlmError> {
         self.turns.clear();
         self.pending.clear();
         self.started = false;
+        runner.reset()
     }
 
     /// Sets the system message (`None`: none) and starts over: the system message opens
     /// the context, so the turns after it cannot be kept.
-    pub fn set_system(&mut self, runner: &mut Runner, system: Option<String>) {
+    pub fn set_system(
+        &mut self,
+        runner: &mut Runner,
+        system: Option<String>,
+    ) -> Result<(), LlmError> {
         self.system = system;
-        self.reset(runner);
+        self.reset(runner)
     }
 
     /// The system message.
@@ -151,7 +159,7 @@ impl Conversation {
                         prompt.extend_from_slice(t);
                     }
                     prompt.extend_from_slice(&user_ids);
-                    runner.reset();
+                    runner.reset()?;
                 }
             }
         }

@@ -37,6 +37,7 @@ mod error;
 mod metadata;
 mod runner;
 mod sampler;
+mod session;
 pub mod tokenizer;
 
 pub use chat::ChatTemplate;
@@ -48,4 +49,5 @@ pub use runner::{
     peak_rss_bytes,
 };
 pub use sampler::{Sampler, SamplingConfig, argmax};
+pub use session::{ForwardShape, PrefillPlan, ResumeReason, Session};
 pub use tokenizer::{StreamDecoder, Tokenizer, load_tokenizer, load_tokenizer_bytes};

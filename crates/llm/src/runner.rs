@@ -4,15 +4,15 @@
 use std::path::Path;
 use std::time::Instant;
 
-use etch_format::ScalarType;
-use etch_memory::counting::{CountingAllocator, count_allocations};
-use etch_runtime::{LoadMode, Method, Module};
-use half::{bf16, f16};
+use std::sync::atomic::AtomicBool;
 
+use crate::session::{ForwardShape, Session};
 use crate::{
     ChatTemplate, LlmError, LlmMetadata, Sampler, SamplingConfig, StreamDecoder, Tokenizer,
     load_tokenizer, tokenizer::TokenBytes,
 };
+use etch_memory::counting::{CountingAllocator, count_allocations};
+use etch_runtime::{LoadMode, Method, Module};
 
 /// Default cache budget of the runner's caching temp allocator.
 pub const DEFAULT_TEMP_CACHE_BYTES: usize = 16 * 1024 * 1024;
@@ -124,7 +124,7 @@ pub struct Generation {
 pub struct Runner {
     module: Module,
     /// The session of the model method, held directly: no lookup per token.
-    session: Method,
+    session: Session,
     method: String,
     metadata: LlmMetadata,
     tokenizer: Box<dyn Tokenizer>,
@@ -132,11 +132,6 @@ pub struct Runner {
     stream: StreamDecoder,
     eos_ids: Vec<u64>,
     vocab: usize,
-    logits: Vec<f32>,
-    token_buf: Vec<i64>,
-    pos_buf: Vec<i64>,
-    history: Vec<u64>,
-    pos: usize,
     load_ms: f64,
 }
 
@@ -219,8 +214,10 @@ impl Runner {
         if eos_ids.is_empty() {
             eos_ids = tokenizer.eos_ids().into_iter().map(u64::from).collect();
         }
-        let session = module.take_method(&method)?;
-        let chunk = metadata.max_prefill_chunk;
+        let session = Session::new(
+            module.take_method(&method)?,
+            ForwardShape::new(&metadata, vocab),
+        );
         let token_bytes = tokenizer.token_bytes()?;
         Ok(Self {
             stream: StreamDecoder::new(&token_bytes),
@@ -229,14 +226,9 @@ impl Runner {
             session,
             method,
             vocab,
-            logits: vec![0.0; vocab],
-            token_buf: Vec::with_capacity(chunk.max(1)),
-            pos_buf: Vec::with_capacity(chunk.max(1)),
-            history: Vec::with_capacity(metadata.max_context_len + 1),
             eos_ids,
             tokenizer,
             metadata,
-            pos: 0,
             load_ms: start.elapsed().as_secs_f64() * 1e3,
         })
     }
@@ -249,7 +241,7 @@ impl Runner {
 
     /// The session that runs the model method (for profiling and inspection).
     pub fn session_mut(&mut self) -> &mut Method {
-        &mut self.session
+        self.session.method_mut()
     }
 
     /// The name of the method that runs the model.
@@ -299,17 +291,17 @@ impl Runner {
         self.eos_ids.clear();
     }
 
-    /// Forgets the context (the next generate starts at position 0).
-    pub fn reset(&mut self) {
-        self.pos = 0;
-        self.history.clear();
+    /// Forgets the context (the next generate starts at position 0): every mutable
+    /// buffer of the program returns to its initial contents.
+    pub fn reset(&mut self) -> Result<(), LlmError> {
+        self.session.reset()
     }
 
     /// Tokens in the KV cache: the position the next `generate` continues from. The last
     /// token a generation returns is not in it yet (it had no model step): a caller that
     /// continues the conversation puts it first in the next prompt.
     pub fn position(&self) -> usize {
-        self.pos
+        self.session.position()
     }
 
     /// The bytes of every token id, as streaming detokenisation reads them.
@@ -326,87 +318,6 @@ impl Runner {
             .into_iter()
             .map(u64::from)
             .collect())
-    }
-
-    /// One forward call on `tokens` at the current position; the last position's logits
-    /// land in `self.logits`. Allocates nothing.
-    fn forward(&mut self, tokens: &[u64]) -> Result<(), LlmError> {
-        let n = tokens.len();
-        self.token_buf.clear();
-        for &t in tokens {
-            if t as usize >= self.vocab {
-                return Err(LlmError::TokenOutOfRange {
-                    id: t,
-                    vocab: self.vocab,
-                });
-            }
-            self.token_buf.push(t as i64);
-        }
-        let method = &mut self.session;
-        method.set_input_tensor(
-            0,
-            ScalarType::Long,
-            &[1, n],
-            bytemuck::cast_slice(&self.token_buf),
-        )?;
-        if self.metadata.forward_inputs > 1 {
-            self.pos_buf.clear();
-            if self.metadata.position_is_vector {
-                self.pos_buf
-                    .extend((self.pos..self.pos + n).map(|p| p as i64));
-                method.set_input_tensor(
-                    1,
-                    ScalarType::Long,
-                    &[n],
-                    bytemuck::cast_slice(&self.pos_buf),
-                )?;
-            } else {
-                self.pos_buf.push(self.pos as i64);
-                method.set_input_tensor(
-                    1,
-                    ScalarType::Long,
-                    &[1],
-                    bytemuck::cast_slice(&self.pos_buf),
-                )?;
-            }
-        }
-        method.execute()?;
-        let out = method.output_tensor(0)?;
-        let sizes = out.tensor.sizes();
-        let row = *sizes.last().unwrap_or(&0);
-        if row != self.vocab || out.tensor.numel() < row {
-            return Err(LlmError::Model(format!(
-                "logits of shape {sizes:?} do not end in the vocabulary size {}",
-                self.vocab
-            )));
-        }
-        let start = out.tensor.numel() - row;
-        let esize = out.tensor.dtype().element_size();
-        let bytes = &out.bytes[start * esize..];
-        match out.tensor.dtype() {
-            ScalarType::Float => {
-                for (d, c) in self.logits.iter_mut().zip(bytes.chunks_exact(4)) {
-                    *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                }
-            }
-            ScalarType::Half => {
-                for (d, c) in self.logits.iter_mut().zip(bytes.chunks_exact(2)) {
-                    *d = f16::from_le_bytes([c[0], c[1]]).to_f32();
-                }
-            }
-            ScalarType::BFloat16 => {
-                for (d, c) in self.logits.iter_mut().zip(bytes.chunks_exact(2)) {
-                    *d = bf16::from_le_bytes([c[0], c[1]]).to_f32();
-                }
-            }
-            other => {
-                return Err(LlmError::Model(format!(
-                    "logits of dtype {other} are not supported"
-                )));
-            }
-        }
-        self.pos += n;
-        Ok(())
     }
 
     /// Generates up to `max_new_tokens` after `prompt` (token ids), calling `on_text`
@@ -436,11 +347,11 @@ impl Runner {
             return Err(LlmError::EmptyPrompt);
         }
         let context = self.metadata.max_context_len;
-        if self.pos + prompt.len() >= context {
+        if self.position() + prompt.len() >= context {
             return Err(LlmError::PromptTooLong {
                 prompt_tokens: prompt.len(),
                 context,
-                position: self.pos,
+                position: self.position(),
             });
         }
         let mut sampler = Sampler::new(self.vocab, sampling)?;
@@ -451,19 +362,16 @@ impl Runner {
             ..Default::default()
         };
         let start = Instant::now();
-        for chunk in prompt.chunks(self.metadata.max_prefill_chunk.max(1)) {
-            self.forward(chunk)?;
-            stats.prefill_calls += 1;
-        }
-        self.history.extend_from_slice(prompt);
+        let never = AtomicBool::new(false);
+        stats.prefill_calls = self.session.prefill(prompt, &never)?;
         let t = Instant::now();
-        let mut token = sampler.sample(&mut self.logits, &self.history) as u64;
+        let mut token = sample(&mut sampler, &mut self.session) as u64;
         stats.sampling_ms += t.elapsed().as_secs_f64() * 1e3;
         stats.prefill_ms = start.elapsed().as_secs_f64() * 1e3;
         stats.time_to_first_token_ms = stats.prefill_ms;
 
         // Every buffer of the loop is sized up front: steady-state steps allocate nothing.
-        let most_tokens = max_new_tokens.min(context - self.pos + 1);
+        let most_tokens = max_new_tokens.min(context - self.position() + 1);
         let mut generated = Vec::with_capacity(most_tokens);
         // A token's text is at most 3 bytes per byte (U+FFFD for each invalid byte).
         let mut text = String::with_capacity(most_tokens * 3 * self.token_bytes.longest().max(1));
@@ -478,7 +386,6 @@ impl Runner {
             let before = CountingAllocator::global_counts();
             let (step, local) = count_allocations(|| -> Result<Option<StopReason>, LlmError> {
                 generated.push(token);
-                self.history.push(token);
                 if self.eos_ids.contains(&token) {
                     return Ok(Some(StopReason::Eos));
                 }
@@ -490,12 +397,12 @@ impl Runner {
                 if generated.len() >= max_new_tokens {
                     return Ok(Some(StopReason::MaxNewTokens));
                 }
-                if self.pos >= context {
+                if self.position() >= context {
                     return Ok(Some(StopReason::ContextFull));
                 }
-                self.forward(&[token])?;
+                self.session.decode(token)?;
                 let t = Instant::now();
-                token = sampler.sample(&mut self.logits, &self.history) as u64;
+                token = sample(&mut sampler, &mut self.session) as u64;
                 stats.sampling_ms += t.elapsed().as_secs_f64() * 1e3;
                 Ok(None)
             });
@@ -517,7 +424,6 @@ impl Runner {
         };
         // The last token had no model step: the KV cache (and so the history the
         // sampler penalises) ends before it.
-        self.history.pop();
         let tail = self.stream.finish();
         if !tail.is_empty() {
             on_text(tail);
@@ -536,9 +442,10 @@ impl Runner {
             && counted_steps > 0)
             .then(|| counted_allocs as f64 / counted_steps as f64);
         stats.peak_rss_bytes = peak_rss_bytes();
-        stats.planned_bytes = self.session.planned_bytes() + self.module.planned_bytes();
-        stats.folded_bytes = self.session.plan().folded_bytes();
-        let temp = self.session.temp_allocator_stats();
+        let method = self.session.method();
+        stats.planned_bytes = method.planned_bytes() + self.module.planned_bytes();
+        stats.folded_bytes = method.plan().folded_bytes();
+        let temp = method.temp_allocator_stats();
         stats.temp_allocator_hits = temp.hits;
         stats.temp_allocator_misses = temp.misses;
         stats.temp_allocator_peak_bytes = temp.peak_bytes_live;
@@ -550,4 +457,10 @@ impl Runner {
             stats,
         })
     }
+}
+
+/// Samples the next token from a session's last logits, penalising its resident tokens.
+pub(crate) fn sample(sampler: &mut Sampler, session: &mut Session) -> u32 {
+    let (logits, resident) = session.logits_and_resident();
+    sampler.sample(logits, resident)
 }

@@ -40,7 +40,7 @@ fn runner(program: &Program) -> Runner {
 
 fn tokens(runner: &mut Runner, t: usize, k: usize) -> Vec<u64> {
     let (prompt, sampling) = job(t, k);
-    runner.reset();
+    runner.reset().unwrap();
     runner
         .generate(&prompt, 6, sampling, &mut |_| {})
         .expect("generation")

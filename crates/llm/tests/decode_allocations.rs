@@ -14,7 +14,7 @@ use etch_memory::counting::CountingAllocator;
 /// Heap allocations of the whole process during one `generate` of exactly `n` tokens
 /// from position 0, text streamed into a writer as the CLI streams it to stdout.
 fn allocations_of_a_generate(r: &mut etch_llm::Runner, prompt: &[u64], n: usize) -> u64 {
-    r.reset();
+    r.reset().unwrap();
     let mut out = std::io::sink();
     let before = CountingAllocator::global_counts();
     let g = r

@@ -16,7 +16,7 @@ fn long_prompts_are_chunked_and_the_context_limit_is_reported() {
     assert_eq!(g.stop_reason, StopReason::ContextFull);
     assert_eq!(prompt.len() + g.generated_token_ids.len(), 64 + 1);
 
-    r.reset();
+    r.reset().unwrap();
     let too_long: Vec<u64> = vec![1; 64];
     assert!(matches!(
         r.generate(&too_long, 4, SamplingConfig::default(), &mut |_| {}),

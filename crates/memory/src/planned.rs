@@ -118,6 +118,18 @@ impl PlannedMemory {
             })
     }
 
+    /// A span over each whole planned buffer, in memory-id order.
+    pub fn whole_buffers(&self) -> Vec<Span> {
+        self.buffers
+            .iter()
+            .map(|&(region, len)| Span {
+                region,
+                offset: 0,
+                len,
+            })
+            .collect()
+    }
+
     /// The storage region of memory id `memory_id`.
     pub fn region(&self, memory_id: usize) -> Result<RegionId, PlanError> {
         Ok(self.buffer(memory_id)?.0)

@@ -228,7 +228,7 @@ fn main() -> anyhow::Result<()> {
         for &id in &model_eos {
             runner.add_eos_id(id);
         }
-        let mut chat = Conversation::new(&mut runner, template, None);
+        let mut chat = Conversation::new(&mut runner, template, None)?;
         progress.context_resets += 1;
         for user in USER_TURNS {
             seed += 1;
@@ -255,7 +255,7 @@ fn main() -> anyhow::Result<()> {
             break;
         }
         // Generate phase: cache reset, no stop tokens, continue until the context is full.
-        runner.reset();
+        runner.reset()?;
         runner.clear_eos_ids();
         progress.context_resets += 1;
         let mut prompt = runner.encode(GENERATE_PROMPT)?;

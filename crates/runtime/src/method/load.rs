@@ -29,6 +29,16 @@ pub(super) struct Loader<'a> {
     pub(super) storage: Storage,
     pub(super) planned: Option<PlannedMemory>,
     pub(super) program_region: Option<RegionId>,
+    /// Mutable buffers with initial contents in the file: where each lives in planned
+    /// memory and where its initial bytes are in the program's region.
+    pub(super) mutable_inits: Vec<MutableInit>,
+}
+
+/// A planned tensor whose initial bytes come from the file's mutable data segment.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MutableInit {
+    pub(super) planned: Span,
+    pub(super) initial: Span,
 }
 
 impl Loader<'_> {
@@ -91,6 +101,15 @@ impl Loader<'_> {
                             what: e.to_string(),
                         })?
                         .copy_from_slice(init);
+                    let region = self.program_region();
+                    self.mutable_inits.push(MutableInit {
+                        planned: span,
+                        initial: Span {
+                            region,
+                            offset: range.offset,
+                            len: range.len,
+                        },
+                    });
                 }
                 Some(span)
             }
@@ -450,6 +469,7 @@ impl Method {
             storage,
             planned: Some(planned),
             program_region: None,
+            mutable_inits: Vec::new(),
         };
 
         let mut is_input = vec![false; file_plan.values.len()];
@@ -474,7 +494,14 @@ impl Method {
                     .and_then(|t| t.data())
             })
             .collect();
+        let planned_spans = loader
+            .planned
+            .as_ref()
+            .map(|p| p.whole_buffers())
+            .unwrap_or_default();
         Ok(Method {
+            planned_spans,
+            mutable_inits: loader.mutable_inits,
             input_set: vec![false; file_plan.inputs.len()],
             plan,
             storage: loader.storage,

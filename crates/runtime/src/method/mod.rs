@@ -12,6 +12,8 @@ use std::sync::Arc;
 use etch_kernels::{DelegateHandle, DelegateSummary, EValue, Epilogue, KernelFn, ThreadPool};
 use etch_memory::{AllocatorStats, MemoryAllocator, MemoryBudget, Storage};
 
+use crate::RuntimeError;
+
 pub use io::TensorView;
 
 /// The instructions folding at load removed from a method, by kind
@@ -240,6 +242,10 @@ pub struct Method {
     temp: Option<Box<dyn MemoryAllocator>>,
     stats: MethodStats,
     profile: Option<Vec<InstructionProfile>>,
+    /// Each planned buffer whole (what [`Method::reset_state`] clears).
+    planned_spans: Vec<etch_memory::Span>,
+    /// Mutable buffers with initial contents in the file.
+    mutable_inits: Vec<load::MutableInit>,
     /// The planned memory, held against the program's memory budget.
     _planned_reservation: etch_memory::Reservation,
 }
@@ -308,6 +314,38 @@ impl Method {
     /// Per-instruction measurements since profiling was turned on.
     pub fn profile(&self) -> Option<&[InstructionProfile]> {
         self.profile.as_deref()
+    }
+
+    /// Returns the session's state to what it was at creation: every planned buffer is
+    /// zeroed (KV caches, and the convolution and recurrent state hybrid models keep in
+    /// mutable buffers that no instruction clears), then the mutable buffers the file
+    /// gives initial contents get them again. Inputs must be set again before the next
+    /// `execute`.
+    pub fn reset_state(&mut self) -> Result<(), RuntimeError> {
+        let method = &self.plan.name;
+        let invalid = |what: String| RuntimeError::InvalidValue {
+            method: method.clone(),
+            value: 0,
+            what,
+        };
+        for &span in &self.planned_spans {
+            self.storage
+                .bytes_mut(span)
+                .map_err(|e| invalid(format!("planned memory: {e}")))?
+                .fill(0);
+        }
+        let access = self.storage.access();
+        for init in &self.mutable_inits {
+            let from = access
+                .bytes(init.initial)
+                .map_err(|e| invalid(format!("initial mutable data: {e}")))?;
+            access
+                .bytes_mut(init.planned)
+                .map_err(|e| invalid(format!("mutable buffer: {e}")))?
+                .copy_from_slice(from);
+        }
+        self.input_set.iter_mut().for_each(|s| *s = false);
+        Ok(())
     }
 
     /// The current value table (for debugging and tools).

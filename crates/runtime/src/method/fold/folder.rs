@@ -52,6 +52,7 @@ impl<'a> Folder<'a> {
             storage: Storage::new(),
             planned: None,
             program_region: None,
+            mutable_inits: Vec::new(),
         };
         let mut values = Vec::with_capacity(plan.values.len());
         let mut constant = Vec::with_capacity(plan.values.len());
