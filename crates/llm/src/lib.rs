@@ -33,15 +33,21 @@
 
 mod chat;
 mod conversation;
+mod engine;
 mod error;
 mod metadata;
 mod runner;
 mod sampler;
 mod session;
+mod stop;
 pub mod tokenizer;
 
 pub use chat::ChatTemplate;
 pub use conversation::{Conversation, OnFull, Turn};
+pub use engine::{
+    ActiveTurn, Completion, END_OF_TURN_TOKENS, Engine, EngineOptions, FinishReason, SessionError,
+    TurnError, TurnRequest,
+};
 pub use error::LlmError;
 pub use metadata::LlmMetadata;
 pub use runner::{
@@ -50,4 +56,5 @@ pub use runner::{
 };
 pub use sampler::{Sampler, SamplingConfig, argmax};
 pub use session::{ForwardShape, PrefillPlan, ResumeReason, Session};
+pub use stop::StopStrings;
 pub use tokenizer::{StreamDecoder, Tokenizer, load_tokenizer, load_tokenizer_bytes};

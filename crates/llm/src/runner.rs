@@ -135,6 +135,29 @@ pub struct Runner {
     load_ms: f64,
 }
 
+/// A loaded LLM without a session: what every session of it shares.
+pub(crate) struct LoadedModel {
+    pub(crate) module: Module,
+    pub(crate) method: String,
+    pub(crate) metadata: LlmMetadata,
+    pub(crate) tokenizer: Box<dyn Tokenizer>,
+    pub(crate) token_bytes: TokenBytes,
+    pub(crate) eos_ids: Vec<u64>,
+    pub(crate) vocab: usize,
+}
+
+impl LoadedModel {
+    /// A new session of the model method: its own planned memory (held against the
+    /// program's memory budget) and temp allocator.
+    pub(crate) fn new_session(&self) -> Result<Session, LlmError> {
+        let method = self.module.program().method(&self.method)?;
+        Ok(Session::new(
+            method,
+            ForwardShape::new(&self.metadata, self.vocab),
+        ))
+    }
+}
+
 /// Peak resident memory of this process (Linux `VmHWM`).
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -231,6 +254,22 @@ impl Runner {
             metadata,
             load_ms: start.elapsed().as_secs_f64() * 1e3,
         })
+    }
+
+    /// Takes the runner apart: the loaded model, and the session of its model method.
+    pub(crate) fn into_parts(self) -> (LoadedModel, Session) {
+        (
+            LoadedModel {
+                module: self.module,
+                method: self.method,
+                metadata: self.metadata,
+                tokenizer: self.tokenizer,
+                token_bytes: self.token_bytes,
+                eos_ids: self.eos_ids,
+                vocab: self.vocab,
+            },
+            self.session,
+        )
     }
 
     /// The underlying module (metadata methods; the model method's session is

@@ -1,0 +1,539 @@
+//! The session engine: named sessions on one loaded program (weights once, a KV cache
+//! and mutable buffers each) plus an anonymous scratch session, and turns -- one
+//! request's prefill then decode -- stepped one token at a time, so that a server can
+//! interleave them and stop any between steps.
+//!
+//! Token accounting follows the official LLM server's worker: a turn's prompt is
+//! prefilled (only its new suffix when it extends the session's resident tokens), then
+//! every generated token that is not an end-of-sequence token is emitted *and* stepped
+//! through the model, so that after a turn the session holds the prompt and the reply:
+//! the next prompt, which repeats both, resumes warm. An end-of-sequence token is
+//! neither counted nor stepped.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use crate::runner::{LoadedModel, sample};
+use crate::{
+    LlmError, LlmMetadata, PrefillPlan, ResumeReason, Runner, Sampler, SamplingConfig, Session,
+    StopStrings, StreamDecoder, Tokenizer,
+};
+
+/// End-of-turn tokens of the common chat formats: generation ends at any of them that
+/// the tokenizer has as a token of its own, as it does at end-of-sequence.
+pub const END_OF_TURN_TOKENS: &[&str] = &[
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|end_of_text|>",
+    "<|endoftext|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "</s>",
+];
+
+/// Why a session could not be had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// The engine keeps no named sessions (capacity 1: the scratch session only).
+    #[error("this engine hosts a single session; omit the session id")]
+    Unsupported,
+    /// Every named session slot is taken, or the memory budget has no room for another.
+    #[error("session capacity exhausted ({named} named sessions open): {reason}")]
+    CapacityExhausted { named: usize, reason: String },
+    /// The session is running a turn.
+    #[error("session {0:?} is busy with another request")]
+    Busy(String),
+}
+
+/// Why a turn could not start or go on.
+#[derive(Debug, thiserror::Error)]
+pub enum TurnError {
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The prompt leaves no room to generate in the context.
+    #[error(
+        "the prompt has {prompt_tokens} tokens and the model's context holds {context}: no room to generate"
+    )]
+    ContextExceeded {
+        prompt_tokens: usize,
+        context: usize,
+    },
+    #[error(transparent)]
+    Llm(#[from] LlmError),
+}
+
+/// How an engine is sized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// Sessions in all, the scratch session included: named sessions get the rest.
+    pub max_sessions: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self { max_sessions: 4 }
+    }
+}
+
+/// One request for a turn.
+#[derive(Debug, Clone)]
+pub struct TurnRequest {
+    /// The named session to run in (opened if needed); `None`: the scratch session,
+    /// which starts over every time.
+    pub session: Option<String>,
+    /// The whole prompt's token ids (a named session prefills only what extends its
+    /// resident tokens).
+    pub prompt: Vec<u64>,
+    /// Most tokens to generate; `None` (or more than the context has room for): as
+    /// many as fit.
+    pub max_new_tokens: Option<usize>,
+    pub sampling: SamplingConfig,
+    /// Text that ends the turn where it appears (it is not emitted).
+    pub stop: Vec<String>,
+}
+
+/// Why a turn ended, as OpenAI names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// End of sequence, a stop string, or a cancel.
+    Stop,
+    /// `max_new_tokens` (or the context) ran out.
+    Length,
+}
+
+/// The result of a finished turn.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Completion {
+    pub prompt_tokens: usize,
+    /// Tokens generated, end-of-sequence not counted.
+    pub completion_tokens: usize,
+    pub finish_reason: FinishReason,
+    pub reused_prompt_tokens: usize,
+    pub prefilled_prompt_tokens: usize,
+    pub session_reset_reason: ResumeReason,
+    /// The generated tokens; `None` when a stop string or a cancel cut the turn (the
+    /// session is then dirty).
+    pub generated_token_ids: Option<Vec<u64>>,
+    pub cancelled: bool,
+    /// A stop string ended the turn.
+    pub stopped_by_string: bool,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    pub total_ms: f64,
+}
+
+impl Completion {
+    /// Prefilled tokens per second.
+    pub fn prefill_tokens_per_second(&self) -> f64 {
+        per_second(self.prefilled_prompt_tokens, self.prefill_ms)
+    }
+
+    /// Generated tokens per second.
+    pub fn decode_tokens_per_second(&self) -> f64 {
+        per_second(self.completion_tokens, self.decode_ms)
+    }
+}
+
+fn per_second(count: usize, ms: f64) -> f64 {
+    if ms > 0.0 {
+        count as f64 * 1e3 / ms
+    } else {
+        0.0
+    }
+}
+
+struct Slot {
+    /// `None`: the scratch session.
+    name: Option<String>,
+    session: Session,
+    busy: bool,
+}
+
+/// Named sessions and a scratch session over one loaded model.
+pub struct Engine {
+    model: LoadedModel,
+    slots: Vec<Slot>,
+    max_sessions: usize,
+    eos_ids: Vec<u64>,
+}
+
+/// A turn in progress: started by [`Engine::start`], advanced by [`Engine::step`].
+pub struct ActiveTurn {
+    slot: usize,
+    sampler: Sampler,
+    stream: StreamDecoder,
+    stops: StopStrings,
+    max_new: usize,
+    generated: Vec<u64>,
+    cancel: Arc<AtomicBool>,
+    plan: PrefillPlan,
+    prompt_tokens: usize,
+    started: Instant,
+    decode_started: Instant,
+    prefill_ms: f64,
+}
+
+impl ActiveTurn {
+    /// Tokens generated so far.
+    pub fn generated(&self) -> usize {
+        self.generated.len()
+    }
+
+    /// The flag that cancels this turn at its next step.
+    pub fn cancel_flag(&self) -> &Arc<AtomicBool> {
+        &self.cancel
+    }
+}
+
+impl Engine {
+    /// An engine over a loaded runner: its session becomes the scratch session; the
+    /// template end-of-turn tokens the tokenizer has end turns as end-of-sequence does.
+    pub fn new(runner: Runner, options: EngineOptions) -> Self {
+        let (model, scratch) = runner.into_parts();
+        let mut eos_ids = model.eos_ids.clone();
+        let tokenizer = &*model.tokenizer;
+        eos_ids.extend(
+            tokenizer
+                .eos_ids()
+                .into_iter()
+                .chain(
+                    END_OF_TURN_TOKENS
+                        .iter()
+                        .filter_map(|t| tokenizer.token_id(t)),
+                )
+                .map(u64::from),
+        );
+        eos_ids.sort_unstable();
+        eos_ids.dedup();
+        Self {
+            model,
+            slots: vec![Slot {
+                name: None,
+                session: scratch,
+                busy: false,
+            }],
+            max_sessions: options.max_sessions.max(1),
+            eos_ids,
+        }
+    }
+
+    /// The model's metadata.
+    pub fn metadata(&self) -> &LlmMetadata {
+        &self.model.metadata
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &dyn Tokenizer {
+        &*self.model.tokenizer
+    }
+
+    /// The module the sessions run on (its program, thread pool, memory budget).
+    pub fn module(&self) -> &etch_runtime::Module {
+        &self.model.module
+    }
+
+    /// Tokenises text as given (no BOS added; special tokens written in it recognised).
+    pub fn encode(&self, text: &str) -> Result<Vec<u64>, LlmError> {
+        Ok(self
+            .model
+            .tokenizer
+            .encode(text)?
+            .into_iter()
+            .map(u64::from)
+            .collect())
+    }
+
+    /// Token ids that end a turn.
+    pub fn eos_ids(&self) -> &[u64] {
+        &self.eos_ids
+    }
+
+    /// Sessions in all (the scratch session included).
+    pub fn max_sessions(&self) -> usize {
+        self.max_sessions
+    }
+
+    /// Named sessions the engine can hold.
+    pub fn max_named_sessions(&self) -> usize {
+        self.max_sessions - 1
+    }
+
+    /// Named sessions open now.
+    pub fn named_sessions(&self) -> usize {
+        self.slots.iter().filter(|s| s.name.is_some()).count()
+    }
+
+    /// Whether a named session is open.
+    pub fn has_session(&self, name: &str) -> bool {
+        self.find(name).is_some()
+    }
+
+    /// Whether the session a request would run in is free now.
+    pub fn is_free(&self, session: Option<&str>) -> bool {
+        match session {
+            None => !self.slots[0].busy,
+            Some(name) => self.find(name).is_none_or(|i| !self.slots[i].busy),
+        }
+    }
+
+    fn find(&self, name: &str) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.name.as_deref() == Some(name))
+    }
+
+    /// Opens a named session (an open one is left as it is). Its planned memory is
+    /// allocated now, against the program's memory budget.
+    pub fn open(&mut self, name: &str) -> Result<(), SessionError> {
+        if self.find(name).is_some() {
+            return Ok(());
+        }
+        if self.max_named_sessions() == 0 {
+            return Err(SessionError::Unsupported);
+        }
+        let named = self.named_sessions();
+        if named >= self.max_named_sessions() {
+            return Err(SessionError::CapacityExhausted {
+                named,
+                reason: format!("the engine holds at most {}", self.max_named_sessions()),
+            });
+        }
+        let session = self
+            .model
+            .new_session()
+            .map_err(|e| SessionError::CapacityExhausted {
+                named,
+                reason: e.to_string(),
+            })?;
+        self.slots.push(Slot {
+            name: Some(name.to_string()),
+            session,
+            busy: false,
+        });
+        Ok(())
+    }
+
+    /// Closes a named session, freeing its memory; `false` if it was not open.
+    pub fn close(&mut self, name: &str) -> Result<bool, SessionError> {
+        match self.find(name) {
+            None => Ok(false),
+            Some(i) if self.slots[i].busy => Err(SessionError::Busy(name.to_string())),
+            Some(i) => {
+                self.slots.remove(i);
+                Ok(true)
+            }
+        }
+    }
+
+    /// Empties a named session (kept open); `false` if it was not open.
+    pub fn reset(&mut self, name: &str) -> Result<bool, TurnError> {
+        match self.find(name) {
+            None => Ok(false),
+            Some(i) if self.slots[i].busy => Err(SessionError::Busy(name.to_string()).into()),
+            Some(i) => {
+                self.slots[i].session.reset()?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// The tokens resident in a named session.
+    pub fn resident_tokens(&self, name: &str) -> Option<&[u64]> {
+        self.find(name)
+            .map(|i| self.slots[i].session.resident_tokens())
+    }
+
+    /// Starts a turn: takes its session, plans and runs the prefill (checking `cancel`
+    /// between chunks). The turn then decodes through [`Engine::step`]; a cancel during
+    /// prefill ends it at its first step.
+    pub fn start(
+        &mut self,
+        request: &TurnRequest,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<ActiveTurn, TurnError> {
+        let started = Instant::now();
+        if request.prompt.is_empty() {
+            return Err(LlmError::EmptyPrompt.into());
+        }
+        let context = self.metadata().max_context_len;
+        let prompt_tokens = request.prompt.len();
+        let room = context.saturating_sub(prompt_tokens);
+        if room == 0 {
+            return Err(TurnError::ContextExceeded {
+                prompt_tokens,
+                context,
+            });
+        }
+        let max_new = match request.max_new_tokens {
+            Some(n) if n > 0 => n.min(room),
+            _ => room,
+        };
+        let sampler = Sampler::new(self.model.vocab, request.sampling)?;
+        let slot = match &request.session {
+            None => 0,
+            Some(name) => {
+                self.open(name)?;
+                self.find(name).unwrap_or(0)
+            }
+        };
+        if self.slots[slot].busy {
+            let name = self.slots[slot].name.clone().unwrap_or_default();
+            return Err(SessionError::Busy(name).into());
+        }
+        let session = &mut self.slots[slot].session;
+        // The scratch session always starts over.
+        let plan = if slot == 0 {
+            session.reset()?;
+            PrefillPlan {
+                reason: ResumeReason::New,
+                reused: 0,
+            }
+        } else {
+            session.prepare(&request.prompt)?
+        };
+        let token_bytes = &self.model.token_bytes;
+        let mut turn = ActiveTurn {
+            slot,
+            sampler,
+            stream: StreamDecoder::new(token_bytes),
+            stops: StopStrings::new(&request.stop),
+            max_new,
+            generated: Vec::with_capacity(max_new.min(context)),
+            cancel,
+            plan,
+            prompt_tokens,
+            started,
+            decode_started: started,
+            prefill_ms: 0.0,
+        };
+        match session.prefill(&request.prompt[plan.reused..], &turn.cancel) {
+            // Delivered at the first step, as a cancelled turn.
+            Ok(_) | Err(LlmError::Cancelled) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.slots[slot].busy = true;
+        turn.prefill_ms = started.elapsed().as_secs_f64() * 1e3;
+        turn.decode_started = Instant::now();
+        Ok(turn)
+    }
+
+    /// One decode step of `turn`: samples a token, hands its text (complete UTF-8,
+    /// stop strings held back) to `on_text`, and steps it through the model. Returns the
+    /// completion once the turn has ended; the turn's session is then free again.
+    pub fn step(
+        &mut self,
+        turn: &mut ActiveTurn,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Option<Completion>, TurnError> {
+        let result = self.step_inner(turn, on_text);
+        if !matches!(result, Ok(None)) {
+            if let Some(slot) = self.slots.get_mut(turn.slot) {
+                slot.busy = false;
+                if result.is_err() {
+                    slot.session.set_dirty(true);
+                }
+            }
+        }
+        result
+    }
+
+    fn step_inner(
+        &mut self,
+        turn: &mut ActiveTurn,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Option<Completion>, TurnError> {
+        let token_bytes = &self.model.token_bytes;
+        let slot = &mut self.slots[turn.slot];
+        let session = &mut slot.session;
+        if turn.cancel.load(Ordering::Relaxed) || session.is_dirty() {
+            // A cancel (now or during prefill) leaves what was said unsaid.
+            flush(turn, on_text);
+            session.set_dirty(true);
+            return Ok(Some(finish(turn, FinishReason::Stop, true, false)));
+        }
+        let token = u64::from(sample(&mut turn.sampler, session));
+        if self.eos_ids.contains(&token) {
+            flush(turn, on_text);
+            return Ok(Some(finish(turn, FinishReason::Stop, false, false)));
+        }
+        turn.generated.push(token);
+        let piece = turn.stream.push(token_bytes, token as u32)?;
+        let (text, hit) = turn.stops.push(piece);
+        if !text.is_empty() {
+            on_text(text);
+        }
+        if hit {
+            session.set_dirty(true);
+            return Ok(Some(finish(turn, FinishReason::Stop, false, true)));
+        }
+        session.decode(token)?;
+        if turn.generated.len() >= turn.max_new {
+            flush(turn, on_text);
+            return Ok(Some(finish(turn, FinishReason::Length, false, false)));
+        }
+        Ok(None)
+    }
+
+    /// Runs a turn to its end (start, then steps), for callers that serve one request
+    /// at a time.
+    pub fn run(
+        &mut self,
+        request: &TurnRequest,
+        cancel: Arc<AtomicBool>,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Completion, TurnError> {
+        let mut turn = self.start(request, cancel)?;
+        loop {
+            if let Some(done) = self.step(&mut turn, on_text)? {
+                return Ok(done);
+            }
+        }
+    }
+
+    /// Abandons a turn (its client is gone): the session is free again and dirty.
+    pub fn abandon(&mut self, turn: ActiveTurn) {
+        if let Some(slot) = self.slots.get_mut(turn.slot) {
+            slot.busy = false;
+            slot.session.set_dirty(true);
+        }
+    }
+}
+
+/// Releases the text held back for an incomplete character or a possible stop string.
+fn flush(turn: &mut ActiveTurn, on_text: &mut dyn FnMut(&str)) {
+    let tail = turn.stream.finish();
+    let (text, _) = turn.stops.push(tail);
+    if !text.is_empty() {
+        on_text(text);
+    }
+    let rest = turn.stops.flush();
+    if !rest.is_empty() {
+        on_text(rest);
+    }
+}
+
+fn finish(
+    turn: &mut ActiveTurn,
+    reason: FinishReason,
+    cancelled: bool,
+    by_string: bool,
+) -> Completion {
+    let decode_ms = turn.decode_started.elapsed().as_secs_f64() * 1e3;
+    let cut = cancelled || by_string;
+    Completion {
+        prompt_tokens: turn.prompt_tokens,
+        completion_tokens: turn.generated.len(),
+        finish_reason: reason,
+        reused_prompt_tokens: turn.plan.reused,
+        prefilled_prompt_tokens: turn.prompt_tokens - turn.plan.reused,
+        session_reset_reason: turn.plan.reason,
+        generated_token_ids: (!cut).then(|| std::mem::take(&mut turn.generated)),
+        cancelled,
+        stopped_by_string: by_string,
+        prefill_ms: turn.prefill_ms,
+        decode_ms,
+        total_ms: turn.started.elapsed().as_secs_f64() * 1e3,
+    }
+}
