@@ -1,6 +1,7 @@
 //! Tokenizers: Hugging Face `tokenizer.json`, tiktoken-style BPE files (Llama 3) and the
 //! llama2.c binary format, behind one trait, plus streaming detokenisation.
 
+mod byte_level;
 mod hf;
 mod ids_only;
 mod llama2c;
@@ -10,6 +11,7 @@ mod token_bytes;
 
 use std::path::Path;
 
+pub use byte_level::byte_level_tokenizer_json;
 pub use hf::HfTokenizer;
 pub use ids_only::IdsOnlyTokenizer;
 pub use llama2c::Llama2cTokenizer;

@@ -1,0 +1,11 @@
+//! Serving etch LLMs to applications.
+//!
+//! * [`worker`]: `etch-worker`, the model worker that ExecuTorch's own OpenAI-compatible
+//!   server (`executorch` 1.5.1 on PyPI) spawns with `--worker-bin`.
+//! * [`http`]: `etch serve`, an OpenAI-compatible HTTP server of etch's own.
+//!
+//! Both drive one [`etch_llm::Engine`]: named sessions with warm resume on one loaded
+//! program.
+
+pub mod http;
+pub mod worker;
