@@ -36,6 +36,8 @@ pub enum LlmError {
     },
     #[error("token id {id} is outside the model's vocabulary of {vocab}")]
     TokenOutOfRange { id: u64, vocab: usize },
+    #[error("{0}")]
+    Template(String),
     #[error("cancelled")]
     Cancelled,
     #[error("invalid sampling setting: {0}")]

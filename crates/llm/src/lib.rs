@@ -35,6 +35,7 @@ mod chat;
 mod conversation;
 mod engine;
 mod error;
+mod jinja;
 mod metadata;
 mod runner;
 mod sampler;
@@ -49,6 +50,7 @@ pub use engine::{
     TurnError, TurnRequest,
 };
 pub use error::LlmError;
+pub use jinja::{JinjaChatTemplate, MAX_RENDERED_BYTES, MAX_TEMPLATE_BYTES, TEMPLATE_FUEL};
 pub use metadata::LlmMetadata;
 pub use runner::{
     DEFAULT_TEMP_CACHE_BYTES, Generation, GenerationStats, Runner, RunnerOptions, StopReason,
