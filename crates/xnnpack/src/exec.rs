@@ -13,7 +13,8 @@ use rayon::prelude::*;
 
 use crate::dims::{Dims, MAX_DIMS};
 use crate::elementwise::{self, BroadcastOperands};
-use crate::plan::{ALIGN_ELEMS, Bias, ConvKind, ConvOp, Filter, Loc, Op, Plan, PoolOp};
+use crate::plan::{ALIGN_ELEMS, ConvKind, ConvOp, Filter, Loc, Op, Plan, PoolOp};
+use crate::plan_builder::Bias;
 use crate::qs8;
 use crate::quantize;
 use crate::shape;

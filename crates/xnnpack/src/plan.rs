@@ -8,7 +8,8 @@ use etch_linalg::{PackedB, RhsF32, dispatch};
 
 use crate::call_cache::CallCache;
 use crate::dims::Dims;
-use crate::parse::{GraphDef, NodeDef, Params, Window, invalid};
+use crate::graph::{GraphDef, NodeDef, Params, Window, invalid};
+use crate::plan_builder::{Bias, Builder, f32_data, f32_view};
 use crate::schema::{
     FLAG_ALIGN_CORNERS, FLAG_KEEP_DIMS, FLAG_TENSORFLOW_LEGACY_MODE, FLAG_TRANSPOSE_WEIGHTS,
     NodeKind,
@@ -95,14 +96,6 @@ impl Filter {
             } => RhsF32::KN(value),
         }
     }
-}
-
-/// A bias operand.
-#[derive(Debug, Clone)]
-pub enum Bias {
-    None,
-    Packed(Vec<f32>),
-    Value(usize),
 }
 
 /// Which convolution.
@@ -445,68 +438,7 @@ impl Plan {
     }
 }
 
-fn f32_data(bytes: &[u8]) -> Vec<f32> {
-    bytemuck::pod_collect_to_vec(bytes)
-}
-
-/// `bytes` as f32 values: borrowed when they are aligned (no second copy of a large
-/// weight while it is packed), copied otherwise.
-fn f32_view(bytes: &[u8]) -> std::borrow::Cow<'_, [f32]> {
-    match bytemuck::try_cast_slice::<u8, f32>(bytes) {
-        Ok(values) => std::borrow::Cow::Borrowed(values),
-        Err(_) => std::borrow::Cow::Owned(f32_data(bytes)),
-    }
-}
-
-pub(crate) struct Builder<'g> {
-    pub(crate) graph: &'g GraphDef,
-    /// Whether a constant is read as an ordinary operand somewhere.
-    plain_use: Vec<bool>,
-    pub(crate) packed_bytes: usize,
-}
-
-impl<'g> Builder<'g> {
-    pub(crate) fn field(&self, i: usize, node: &NodeDef, name: &str) -> String {
-        format!("xnodes[{i}].{}.{name}", node.kind.name())
-    }
-
-    pub(crate) fn constant(&self, v: usize) -> Option<&'g [u8]> {
-        let graph: &'g GraphDef = self.graph;
-        graph.values[v].constant.as_deref()
-    }
-
-    fn operand(&mut self, v: usize) -> usize {
-        if self.graph.values[v].constant.is_some() {
-            self.plain_use[v] = true;
-        }
-        v
-    }
-
-    pub(crate) fn input(&mut self, node: &NodeDef, k: usize) -> usize {
-        let v = node.inputs.get(k).copied().flatten().unwrap_or(0);
-        self.operand(v)
-    }
-
-    fn bias(&mut self, i: usize, node: &NodeDef, n: usize) -> Result<Bias, BackendError> {
-        let Some(v) = node.inputs.get(2).copied().flatten() else {
-            return Ok(Bias::None);
-        };
-        let numel = self.graph.values[v].dims.numel().unwrap_or(0);
-        if numel != n {
-            return Err(invalid(
-                self.field(i, node, "bias_id"),
-                format!("bias of {numel} elements for {n} output channels"),
-            ));
-        }
-        match self.constant(v) {
-            Some(bytes) => {
-                self.packed_bytes += n * 4;
-                Ok(Bias::Packed(f32_data(bytes)))
-            }
-            None => Ok(Bias::Value(self.operand(v))),
-        }
-    }
-
+impl Builder<'_> {
     fn op(&mut self, i: usize, node: &NodeDef) -> Result<Op, BackendError> {
         let y = node.outputs.first().copied().unwrap_or(0);
         if crate::qs8_plan::is_qs8_node(self.graph, node)
@@ -535,7 +467,7 @@ impl<'g> Builder<'g> {
                     x: self.input(node, 0),
                     y,
                     row_dims: match self.graph.values[y].quant {
-                        Some(crate::parse::Quantization::PerTokenDynamic { num_nonbatch_dims }) => {
+                        Some(crate::graph::Quantization::PerTokenDynamic { num_nonbatch_dims }) => {
                             num_nonbatch_dims.max(1)
                         }
                         _ => 1,
@@ -770,7 +702,7 @@ impl<'g> Builder<'g> {
     }
 
     fn quantized_fc(&mut self, i: usize, node: &NodeDef, y: usize) -> Result<Op, BackendError> {
-        use crate::parse::Quantization;
+        use crate::graph::Quantization;
         use crate::schema::Datatype;
         use etch_linalg::quant::Qd8Weights;
         let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
@@ -965,7 +897,7 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
             None => Loc::Arena { capacity: 0 },
         };
         let row_dims = match def.quant {
-            Some(crate::parse::Quantization::PerTokenDynamic { num_nonbatch_dims }) => {
+            Some(crate::graph::Quantization::PerTokenDynamic { num_nonbatch_dims }) => {
                 num_nonbatch_dims.max(1)
             }
             _ => 0,

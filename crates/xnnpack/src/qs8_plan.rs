@@ -6,8 +6,9 @@
 use etch_kernels::BackendError;
 use etch_linalg::quant::qs8::{Qs8Requant, Qs8Weights, quantize_bound};
 
-use crate::parse::{GraphDef, NodeDef, Quantization, ValueDef, invalid};
-use crate::plan::{Builder, ConvKind, Op};
+use crate::graph::{GraphDef, NodeDef, Quantization, ValueDef, invalid};
+use crate::plan::{ConvKind, Op};
+use crate::plan_builder::Builder;
 use crate::qs8::{
     Qs8AddParams, Qs8BinaryOp, Qs8Conv, Qs8MeanParams, Qs8MulParams, Qs8UnaryOp, TensorQuant,
 };

@@ -3,7 +3,7 @@
 //! way each call). Serialized dims are only upper bounds.
 
 use crate::dims::{Dims, MAX_DIMS};
-use crate::parse::Window;
+use crate::graph::Window;
 use crate::plan::{ConvKind, Op};
 
 /// Why a shape could not be inferred (rendered with the node at the call site).
