@@ -8,11 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use etch_format::ScalarType;
 use etch_kernels::{Args, KernelContext, KernelError, ThreadPool};
 use etch_linalg::conv::{self, ConvGeometry};
-use etch_linalg::{GemmF32, RhsF32, gemm_f32, pool, resize};
+use etch_linalg::{GemmF32, RhsF32, gemm_f32, pool};
 use rayon::prelude::*;
 
 use crate::dims::{Dims, MAX_DIMS};
 use crate::elementwise::{self, BroadcastOperands};
+use crate::nodes::NodeOp;
+use crate::nodes::call::{NodeCall, Scratch};
 use crate::plan::{ALIGN_ELEMS, ConvKind, ConvOp, Filter, Loc, Op, Plan, PoolOp};
 use crate::plan_builder::Bias;
 use crate::qs8;
@@ -60,15 +62,6 @@ fn per_image<T, U>(
 /// `Ok` when a linalg kernel that reports success as a `bool` succeeded.
 fn checked(ok: bool, what: &str) -> Result<(), KernelError> {
     if ok { Ok(()) } else { Err(short(what)) }
-}
-
-/// The start of each dim of a slice of `xd` (its offsets, clamped as the shape pass does).
-fn slice_start(xd: &Dims, offsets: &Dims, sizes: &Dims) -> [usize; MAX_DIMS] {
-    let mut start = [0usize; MAX_DIMS];
-    for (i, s) in start.iter_mut().enumerate().take(xd.rank()) {
-        *s = shape::slice_extent(xd.get(i), offsets.get(i), sizes.get(i)).0;
-    }
-    start
 }
 
 fn arena_range(
@@ -362,8 +355,8 @@ pub fn execute(
     // (debug builds hand out NaN-filled scratch, so the tests would show a node that
     // does not).
     let arena = ctx.scratch_dirty::<f32>(arena_len)?;
-    let col = ctx.scratch_dirty::<f32>(plan.im2col_len(threads))?;
-    let gemm = ctx.scratch_dirty::<f32>(gemm_len)?;
+    let im2col_len = plan.im2col_len(threads);
+    let scratch = ctx.scratch_dirty::<f32>(im2col_len + gemm_len)?;
     let mut direct = Direct::new();
     for &(v, arg) in &plan.inputs {
         let t = args.tensor(arg)?;
@@ -400,8 +393,8 @@ pub fn execute(
             Some(y) => y,
             None => out,
         };
-        let int8 = plan.values[op.output()].int8;
-        run_op(op, ctx.pool(), shapes, int8, out, &ins, col, gemm)
+        let scratch = Scratch::new(&mut *scratch, im2col_len);
+        run_op(op, ctx.pool(), shapes, out, &ins, scratch)
             .map_err(|e| node_error(plan, i, &e.to_string()))?;
     }
     for &(v, arg) in &plan.outputs {
@@ -454,15 +447,25 @@ fn run_op(
     op: &Op,
     pool: &ThreadPool,
     shapes: &[Dims],
-    int8: bool,
     out: &mut [f32],
     ins: &[&[f32]; 5],
-    col: &mut [f32],
-    gemm: &mut [f32],
+    scratch: Scratch<'_>,
 ) -> Result<(), KernelError> {
+    if let Op::Node(n) = op {
+        let call = NodeCall {
+            pool,
+            shapes,
+            inputs: *ins,
+            output: out,
+        };
+        return n.run(call);
+    }
+    let mut scratch = scratch;
+    let (col, gemm) = scratch.parts();
     let x = ins[0];
     let numel = |v: usize| shapes[v].numel().unwrap_or(0);
     match op {
+        Op::Node(_) => {}
         Op::Qs8Unary { x: xv, f, .. } => qs8::unary(*f, numel(*xv), x, out)?,
         Op::Qs8Binary { a, b, y, f } => {
             qs8::binary(f, node_operands(shapes, (*a, *b, *y), ins), out)?
@@ -470,38 +473,6 @@ fn run_op(
         Op::Qs8FullyConnected { x: xv, w, rq, .. } => {
             let m = numel(*xv).checked_div(w.k()).unwrap_or(0);
             qs8::fully_connected(pool, m, w, rq, x, out)?
-        }
-        Op::Transpose { x: xv, perm, .. } if int8 => {
-            let n = numel(*xv);
-            let src = bytes(x).get(..n).ok_or_else(|| short("transpose"))?;
-            let dst = bytes_mut(out)
-                .get_mut(..n)
-                .ok_or_else(|| short("transpose"))?;
-            elementwise::transpose(&shapes[*xv], perm, src, dst)?
-        }
-        Op::Slice {
-            x: xv,
-            y,
-            offsets,
-            sizes,
-        } if int8 => {
-            let xd = shapes[*xv];
-            let start = slice_start(&xd, offsets, sizes);
-            let src = bytes(x).get(..numel(*xv)).ok_or_else(|| short("slice"))?;
-            let dst = bytes_mut(out)
-                .get_mut(..numel(*y))
-                .ok_or_else(|| short("slice"))?;
-            elementwise::slice(&xd, &start[..xd.rank()], &shapes[*y], src, dst)?
-        }
-        Op::Concat { xs, n, axis, y } if int8 => {
-            let dst = bytes_mut(out)
-                .get_mut(..numel(*y))
-                .ok_or_else(|| short("concatenate"))?;
-            let mut srcs: [&[i8]; 5] = [&[]; 5];
-            for (k, s) in srcs.iter_mut().enumerate().take(*n) {
-                *s = bytes(ins[k]);
-            }
-            concat(pool, shapes, xs, *n, *axis, *y, &srcs, dst)?
         }
         Op::Conv(c) if c.q.is_some() => {
             let (xd, yd) = (&shapes[c.x], &shapes[c.y]);
@@ -611,36 +582,6 @@ fn run_op(
             node_operands(shapes, (*a, *b, *y), ins),
             out,
         )?,
-        Op::Copy { .. } | Op::Reshape { .. } => {
-            out.copy_from_slice(x.get(..out.len()).ok_or_else(|| short("copy"))?)
-        }
-        Op::Softmax { x: xv, .. } => {
-            let d = shapes[*xv];
-            elementwise::softmax(d.get(d.rank() - 1), x, out)
-        }
-        Op::Transpose { x: xv, perm, .. } => elementwise::transpose(&shapes[*xv], perm, x, out)?,
-        Op::Slice {
-            x: xv,
-            y,
-            offsets,
-            sizes,
-        } => {
-            let xd = shapes[*xv];
-            let start = slice_start(&xd, offsets, sizes);
-            elementwise::slice(&xd, &start[..xd.rank()], &shapes[*y], x, out)?
-        }
-        Op::Concat { xs, n, axis, y } => concat(pool, shapes, xs, *n, *axis, *y, ins, out)?,
-        Op::Pad {
-            x: xv,
-            y,
-            pre,
-            value,
-            ..
-        } => {
-            out.fill(*value);
-            let xd = shapes[*xv];
-            elementwise::embed(&xd, &pre.as_slice()[..xd.rank()], &shapes[*y], x, out)?
-        }
         Op::FullyConnected {
             x: xv,
             filter,
@@ -694,37 +635,6 @@ fn run_op(
                 |src, dst| {
                     let ok = pool::global_avg_pool_nhwc(h * w, c, src, *min, *max, dst);
                     checked(ok, "global average pooling")
-                },
-            )?
-        }
-        Op::Resize {
-            x: xv,
-            height,
-            width,
-            align_corners,
-            legacy,
-            ..
-        } => {
-            let d = shapes[*xv];
-            let (nb, h, w, c) = (d.get(0), d.get(1), d.get(2), d.get(3));
-            per_image(
-                "resize",
-                nb,
-                (x, h * w * c),
-                (out, height * width * c),
-                |src, dst| {
-                    let ok = resize::resize_bilinear_nhwc(
-                        h,
-                        w,
-                        c,
-                        *height,
-                        *width,
-                        *align_corners,
-                        *legacy,
-                        src,
-                        dst,
-                    );
-                    checked(ok, "bilinear resize")
                 },
             )?
         }
@@ -818,6 +728,7 @@ fn gemm_scratch_len(plan: &Plan, shapes: &[Dims], threads: usize) -> usize {
                 let n = yd.get(yd.rank().saturating_sub(1));
                 Some(bmm_gemm(m, n, k, &[], &[], *transpose_b).scratch_len(threads))
             }
+            Op::Node(n) => Some(n.gemm_scratch_len(shapes, threads)),
             Op::Conv(c) if c.kind == ConvKind::Conv && c.q.is_none() => {
                 let g = geometry(c, &shapes[c.x], &shapes[c.y]);
                 Some(threads.max(1) * conv_gemm_scratch_len(&g, c))
@@ -1147,64 +1058,6 @@ fn bytes(words: &[f32]) -> &[i8] {
 
 fn bytes_mut(words: &mut [f32]) -> &mut [i8] {
     bytemuck::cast_slice_mut(words)
-}
-
-/// Concatenation along `axis` of the first `n` of `xs` (elements of any type), split
-/// over the pool by outer rows when the output is large enough.
-#[allow(clippy::too_many_arguments)]
-fn concat<T: Copy + Send + Sync>(
-    pool: &ThreadPool,
-    shapes: &[Dims],
-    xs: &[usize; 5],
-    n: usize,
-    axis: usize,
-    y: usize,
-    ins: &[&[T]; 5],
-    out: &mut [T],
-) -> Result<(), KernelError> {
-    let yd = shapes[y];
-    let outer = yd.product(0..axis);
-    let inner = yd.product(axis + 1..yd.rank());
-    let row = yd.get(axis) * inner;
-    // Each input's part of an output row, and where it starts in the row.
-    let mut parts = [(0usize, 0usize); 5];
-    let mut at = 0;
-    for (part, &v) in parts.iter_mut().zip(&xs[..n]) {
-        let len = shapes[v].get(axis) * inner;
-        *part = (at, len);
-        at += len;
-    }
-    let out = out
-        .get_mut(..outer * row)
-        .ok_or_else(|| short("concatenate"))?;
-    if row == 0 {
-        return Ok(());
-    }
-    for (k, &(_, len)) in parts[..n].iter().enumerate() {
-        checked(ins[k].len() >= outer * len, "concatenate")?;
-    }
-    let rows_per_task = outer.div_ceil(elementwise_tasks(pool, outer * row));
-    pool.for_each_chunk_mut(out, rows_per_task * row, 1, |task, chunk| {
-        let first = task * rows_per_task;
-        if parts[..n].iter().all(|&(_, len)| len == 1) {
-            // Stacking along a new last axis (RoPE's interleave of two halves): input k
-            // fills every n-th element from k, one strided pass per input.
-            let rows = chunk.len() / row;
-            for (k, src) in ins[..n].iter().enumerate() {
-                let src = &src[first..first + rows];
-                for (d, s) in chunk[k..].iter_mut().step_by(n).zip(src) {
-                    *d = *s;
-                }
-            }
-            return;
-        }
-        for (o, out_row) in (first..).zip(chunk.chunks_exact_mut(row)) {
-            for (k, &(at, len)) in parts[..n].iter().enumerate() {
-                out_row[at..at + len].copy_from_slice(&ins[k][o * len..(o + 1) * len]);
-            }
-        }
-    });
-    Ok(())
 }
 
 /// Output elements below which an elementwise node (or concatenation) runs on one

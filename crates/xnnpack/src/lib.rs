@@ -28,6 +28,7 @@ mod exec;
 mod graph;
 pub mod header;
 mod node_reader;
+mod nodes;
 mod parse;
 mod plan;
 mod plan_builder;

@@ -566,10 +566,12 @@ impl NodeReader<'_, '_> {
     fn read(&self, output_min: f32, output_max: f32) -> Result<NodeDef, BackendError> {
         use NodeKind::*;
         let mut node = self.blank(output_min, output_max);
+        let read_by_kind = crate::nodes::read(self, &mut node)?;
         match self.kind {
-            Softmax | Sigmoid | Clamp | Floor | Convert | GlobalAvgPooling2d | SquareRoot
-            | Ceiling | Hardswish | Negate | Square | Abs | ReciprocalSquareRoot | Log | Gelu
-            | Tanh | Exp | Sin | Copy | Cos => {
+            _ if read_by_kind => {}
+            Sigmoid | Clamp | Floor | Convert | GlobalAvgPooling2d | SquareRoot | Ceiling
+            | Hardswish | Negate | Square | Abs | ReciprocalSquareRoot | Log | Gelu | Tanh
+            | Exp | Sin | Cos => {
                 let allowed = if self.kind == GlobalAvgPooling2d {
                     FLAG_KEEP_DIMS
                 } else {
@@ -613,86 +615,6 @@ impl NodeReader<'_, '_> {
                 node.params = Params::Window(self.window(false)?);
                 self.one_input(&mut node, 10, FLAG_KEEP_DIMS)?;
             }
-            StaticTranspose => {
-                let perm = self.dims(1, "perm")?;
-                let n = self.usize(0, "num_dims")?;
-                if n != perm.rank() {
-                    return Err(invalid(
-                        self.field("num_dims"),
-                        format!("{n} but perm has {}", perm.rank()),
-                    ));
-                }
-                let mut seen = [false; MAX_DIMS];
-                for &p in perm.as_slice() {
-                    if p >= perm.rank() || std::mem::replace(&mut seen[p], true) {
-                        return Err(invalid(
-                            self.field("perm"),
-                            format!("{perm:?} is not a permutation"),
-                        ));
-                    }
-                }
-                node.params = Params::Transpose(perm);
-                self.one_input(&mut node, 2, 0)?;
-            }
-            StaticReshape => {
-                let shape = self.dims(1, "new_shape")?;
-                if shape.as_slice().iter().filter(|&&d| d == 0).count() > 1 {
-                    return Err(invalid(
-                        self.field("new_shape"),
-                        format!("{shape:?} has more than one inferred (0) dim"),
-                    ));
-                }
-                node.params = Params::Reshape(shape);
-                self.one_input(&mut node, 2, 0)?;
-            }
-            StaticSlice => {
-                let offsets = self.dims(1, "offsets")?;
-                let sizes = self.dims(2, "sizes")?;
-                if offsets.rank() != sizes.rank() {
-                    return Err(invalid(
-                        self.field("sizes"),
-                        format!("{} sizes for {} offsets", sizes.rank(), offsets.rank()),
-                    ));
-                }
-                node.params = Params::Slice { offsets, sizes };
-                self.one_input(&mut node, 3, 0)?;
-            }
-            StaticConstantPad => {
-                let pre = self.dims(0, "pre_paddings")?;
-                let post = self.dims(1, "post_paddings")?;
-                if pre.rank() != post.rank() {
-                    return Err(invalid(
-                        self.field("post_paddings"),
-                        "length differs from pre_paddings",
-                    ));
-                }
-                if pre
-                    .as_slice()
-                    .iter()
-                    .chain(post.as_slice())
-                    .any(|&p| p > 1 << 24)
-                {
-                    return Err(invalid(self.field("pre_paddings"), "padding out of range"));
-                }
-                let value = self.f32(2, "padding_value")?;
-                node.params = Params::Pad { pre, post, value };
-                self.one_input(&mut node, 3, 0)?;
-            }
-            StaticResizeBilinear2D => {
-                let height = self.usize(0, "new_height")?;
-                let width = self.usize(1, "new_width")?;
-                for (v, n) in [(height, "new_height"), (width, "new_width")] {
-                    if v == 0 || v >= 1 << 24 {
-                        return Err(invalid(self.field(n), format!("{v} is out of range")));
-                    }
-                }
-                node.params = Params::Resize { height, width };
-                self.one_input(
-                    &mut node,
-                    2,
-                    FLAG_ALIGN_CORNERS | FLAG_TENSORFLOW_LEGACY_MODE,
-                )?;
-            }
             LeakyReLU | ELU => {
                 let name = if self.kind == ELU {
                     "alpha"
@@ -702,29 +624,6 @@ impl NodeReader<'_, '_> {
                 node.params = Params::Scalar(self.f32(0, name)?);
                 self.one_input(&mut node, 1, 0)?;
             }
-            Concatenate2 | Concatenate3 | Concatenate4 | Concatenate5 => {
-                let n = match self.kind {
-                    Concatenate2 => 2,
-                    Concatenate3 => 3,
-                    Concatenate4 => 4,
-                    _ => 5,
-                };
-                let ids: [(u16, &'static str); 5] = [
-                    (1, "input1_id"),
-                    (2, "input2_id"),
-                    (3, "input3_id"),
-                    (4, "input4_id"),
-                    (7, "input5_id"),
-                ];
-                for &(id, name) in &ids[..n] {
-                    node.inputs.push(Some(self.value(id, name)?));
-                }
-                node.params = Params::Concat {
-                    axis: self.usize(0, "axis")?,
-                };
-                node.outputs = vec![self.value(5, "output_id")?];
-                node.flags = self.flags(6, 0)?;
-            }
             ArgMaxPooling2d | ScaledDotProductAttention => {
                 return Err(BackendError::Unsupported(format!(
                     "XNNPACK node {} (xnodes[{}])",
@@ -732,6 +631,7 @@ impl NodeReader<'_, '_> {
                     self.i
                 )));
             }
+            _ => {}
         }
         if self.dynamic_quant_pattern(&node)? {
             return Ok(node);

@@ -9,11 +9,9 @@ use etch_linalg::{PackedB, RhsF32, dispatch};
 use crate::call_cache::CallCache;
 use crate::dims::Dims;
 use crate::graph::{GraphDef, NodeDef, Params, Window, invalid};
+use crate::nodes::{self, Node, NodeOp, reshape};
 use crate::plan_builder::{Bias, Builder, f32_data, f32_view};
-use crate::schema::{
-    FLAG_ALIGN_CORNERS, FLAG_KEEP_DIMS, FLAG_TENSORFLOW_LEGACY_MODE, FLAG_TRANSPOSE_WEIGHTS,
-    NodeKind,
-};
+use crate::schema::{FLAG_KEEP_DIMS, FLAG_TRANSPOSE_WEIGHTS, NodeKind};
 use crate::shape;
 
 /// Most f32 one delegate's arena may hold (4 GiB): the official runtime too plans its
@@ -148,6 +146,8 @@ pub struct PoolOp {
 #[derive(Debug, Clone)]
 #[allow(missing_docs)]
 pub enum Op {
+    /// A node of a kind planned by `nodes`.
+    Node(Node),
     Unary {
         f: UnaryOp,
         x: usize,
@@ -177,43 +177,6 @@ pub enum Op {
         y: usize,
         transpose_b: bool,
     },
-    Softmax {
-        x: usize,
-        y: usize,
-    },
-    Transpose {
-        x: usize,
-        y: usize,
-        perm: Dims,
-    },
-    Reshape {
-        x: usize,
-        y: usize,
-        shape: Dims,
-    },
-    Copy {
-        x: usize,
-        y: usize,
-    },
-    Slice {
-        x: usize,
-        y: usize,
-        offsets: Dims,
-        sizes: Dims,
-    },
-    Concat {
-        xs: [usize; 5],
-        n: usize,
-        axis: usize,
-        y: usize,
-    },
-    Pad {
-        x: usize,
-        y: usize,
-        pre: Dims,
-        post: Dims,
-        value: f32,
-    },
     Conv(ConvOp),
     Pool(PoolOp),
     GlobalAvgPool {
@@ -224,14 +187,6 @@ pub enum Op {
         max: f32,
         /// The qint8 form.
         q: Option<crate::qs8::Qs8MeanParams>,
-    },
-    Resize {
-        x: usize,
-        y: usize,
-        height: usize,
-        width: usize,
-        align_corners: bool,
-        legacy: bool,
     },
     /// `Convert` fp32 -> qdint8: per-row dynamic quantization (XNNPACK's arithmetic).
     QuantizeRows {
@@ -285,17 +240,11 @@ impl Op {
         };
         match self {
             Op::Unary { x, .. }
-            | Op::Softmax { x, .. }
-            | Op::Transpose { x, .. }
-            | Op::Reshape { x, .. }
-            | Op::Copy { x, .. }
-            | Op::Slice { x, .. }
-            | Op::Pad { x, .. }
             | Op::GlobalAvgPool { x, .. }
             | Op::QuantizeRows { x, .. }
             | Op::Qs8Unary { x, .. }
-            | Op::Qs8FullyConnected { x, .. }
-            | Op::Resize { x, .. } => push(*x),
+            | Op::Qs8FullyConnected { x, .. } => push(*x),
+            Op::Node(n) => n.inputs().as_slice().iter().for_each(|&v| push(v)),
             Op::QuantizedFullyConnected { x, bias, .. } => {
                 push(*x);
                 if let Bias::Value(v) = bias {
@@ -319,7 +268,6 @@ impl Op {
                     push(*v);
                 }
             }
-            Op::Concat { xs, n: count, .. } => xs[..*count].iter().for_each(|&v| push(v)),
             Op::Conv(c) => push(c.x),
             Op::Pool(p) => push(p.x),
         }
@@ -333,20 +281,13 @@ impl Op {
             | Op::Binary { y, .. }
             | Op::FullyConnected { y, .. }
             | Op::BatchMatMul { y, .. }
-            | Op::Softmax { y, .. }
-            | Op::Transpose { y, .. }
-            | Op::Reshape { y, .. }
-            | Op::Copy { y, .. }
-            | Op::Slice { y, .. }
-            | Op::Concat { y, .. }
-            | Op::Pad { y, .. }
             | Op::GlobalAvgPool { y, .. }
             | Op::QuantizeRows { y, .. }
             | Op::QuantizedFullyConnected { y, .. }
             | Op::Qs8Unary { y, .. }
             | Op::Qs8Binary { y, .. }
-            | Op::Qs8FullyConnected { y, .. }
-            | Op::Resize { y, .. } => *y,
+            | Op::Qs8FullyConnected { y, .. } => *y,
+            Op::Node(n) => n.output(),
             Op::Conv(c) => c.y,
             Op::Pool(p) => p.y,
         }
@@ -452,6 +393,9 @@ impl Builder<'_> {
     /// The op of a node as the fp32 path builds it (the int8 path reuses its checks).
     pub(crate) fn plain_op(&mut self, i: usize, node: &NodeDef) -> Result<Op, BackendError> {
         use NodeKind::*;
+        if let Some(n) = nodes::plan(self, i, node)? {
+            return Ok(Op::Node(n));
+        }
         let (min, max) = (node.output_min, node.output_max);
         let y = node.outputs.first().copied().unwrap_or(0);
         let unary = |f| Op::Unary {
@@ -580,14 +524,7 @@ impl Builder<'_> {
                     max,
                 }
             }
-            Softmax => Op::Softmax {
-                x: self.input(node, 0),
-                y,
-            },
-            Copy | Convert => Op::Copy {
-                x: self.input(node, 0),
-                y,
-            },
+            Convert => Op::Node(Node::Reshape(reshape::plan(self, i, node)?)),
             GlobalAvgPooling2d => Op::GlobalAvgPool {
                 x: self.input(node, 0),
                 y,
@@ -596,73 +533,6 @@ impl Builder<'_> {
                 max,
                 q: None,
             },
-            StaticTranspose => {
-                let Params::Transpose(perm) = node.params else {
-                    return Err(invalid(self.field(i, node, "perm"), "missing"));
-                };
-                Op::Transpose {
-                    x: self.input(node, 0),
-                    y,
-                    perm,
-                }
-            }
-            StaticReshape => {
-                let Params::Reshape(shape) = node.params else {
-                    return Err(invalid(self.field(i, node, "new_shape"), "missing"));
-                };
-                Op::Reshape {
-                    x: self.input(node, 0),
-                    y,
-                    shape,
-                }
-            }
-            StaticSlice => {
-                let Params::Slice { offsets, sizes } = node.params else {
-                    return Err(invalid(self.field(i, node, "offsets"), "missing"));
-                };
-                Op::Slice {
-                    x: self.input(node, 0),
-                    y,
-                    offsets,
-                    sizes,
-                }
-            }
-            StaticConstantPad => {
-                let Params::Pad { pre, post, value } = node.params else {
-                    return Err(invalid(self.field(i, node, "pre_paddings"), "missing"));
-                };
-                Op::Pad {
-                    x: self.input(node, 0),
-                    y,
-                    pre,
-                    post,
-                    value,
-                }
-            }
-            StaticResizeBilinear2D => {
-                let Params::Resize { height, width } = node.params else {
-                    return Err(invalid(self.field(i, node, "new_height"), "missing"));
-                };
-                Op::Resize {
-                    x: self.input(node, 0),
-                    y,
-                    height,
-                    width,
-                    align_corners: node.flags & FLAG_ALIGN_CORNERS != 0,
-                    legacy: node.flags & FLAG_TENSORFLOW_LEGACY_MODE != 0,
-                }
-            }
-            Concatenate2 | Concatenate3 | Concatenate4 | Concatenate5 => {
-                let Params::Concat { axis } = node.params else {
-                    return Err(invalid(self.field(i, node, "axis"), "missing"));
-                };
-                let mut xs = [0usize; 5];
-                let n = node.inputs.len().min(5);
-                for (k, slot) in xs.iter_mut().enumerate().take(n) {
-                    *slot = self.input(node, k);
-                }
-                Op::Concat { xs, n, axis, y }
-            }
             AvgPooling2d | MaxPooling2d => {
                 let Params::Window(window) = node.params else {
                     return Err(invalid(self.field(i, node, "pooling_height"), "missing"));
@@ -686,6 +556,12 @@ impl Builder<'_> {
                     "XNNPACK node {}",
                     node.kind.name()
                 )));
+            }
+            _ => {
+                return Err(invalid(
+                    self.field(i, node, "kind"),
+                    "planned by its node kind",
+                ));
             }
         };
         // The single-input ops built with `unary` above read input 0.

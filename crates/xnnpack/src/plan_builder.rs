@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use etch_kernels::BackendError;
 
 use crate::graph::{GraphDef, NodeDef, invalid};
+use crate::schema::Datatype;
 
 /// A bias operand.
 #[derive(Debug, Clone)]
@@ -57,6 +58,16 @@ impl<'g> Builder<'g> {
             self.plain_use[v] = true;
         }
         v
+    }
+
+    /// The value `node` writes.
+    pub(crate) fn output(&self, node: &NodeDef) -> usize {
+        node.outputs.first().copied().unwrap_or(0)
+    }
+
+    /// Whether value `v` is a qint8 tensor (int8 bytes in the arena).
+    pub(crate) fn is_int8(&self, v: usize) -> bool {
+        self.graph.values[v].datatype == Datatype::QInt8
     }
 
     /// Input `k` of `node` read as a plain operand.

@@ -2,8 +2,10 @@
 //! output dims follow from its inputs (`XNNExecutor.cpp` reshapes the runtime the same
 //! way each call). Serialized dims are only upper bounds.
 
-use crate::dims::{Dims, MAX_DIMS};
+use crate::dims::Dims;
 use crate::graph::Window;
+use crate::nodes::NodeOp;
+use crate::nodes::shapes::broadcast;
 use crate::plan::{ConvKind, Op};
 
 /// Why a shape could not be inferred (rendered with the node at the call site).
@@ -17,33 +19,6 @@ fn set(shapes: &mut [Dims], v: usize, d: Dims) {
 
 fn get(shapes: &[Dims], v: usize) -> Dims {
     shapes.get(v).copied().unwrap_or_default()
-}
-
-/// Numpy broadcasting of two shapes, right-aligned (`xnn_shape_binary_broadcast`).
-pub fn broadcast(a: &Dims, b: &Dims) -> Option<Dims> {
-    let rank = a.rank().max(b.rank());
-    let mut out = [0usize; MAX_DIMS];
-    for i in 0..rank {
-        let da = if i < a.rank() {
-            a.get(a.rank() - 1 - i)
-        } else {
-            1
-        };
-        let db = if i < b.rank() {
-            b.get(b.rank() - 1 - i)
-        } else {
-            1
-        };
-        let d = if da == db || db == 1 {
-            da
-        } else if da == 1 {
-            db
-        } else {
-            return None;
-        };
-        out[rank - 1 - i] = if da == 0 || db == 0 { 0 } else { d };
-    }
-    Dims::new(&out[..rank])
 }
 
 impl Window {
@@ -99,15 +74,9 @@ pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
             fully_connected(shapes, *x, *y, w.n(), w.k())?
         }
         Op::Qs8FullyConnected { x, y, w, .. } => fully_connected(shapes, *x, *y, w.n(), w.k())?,
-        Op::Unary { x, y, .. }
-        | Op::Qs8Unary { x, y, .. }
-        | Op::Copy { x, y }
-        | Op::Softmax { x, y }
-        | Op::QuantizeRows { x, y, .. } => {
+        Op::Node(n) => n.infer_shape(shapes)?,
+        Op::Unary { x, y, .. } | Op::Qs8Unary { x, y, .. } | Op::QuantizeRows { x, y, .. } => {
             let d = get(shapes, *x);
-            if matches!(op, Op::Softmax { .. }) && d.rank() == 0 {
-                return Err("softmax needs at least one dimension");
-            }
             set(shapes, *y, d);
         }
         Op::Binary { a, b, y, .. } | Op::Qs8Binary { a, b, y, .. } => {
@@ -151,86 +120,6 @@ pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
                 *y,
                 Dims::new(&out[..lead + 2]).ok_or("too many dimensions")?,
             );
-        }
-        Op::Transpose { x, y, perm } => {
-            let xd = get(shapes, *x);
-            if xd.rank() != perm.rank() {
-                return Err("permutation rank differs from the input's");
-            }
-            let mut d = xd;
-            for (i, &p) in perm.as_slice().iter().enumerate() {
-                d.as_mut_slice()[i] = xd.get(p);
-            }
-            set(shapes, *y, d);
-        }
-        Op::Reshape { x, y, shape } => {
-            let n = get(shapes, *x).numel().ok_or("input size overflows")?;
-            let mut d = *shape;
-            let inferred = d.as_slice().iter().position(|&v| v == 0);
-            if let Some(k) = inferred {
-                d.as_mut_slice()[k] = 1;
-                let rest = d.numel().ok_or("shape overflows")?;
-                if rest == 0 || n % rest != 0 {
-                    return Err("cannot infer the reshape dimension");
-                }
-                d.as_mut_slice()[k] = n / rest;
-            } else if d.numel() != Some(n) {
-                return Err("reshape changes the element count");
-            }
-            set(shapes, *y, d);
-        }
-        Op::Slice {
-            x,
-            y,
-            offsets,
-            sizes,
-        } => {
-            let xd = get(shapes, *x);
-            if xd.rank() != offsets.rank() {
-                return Err("slice rank differs from the input's");
-            }
-            let mut d = xd;
-            for i in 0..xd.rank() {
-                let (o, s) = slice_extent(xd.get(i), offsets.get(i), sizes.get(i));
-                let _ = o;
-                d.as_mut_slice()[i] = s;
-            }
-            set(shapes, *y, d);
-        }
-        Op::Concat { xs, n, axis, y } => {
-            let first = get(shapes, xs[0]);
-            if *axis >= first.rank() {
-                return Err("concatenation axis out of range");
-            }
-            let mut d = first;
-            let mut total = 0usize;
-            for &v in &xs[..*n] {
-                let vd = get(shapes, v);
-                if vd.rank() != first.rank() {
-                    return Err("inputs differ in rank");
-                }
-                for i in 0..vd.rank() {
-                    if i != *axis && vd.get(i) != first.get(i) {
-                        return Err("inputs differ outside the concatenation axis");
-                    }
-                }
-                total = total.checked_add(vd.get(*axis)).ok_or("size overflows")?;
-            }
-            d.as_mut_slice()[*axis] = total;
-            set(shapes, *y, d);
-        }
-        Op::Pad {
-            x, y, pre, post, ..
-        } => {
-            let xd = get(shapes, *x);
-            if xd.rank() > pre.rank() {
-                return Err("fewer paddings than input dimensions");
-            }
-            let mut d = xd;
-            for i in 0..xd.rank() {
-                d.as_mut_slice()[i] = xd.get(i) + pre.get(i) + post.get(i);
-            }
-            set(shapes, *y, d);
         }
         Op::Conv(c) => {
             let xd = get(shapes, c.x);
@@ -328,67 +217,13 @@ pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
             }
             set(shapes, *y, Dims::new(&out[..n]).unwrap_or_default());
         }
-        Op::Resize {
-            x,
-            y,
-            height,
-            width,
-            ..
-        } => {
-            let xd = get(shapes, *x);
-            if xd.rank() != 4 {
-                return Err("bilinear resize input must be NHWC (rank 4)");
-            }
-            if xd.get(1) == 0 || xd.get(2) == 0 {
-                return Err("bilinear resize of an empty image");
-            }
-            set(
-                shapes,
-                *y,
-                Dims::new(&[xd.get(0), *height, *width, xd.get(3)]).unwrap_or_default(),
-            );
-        }
     }
     Ok(())
-}
-
-/// Start and length of a static slice along an axis of `dim`, as XNNPACK's
-/// `xnn_define_static_slice` reads it (begin = offset, end = offset + size; an end of 0
-/// means the whole axis), clamped to the axis.
-pub fn slice_extent(dim: usize, offset: usize, size: usize) -> (usize, usize) {
-    let end = offset.saturating_add(size);
-    let size = if end == 0 {
-        dim.saturating_sub(offset)
-    } else {
-        size
-    };
-    let offset = offset.min(dim);
-    (offset, size.min(dim - offset))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn broadcasting() {
-        let a = Dims::new(&[2, 1, 4]).unwrap();
-        let b = Dims::new(&[3, 1]).unwrap();
-        assert_eq!(broadcast(&a, &b).unwrap().as_slice(), &[2, 3, 4]);
-        assert!(broadcast(&a, &Dims::new(&[3]).unwrap()).is_none());
-        assert_eq!(
-            broadcast(&a, &Dims::new(&[]).unwrap()).unwrap().as_slice(),
-            &[2, 1, 4]
-        );
-    }
-
-    #[test]
-    fn slices() {
-        assert_eq!(slice_extent(10, 2, 3), (2, 3));
-        assert_eq!(slice_extent(10, 0, 0), (0, 10));
-        assert_eq!(slice_extent(4, 2, 8), (2, 2));
-        assert_eq!(slice_extent(4, 6, 1), (4, 0));
-    }
 
     #[test]
     fn windows() {
