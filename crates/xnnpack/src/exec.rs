@@ -3,7 +3,6 @@
 //! allocation per call).
 
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use etch_format::ScalarType;
 use etch_kernels::{Args, KernelContext, KernelError, ThreadPool};
@@ -12,7 +11,6 @@ use etch_linalg::{GemmF32, RhsF32, gemm_f32, pool};
 use rayon::prelude::*;
 
 use crate::dims::{Dims, MAX_DIMS};
-use crate::elementwise::{self, BroadcastOperands};
 use crate::nodes::NodeOp;
 use crate::nodes::call::{NodeCall, Scratch};
 use crate::plan::{ALIGN_ELEMS, ConvKind, ConvOp, Filter, Loc, Op, Plan, PoolOp};
@@ -425,23 +423,6 @@ pub fn execute(
     Ok(())
 }
 
-/// The broadcast operands of a binary node whose inputs are values `a` and `b` and
-/// whose output is `y`: their dims from `shapes`, their elements the node's first two
-/// inputs.
-fn node_operands<'a, T>(
-    shapes: &'a [Dims],
-    (a, b, y): (usize, usize, usize),
-    ins: &[&'a [T]; 5],
-) -> BroadcastOperands<'a, T> {
-    BroadcastOperands {
-        ad: &shapes[a],
-        a: ins[0],
-        bd: &shapes[b],
-        b: ins[1],
-        yd: &shapes[y],
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn run_op(
     op: &Op,
@@ -466,10 +447,6 @@ fn run_op(
     let numel = |v: usize| shapes[v].numel().unwrap_or(0);
     match op {
         Op::Node(_) => {}
-        Op::Qs8Unary { x: xv, f, .. } => qs8::unary(*f, numel(*xv), x, out)?,
-        Op::Qs8Binary { a, b, y, f } => {
-            qs8::binary(f, node_operands(shapes, (*a, *b, *y), ins), out)?
-        }
         Op::Qs8FullyConnected { x: xv, w, rq, .. } => {
             let m = numel(*xv).checked_div(w.k()).unwrap_or(0);
             qs8::fully_connected(pool, m, w, rq, x, out)?
@@ -510,14 +487,6 @@ fn run_op(
             let (h, w, c) = (d.get(r - 3), d.get(r - 2), d.get(r - 1));
             qs8::mean(q, d.product(0..r - 3), h * w, c, x, out)?
         }
-        Op::QuantizeRows {
-            x: xv, row_dims, ..
-        } => {
-            let d = shapes[*xv];
-            // One row per token: the trailing dims (num_nonbatch_dims; 1 for linear layers).
-            let row = d.product(d.rank().saturating_sub(*row_dims)..d.rank());
-            quantize::quantize_rows(row, x, out)?
-        }
         Op::QuantizedFullyConnected {
             x: xv,
             w,
@@ -535,53 +504,6 @@ fn run_op(
             };
             quantize::fully_connected_qd8(pool, m, w, x, bias, *min, *max, out, gemm)?
         }
-        Op::Unary { f, min, max, .. } if x.len() >= out.len() => {
-            let step = out.len().div_ceil(elementwise_tasks(pool, out.len()));
-            pool.for_each_chunk_mut(out, step, 1, |i, chunk| {
-                let x = &x[i * step..][..chunk.len()];
-                elementwise::unary(*f, *min, *max, x, chunk)
-            })
-        }
-        Op::Unary { f, min, max, .. } => elementwise::unary(*f, *min, *max, x, out),
-        Op::Binary { f, min, max, .. }
-            if flat_operand(ins[0], out) && flat_operand(ins[1], out) =>
-        {
-            // Operands as long as the output (or one value): chunks of it on the pool.
-            let failed = AtomicBool::new(false);
-            let step = out.len().div_ceil(elementwise_tasks(pool, out.len()));
-            pool.for_each_chunk_mut(out, step, 1, |i, chunk| {
-                let len = chunk.len();
-                let (ad, a) = flat_part(ins[0], i * step, len);
-                let (bd, b) = flat_part(ins[1], i * step, len);
-                let yd = Dims::new(&[len]).unwrap_or_default();
-                let operands = BroadcastOperands {
-                    ad: &ad,
-                    a,
-                    bd: &bd,
-                    b,
-                    yd: &yd,
-                };
-                if elementwise::binary(*f, *min, *max, operands, chunk).is_err() {
-                    failed.store(true, Ordering::Relaxed);
-                }
-            });
-            checked(!failed.into_inner(), "binary")?
-        }
-        Op::Binary {
-            f,
-            a,
-            b,
-            y,
-            min,
-            max,
-        } => binary_split(
-            pool,
-            *f,
-            *min,
-            *max,
-            node_operands(shapes, (*a, *b, *y), ins),
-            out,
-        )?,
         Op::FullyConnected {
             x: xv,
             filter,
@@ -1031,23 +953,6 @@ fn conv_gemm_scratch_len(g: &ConvGeometry, c: &ConvOp) -> usize {
 }
 
 /// XNNPACK's `output_min/max` as a GEMM clamp (`None` when it clamps nothing).
-/// Whether an elementwise operand needs no broadcasting against `out`: as long as it,
-/// or a single value.
-fn flat_operand(v: &[f32], out: &[f32]) -> bool {
-    v.len() == out.len() || v.len() == 1
-}
-
-/// Elements `start .. start + len` of a flat operand (all of it when it is one value),
-/// with their 1-d dims.
-fn flat_part(v: &[f32], start: usize, len: usize) -> (Dims, &[f32]) {
-    let part = if v.len() == 1 {
-        v
-    } else {
-        v.get(start..start + len).unwrap_or_default()
-    };
-    (Dims::new(&[part.len()]).unwrap_or_default(), part)
-}
-
 fn clamp_of(min: f32, max: f32) -> Option<(f32, f32)> {
     (min > f32::NEG_INFINITY || max < f32::INFINITY).then_some((min, max))
 }
@@ -1058,89 +963,6 @@ fn bytes(words: &[f32]) -> &[i8] {
 
 fn bytes_mut(words: &mut [f32]) -> &mut [i8] {
     bytemuck::cast_slice_mut(words)
-}
-
-/// Output elements below which an elementwise node (or concatenation) runs on one
-/// thread: a task handed to a spinning worker costs about a microsecond, so the
-/// work per task must be several microseconds.
-const MIN_PARALLEL_ELEMENTS: usize = 16 * 1024;
-
-/// How many tasks an elementwise node of `len` output elements is split into: one per
-/// thread, or one when it is small.
-fn elementwise_tasks(pool: &ThreadPool, len: usize) -> usize {
-    if len < MIN_PARALLEL_ELEMENTS {
-        1
-    } else {
-        pool.threads().clamp(1, len / (MIN_PARALLEL_ELEMENTS / 2))
-    }
-}
-
-/// A broadcasting binary node split over the pool along the output's first axis
-/// longer than one: each task gets a run of that axis, and each operand either the
-/// matching run (when it spans the axis) or all of itself (when it broadcasts along it).
-fn binary_split(
-    pool: &ThreadPool,
-    f: crate::plan::BinaryOp,
-    min: f32,
-    max: f32,
-    operands: BroadcastOperands<'_, f32>,
-    out: &mut [f32],
-) -> Result<(), KernelError> {
-    let BroadcastOperands { ad, a, bd, b, yd } = operands;
-    let rank = yd.rank();
-    let axis = (0..rank).find(|&i| yd.get(i) > 1);
-    let tasks = elementwise_tasks(pool, out.len());
-    let (Some(axis), true) = (axis, tasks > 1 && ad.rank() <= rank && bd.rank() <= rank) else {
-        return elementwise::binary(f, min, max, operands, out);
-    };
-    let inner = yd.product(axis + 1..rank);
-    let per_task = yd.get(axis).div_ceil(tasks);
-    let out = out
-        .get_mut(..yd.get(axis) * inner)
-        .ok_or_else(|| short("binary"))?;
-    let failed = AtomicBool::new(false);
-    pool.for_each_chunk_mut(out, per_task * inner, 1, |task, chunk| {
-        let rows = task * per_task..task * per_task + chunk.len() / inner;
-        let (ad, a) = operand_rows(ad, a, rank, axis, &rows);
-        let (bd, b) = operand_rows(bd, b, rank, axis, &rows);
-        let mut cd = *yd;
-        cd.as_mut_slice()[axis] = rows.len();
-        let operands = BroadcastOperands {
-            ad: &ad,
-            a,
-            bd: &bd,
-            b,
-            yd: &cd,
-        };
-        if elementwise::binary(f, min, max, operands, chunk).is_err() {
-            failed.store(true, Ordering::Relaxed);
-        }
-    });
-    checked(!failed.into_inner(), "binary")
-}
-
-/// The part of a binary operand (dims `d`, right-aligned to an output of rank
-/// `out_rank`) that output rows `rows` of `axis` read: the matching rows when it spans
-/// the axis, all of it when it broadcasts along it.
-fn operand_rows<'a>(
-    d: &Dims,
-    v: &'a [f32],
-    out_rank: usize,
-    axis: usize,
-    rows: &Range<usize>,
-) -> (Dims, &'a [f32]) {
-    let lead = out_rank - d.rank();
-    if axis < lead || d.get(axis - lead) == 1 {
-        return (*d, v);
-    }
-    let ax = axis - lead;
-    let inner = d.product(ax + 1..d.rank());
-    let mut part = *d;
-    part.as_mut_slice()[ax] = rows.len();
-    let v = v
-        .get(rows.start * inner..rows.end * inner)
-        .unwrap_or_default();
-    (part, v)
 }
 
 fn pool_geometry(p: &PoolOp, xd: &Dims, yd: &Dims) -> pool::PoolGeometry {

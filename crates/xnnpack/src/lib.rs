@@ -23,7 +23,6 @@
 
 mod call_cache;
 mod dims;
-mod elementwise;
 mod exec;
 mod graph;
 pub mod header;

@@ -579,7 +579,7 @@ impl NodeReader<'_, '_> {
                 };
                 self.one_input(&mut node, 0, allowed)?;
             }
-            Add | Div | Minimum | Multiply | Subtract | Maximum | PReLU | BatchMatrixMultiply => {
+            BatchMatrixMultiply => {
                 node.inputs = vec![
                     Some(self.value(0, "input1_id")?),
                     Some(self.value(1, "input2_id")?),
@@ -614,15 +614,6 @@ impl NodeReader<'_, '_> {
             AvgPooling2d | MaxPooling2d => {
                 node.params = Params::Window(self.window(false)?);
                 self.one_input(&mut node, 10, FLAG_KEEP_DIMS)?;
-            }
-            LeakyReLU | ELU => {
-                let name = if self.kind == ELU {
-                    "alpha"
-                } else {
-                    "negative_slope"
-                };
-                node.params = Params::Scalar(self.f32(0, name)?);
-                self.one_input(&mut node, 1, 0)?;
             }
             ArgMaxPooling2d | ScaledDotProductAttention => {
                 return Err(BackendError::Unsupported(format!(

@@ -9,7 +9,7 @@ use etch_linalg::{PackedB, RhsF32, dispatch};
 use crate::call_cache::CallCache;
 use crate::dims::Dims;
 use crate::graph::{GraphDef, NodeDef, Params, Window, invalid};
-use crate::nodes::{self, Node, NodeOp, reshape};
+use crate::nodes::{self, Node, NodeOp};
 use crate::plan_builder::{Bias, Builder, f32_data, f32_view};
 use crate::schema::{FLAG_KEEP_DIMS, FLAG_TRANSPOSE_WEIGHTS, NodeKind};
 use crate::shape;
@@ -20,44 +20,6 @@ pub const MAX_ARENA_ELEMS: usize = 1 << 30;
 
 /// Arena offsets are multiples of this many f32 (64 bytes).
 pub const ALIGN_ELEMS: usize = 16;
-
-/// An elementwise function of one input.
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[allow(missing_docs)]
-pub enum UnaryOp {
-    Abs,
-    Ceiling,
-    Clamp,
-    Cos,
-    Elu(f32),
-    Exp,
-    Floor,
-    Gelu,
-    Hardswish,
-    LeakyRelu(f32),
-    Log,
-    Negate,
-    ReciprocalSquareRoot,
-    Sigmoid,
-    Sin,
-    Square,
-    SquareRoot,
-    Tanh,
-}
-
-/// An elementwise function of two broadcast inputs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub enum BinaryOp {
-    Add,
-    Subtract,
-    Multiply,
-    Divide,
-    Minimum,
-    Maximum,
-    /// `x >= 0 ? x : x * slope`, the slope broadcast like a second operand.
-    PRelu,
-}
 
 /// The weights of a fully connected node.
 #[derive(Debug, Clone)]
@@ -148,21 +110,6 @@ pub struct PoolOp {
 pub enum Op {
     /// A node of a kind planned by `nodes`.
     Node(Node),
-    Unary {
-        f: UnaryOp,
-        x: usize,
-        y: usize,
-        min: f32,
-        max: f32,
-    },
-    Binary {
-        f: BinaryOp,
-        a: usize,
-        b: usize,
-        y: usize,
-        min: f32,
-        max: f32,
-    },
     FullyConnected {
         x: usize,
         y: usize,
@@ -188,13 +135,6 @@ pub enum Op {
         /// The qint8 form.
         q: Option<crate::qs8::Qs8MeanParams>,
     },
-    /// `Convert` fp32 -> qdint8: per-row dynamic quantization (XNNPACK's arithmetic).
-    QuantizeRows {
-        x: usize,
-        y: usize,
-        /// Trailing dims forming one quantized row (the value's num_nonbatch_dims).
-        row_dims: usize,
-    },
     /// `FullyConnected` with qdint8 input and 4- or 8-bit weights.
     QuantizedFullyConnected {
         x: usize,
@@ -203,19 +143,6 @@ pub enum Op {
         bias: Bias,
         min: f32,
         max: f32,
-    },
-    /// A one-input int8 node (`Convert` to or from qint8, `Clamp`).
-    Qs8Unary {
-        x: usize,
-        y: usize,
-        f: crate::qs8::Qs8UnaryOp,
-    },
-    /// `Add` / `Multiply` of qint8 tensors.
-    Qs8Binary {
-        a: usize,
-        b: usize,
-        y: usize,
-        f: crate::qs8::Qs8BinaryOp,
     },
     /// `FullyConnected` qint8 x qcint8 -> qint8.
     Qs8FullyConnected {
@@ -239,11 +166,7 @@ impl Op {
             }
         };
         match self {
-            Op::Unary { x, .. }
-            | Op::GlobalAvgPool { x, .. }
-            | Op::QuantizeRows { x, .. }
-            | Op::Qs8Unary { x, .. }
-            | Op::Qs8FullyConnected { x, .. } => push(*x),
+            Op::GlobalAvgPool { x, .. } | Op::Qs8FullyConnected { x, .. } => push(*x),
             Op::Node(n) => n.inputs().as_slice().iter().for_each(|&v| push(v)),
             Op::QuantizedFullyConnected { x, bias, .. } => {
                 push(*x);
@@ -251,9 +174,7 @@ impl Op {
                     push(*v);
                 }
             }
-            Op::Binary { a: p, b: q, .. }
-            | Op::BatchMatMul { a: p, b: q, .. }
-            | Op::Qs8Binary { a: p, b: q, .. } => {
+            Op::BatchMatMul { a: p, b: q, .. } => {
                 push(*p);
                 push(*q);
             }
@@ -277,15 +198,10 @@ impl Op {
     /// The value the op writes.
     pub fn output(&self) -> usize {
         match self {
-            Op::Unary { y, .. }
-            | Op::Binary { y, .. }
-            | Op::FullyConnected { y, .. }
+            Op::FullyConnected { y, .. }
             | Op::BatchMatMul { y, .. }
             | Op::GlobalAvgPool { y, .. }
-            | Op::QuantizeRows { y, .. }
             | Op::QuantizedFullyConnected { y, .. }
-            | Op::Qs8Unary { y, .. }
-            | Op::Qs8Binary { y, .. }
             | Op::Qs8FullyConnected { y, .. } => *y,
             Op::Node(n) => n.output(),
             Op::Conv(c) => c.y,
@@ -382,7 +298,7 @@ impl Plan {
 impl Builder<'_> {
     fn op(&mut self, i: usize, node: &NodeDef) -> Result<Op, BackendError> {
         let y = node.outputs.first().copied().unwrap_or(0);
-        if crate::qs8_plan::is_qs8_node(self.graph, node)
+        if crate::nodes::quantized::touches_qint8(&self.graph.values, node)
             && let Some(op) = crate::qs8_plan::build(self, i, node, y)?
         {
             return Ok(op);
@@ -398,84 +314,13 @@ impl Builder<'_> {
         }
         let (min, max) = (node.output_min, node.output_max);
         let y = node.outputs.first().copied().unwrap_or(0);
-        let unary = |f| Op::Unary {
-            f,
-            x: 0,
-            y,
-            min,
-            max,
-        };
         let op = match node.kind {
-            Convert if self.graph.values[y].datatype == crate::schema::Datatype::QdInt8 => {
-                Op::QuantizeRows {
-                    x: self.input(node, 0),
-                    y,
-                    row_dims: match self.graph.values[y].quant {
-                        Some(crate::graph::Quantization::PerTokenDynamic { num_nonbatch_dims }) => {
-                            num_nonbatch_dims.max(1)
-                        }
-                        _ => 1,
-                    },
-                }
-            }
             FullyConnected
                 if node.inputs[0].is_some_and(|x| {
                     self.graph.values[x].datatype == crate::schema::Datatype::QdInt8
                 }) =>
             {
                 self.quantized_fc(i, node, y)?
-            }
-            Abs => unary(UnaryOp::Abs),
-            Ceiling => unary(UnaryOp::Ceiling),
-            Clamp => unary(UnaryOp::Clamp),
-            Cos => unary(UnaryOp::Cos),
-            Exp => unary(UnaryOp::Exp),
-            Floor => unary(UnaryOp::Floor),
-            Gelu => unary(UnaryOp::Gelu),
-            Hardswish => unary(UnaryOp::Hardswish),
-            Log => unary(UnaryOp::Log),
-            Negate => unary(UnaryOp::Negate),
-            ReciprocalSquareRoot => unary(UnaryOp::ReciprocalSquareRoot),
-            Sigmoid => unary(UnaryOp::Sigmoid),
-            Sin => unary(UnaryOp::Sin),
-            Square => unary(UnaryOp::Square),
-            SquareRoot => unary(UnaryOp::SquareRoot),
-            Tanh => unary(UnaryOp::Tanh),
-            ELU | LeakyReLU => {
-                let Params::Scalar(s) = node.params else {
-                    return Err(invalid(self.field(i, node, "params"), "missing"));
-                };
-                unary(if node.kind == ELU {
-                    UnaryOp::Elu(s)
-                } else {
-                    UnaryOp::LeakyRelu(s)
-                })
-            }
-            Add | Subtract | Multiply | Div | Minimum | Maximum | PReLU => {
-                let f = match node.kind {
-                    Add => BinaryOp::Add,
-                    Subtract => BinaryOp::Subtract,
-                    Multiply => BinaryOp::Multiply,
-                    Div => BinaryOp::Divide,
-                    Minimum => BinaryOp::Minimum,
-                    Maximum => BinaryOp::Maximum,
-                    _ => BinaryOp::PRelu,
-                };
-                // Minimum, Maximum and PReLU carry no output range upstream.
-                let (min, max) =
-                    if matches!(f, BinaryOp::Minimum | BinaryOp::Maximum | BinaryOp::PRelu) {
-                        (f32::NEG_INFINITY, f32::INFINITY)
-                    } else {
-                        (min, max)
-                    };
-                Op::Binary {
-                    f,
-                    a: self.input(node, 0),
-                    b: self.input(node, 1),
-                    y,
-                    min,
-                    max,
-                }
             }
             BatchMatrixMultiply => Op::BatchMatMul {
                 a: self.input(node, 0),
@@ -524,7 +369,6 @@ impl Builder<'_> {
                     max,
                 }
             }
-            Convert => Op::Node(Node::Reshape(reshape::plan(self, i, node)?)),
             GlobalAvgPooling2d => Op::GlobalAvgPool {
                 x: self.input(node, 0),
                 y,
@@ -564,17 +408,7 @@ impl Builder<'_> {
                 ));
             }
         };
-        // The single-input ops built with `unary` above read input 0.
-        Ok(match op {
-            Op::Unary { f, y, min, max, .. } => Op::Unary {
-                f,
-                x: self.input(node, 0),
-                y,
-                min,
-                max,
-            },
-            other => other,
-        })
+        Ok(op)
     }
 
     fn quantized_fc(&mut self, i: usize, node: &NodeDef, y: usize) -> Result<Op, BackendError> {

@@ -9,12 +9,10 @@
 use etch_kernels::{KernelError, ThreadPool};
 use etch_linalg::conv::ConvGeometry;
 use etch_linalg::quant::qs8::{
-    Qs8Requant, Qs8Rows, Qs8Weights, depthwise_conv2d_qs8, dequantize_qs8, gemm_qs8_parallel,
-    im2col_qs8, requantize,
+    Qs8Requant, Qs8Rows, Qs8Weights, depthwise_conv2d_qs8, gemm_qs8_parallel, im2col_qs8,
 };
 
-use crate::dims::Dims;
-use crate::elementwise::{self, BroadcastOperands};
+use crate::nodes::quantized::TensorQuant;
 
 fn short(what: &str) -> KernelError {
     KernelError::invalid(format!("XNNPACK delegate: {what}: operand too short"))
@@ -22,145 +20,6 @@ fn short(what: &str) -> KernelError {
 
 fn linalg(e: etch_linalg::LinalgError) -> KernelError {
     KernelError::invalid(format!("XNNPACK delegate: {e}"))
-}
-
-/// A per-tensor quantization (`PerTensorQuant`): `x = (q - zero_point) · scale`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct TensorQuant {
-    pub scale: f32,
-    pub zero_point: i32,
-}
-
-/// One-input int8 nodes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Qs8UnaryOp {
-    /// `Convert` fp32 -> qint8 (`1 / scale` computed once in f32, as
-    /// `xnn_init_f32_qs8_cvt_scalar_params`).
-    Quantize { inv_scale: f32, zero_point: i32 },
-    /// `Convert` qint8 -> fp32.
-    Dequantize { scale: f32, zero_point: i32 },
-    /// `Clamp` in the quantized domain (bounds by `xnn_qs8_quantize`,
-    /// `xnn_init_qs8_clamp_scalar_params`; input and output share their quantization).
-    Clamp { min: i8, max: i8 },
-}
-
-/// `Add` of two qint8 tensors: XNNPACK's fixed-point form
-/// (google/XNNPACK `src/microparams-init.c` `xnn_init_qs8_add_minmax_scalar_params`,
-/// `src/xnnpack/requantization.h` `xnn_qs8_quantize_add`):
-/// `y = clamp(((bias + a·ma + b·mb) >> shift) + zp)`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Qs8AddParams {
-    pub a_multiplier: i32,
-    pub b_multiplier: i32,
-    pub bias: i32,
-    pub shift: u32,
-    pub zero_point: i32,
-    pub min: i8,
-    pub max: i8,
-}
-
-impl Qs8AddParams {
-    /// The parameters of `a + b -> y`, or why XNNPACK would refuse them (scale ratios
-    /// outside `[2^-10, 2^8)`).
-    pub fn new(
-        a: TensorQuant,
-        b: TensorQuant,
-        y: TensorQuant,
-        min: i8,
-        max: i8,
-    ) -> Result<Self, String> {
-        let a_scale = a.scale / y.scale;
-        let b_scale = b.scale / y.scale;
-        let max_abs = a_scale.abs().max(b_scale.abs());
-        let range = 2f32.powi(-10)..2f32.powi(8);
-        if !range.contains(&a_scale.abs()) || !range.contains(&b_scale.abs()) {
-            return Err(format!(
-                "input-to-output scale ratios {a_scale} and {b_scale} are outside [2^-10, 2^8)"
-            ));
-        }
-        let exponent = (max_abs.to_bits() >> 23) as i32 - 127;
-        let shift = (20 - exponent) as u32;
-        // `scale · 2^shift` by adding to the exponent field, rounded as lrintf.
-        let multiplier = |s: f32| -> i32 {
-            let m = f32::from_bits(s.abs().to_bits() + (shift << 23)).round_ties_even() as i32;
-            if s.is_sign_negative() { -m } else { m }
-        };
-        let (am, bm) = (multiplier(a_scale), multiplier(b_scale));
-        let rounding = 1i32 << (shift - 1);
-        let bias = rounding
-            .wrapping_sub(am.wrapping_mul(a.zero_point))
-            .wrapping_sub(bm.wrapping_mul(b.zero_point));
-        Ok(Self {
-            a_multiplier: am,
-            b_multiplier: bm,
-            bias,
-            shift,
-            zero_point: y.zero_point,
-            min,
-            max,
-        })
-    }
-
-    #[inline(always)]
-    fn apply(&self, a: i8, b: i8) -> i8 {
-        let acc = self
-            .bias
-            .wrapping_add(i32::from(a).wrapping_mul(self.a_multiplier))
-            .wrapping_add(i32::from(b).wrapping_mul(self.b_multiplier));
-        let v = (acc >> self.shift) + self.zero_point;
-        v.clamp(i32::from(self.min), i32::from(self.max)) as i8
-    }
-}
-
-/// `Multiply` of two qint8 tensors: `(a - za)(b - zb)` requantized with the scale
-/// `(sa · sb) / sy` (`xnn_init_qs8_mul_minmax_scalar_params`, fp32 requantization).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Qs8MulParams {
-    pub a_zero_point: i32,
-    pub b_zero_point: i32,
-    pub scale: f32,
-    pub zero_point: i32,
-    pub min: i8,
-    pub max: i8,
-}
-
-impl Qs8MulParams {
-    /// The parameters of `a · b -> y`, or why XNNPACK would refuse them.
-    pub fn new(
-        a: TensorQuant,
-        b: TensorQuant,
-        y: TensorQuant,
-        min: i8,
-        max: i8,
-    ) -> Result<Self, String> {
-        let scale = (a.scale * b.scale) / y.scale;
-        if !(2f32.powi(-16)..2f32.powi(8)).contains(&scale) {
-            return Err(format!(
-                "product-to-output scale {scale} is outside [2^-16, 2^8)"
-            ));
-        }
-        Ok(Self {
-            a_zero_point: a.zero_point,
-            b_zero_point: b.zero_point,
-            scale,
-            zero_point: y.zero_point,
-            min,
-            max,
-        })
-    }
-
-    #[inline(always)]
-    fn apply(&self, a: i8, b: i8) -> i8 {
-        let acc = (i32::from(a) - self.a_zero_point) * (i32::from(b) - self.b_zero_point);
-        requantize(acc, self.scale, self.zero_point, self.min, self.max)
-    }
-}
-
-/// Two-input int8 nodes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Qs8BinaryOp {
-    Add(Qs8AddParams),
-    Multiply(Qs8MulParams),
 }
 
 /// `GlobalAvgPooling2d` on qint8: XNNPACK's mean reduction (google/XNNPACK
@@ -197,55 +56,6 @@ fn bytes(words: &[f32]) -> &[i8] {
 
 fn bytes_mut(words: &mut [f32]) -> &mut [i8] {
     bytemuck::cast_slice_mut(words)
-}
-
-/// Runs a one-input node over `n` elements.
-pub fn unary(f: Qs8UnaryOp, n: usize, x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
-    match f {
-        Qs8UnaryOp::Quantize {
-            inv_scale,
-            zero_point,
-        } => {
-            let x = x.get(..n).ok_or_else(|| short("convert"))?;
-            let out = bytes_mut(out)
-                .get_mut(..n)
-                .ok_or_else(|| short("convert"))?;
-            etch_linalg::quant::qs8::quantize_qs8(x, inv_scale, zero_point, out);
-        }
-        Qs8UnaryOp::Dequantize { scale, zero_point } => {
-            let x = bytes(x).get(..n).ok_or_else(|| short("convert"))?;
-            let out = out.get_mut(..n).ok_or_else(|| short("convert"))?;
-            dequantize_qs8(x, scale, zero_point, out);
-        }
-        Qs8UnaryOp::Clamp { min, max } => {
-            let x = bytes(x).get(..n).ok_or_else(|| short("clamp"))?;
-            let out = bytes_mut(out).get_mut(..n).ok_or_else(|| short("clamp"))?;
-            for (o, &v) in out.iter_mut().zip(x) {
-                *o = v.clamp(min, max);
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Runs a two-input node with broadcasting.
-pub fn binary(
-    f: &Qs8BinaryOp,
-    operands: BroadcastOperands<'_, f32>,
-    out: &mut [f32],
-) -> Result<(), KernelError> {
-    let BroadcastOperands { ad, a, bd, b, yd } = operands;
-    let numel = |d: &Dims| d.numel().ok_or_else(|| short("binary"));
-    let a = bytes(a).get(..numel(ad)?).ok_or_else(|| short("binary"))?;
-    let b = bytes(b).get(..numel(bd)?).ok_or_else(|| short("binary"))?;
-    let out = bytes_mut(out)
-        .get_mut(..numel(yd)?)
-        .ok_or_else(|| short("binary"))?;
-    let operands = BroadcastOperands { ad, a, bd, b, yd };
-    match f {
-        Qs8BinaryOp::Add(p) => elementwise::binary_with(&|x, y| p.apply(x, y), operands, out),
-        Qs8BinaryOp::Multiply(p) => elementwise::binary_with(&|x, y| p.apply(x, y), operands, out),
-    }
 }
 
 /// `FullyConnected` qint8 x qcint8: `m` rows of `w.k()` inputs.

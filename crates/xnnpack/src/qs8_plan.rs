@@ -6,46 +6,14 @@
 use etch_kernels::BackendError;
 use etch_linalg::quant::qs8::{Qs8Requant, Qs8Weights, quantize_bound};
 
-use crate::graph::{GraphDef, NodeDef, Quantization, ValueDef, invalid};
+use crate::graph::{NodeDef, Quantization, ValueDef, invalid};
+use crate::nodes::quantized::{
+    TensorQuant, int32_bias as bias, is_fp32, is_qint8, per_tensor, requant, touches_qint8,
+};
 use crate::plan::{ConvKind, Op};
 use crate::plan_builder::Builder;
-use crate::qs8::{
-    Qs8AddParams, Qs8BinaryOp, Qs8Conv, Qs8MeanParams, Qs8MulParams, Qs8UnaryOp, TensorQuant,
-};
+use crate::qs8::{Qs8Conv, Qs8MeanParams};
 use crate::schema::{Datatype, NodeKind};
-
-fn per_tensor(v: &ValueDef) -> Option<TensorQuant> {
-    match (v.datatype, &v.quant) {
-        (Datatype::QInt8, Some(Quantization::PerTensor { scale, zero_point })) => {
-            Some(TensorQuant {
-                scale: *scale,
-                zero_point: *zero_point,
-            })
-        }
-        _ => None,
-    }
-}
-
-fn is_qint8(v: &ValueDef) -> bool {
-    per_tensor(v).is_some()
-}
-
-fn is_fp32(v: &ValueDef) -> bool {
-    v.datatype == Datatype::Fp32 && v.quant.is_none()
-}
-
-/// Whether a node touches a qint8 value (and so belongs to the static int8 path).
-pub fn touches_qint8(values: &[ValueDef], node: &NodeDef) -> bool {
-    node.inputs
-        .iter()
-        .flatten()
-        .chain(&node.outputs)
-        .any(|&v| values[v].datatype == Datatype::QInt8)
-}
-
-pub fn is_qs8_node(graph: &GraphDef, node: &NodeDef) -> bool {
-    touches_qint8(&graph.values, node)
-}
 
 /// Checks a node with qint8 values against the patterns PT2E exports produce:
 /// `Ok(true)` when it is one of them, `Ok(false)` when it has no qint8 value, an
@@ -156,56 +124,6 @@ pub fn build(
         )
     };
     let op = match node.kind {
-        Convert if g.values[y].datatype == Datatype::QInt8 => {
-            let q = quant(y, "output_id")?;
-            Op::Qs8Unary {
-                x: b.input(node, 0),
-                y,
-                f: Qs8UnaryOp::Quantize {
-                    inv_scale: 1.0 / q.scale,
-                    zero_point: q.zero_point,
-                },
-            }
-        }
-        Convert => {
-            let q = quant(x, "input_id")?;
-            Op::Qs8Unary {
-                x: b.input(node, 0),
-                y,
-                f: Qs8UnaryOp::Dequantize {
-                    scale: q.scale,
-                    zero_point: q.zero_point,
-                },
-            }
-        }
-        Clamp => {
-            let (min, max) = bounds(quant(y, "output_id")?);
-            Op::Qs8Unary {
-                x: b.input(node, 0),
-                y,
-                f: Qs8UnaryOp::Clamp { min, max },
-            }
-        }
-        Add | Multiply => {
-            let qa = quant(x, "input1_id")?;
-            let qb = quant(input(1).unwrap_or(0), "input2_id")?;
-            let qy = quant(y, "output_id")?;
-            let (min, max) = bounds(qy);
-            let why = |e: String| {
-                BackendError::Unsupported(format!("{}: {e}", b.field(i, node, "output_id")))
-            };
-            let f = if node.kind == Add {
-                Qs8BinaryOp::Add(Qs8AddParams::new(qa, qb, qy, min, max).map_err(why)?)
-            } else {
-                Qs8BinaryOp::Multiply(Qs8MulParams::new(qa, qb, qy, min, max).map_err(why)?)
-            };
-            Op::Qs8Binary {
-                a: b.input(node, 0),
-                b: b.input(node, 1),
-                y,
-                f,
-            }
-        }
         MaxPooling2d => {
             let bounds = bounds(quant(y, "output_id")?);
             let Op::Pool(mut p) = b.plain_op(i, node)? else {
@@ -264,67 +182,6 @@ pub fn build(
         _ => return Ok(None),
     };
     Ok(Some(op))
-}
-
-/// Per-channel requantization scales `(s_in · s_w[c]) / s_out` and the output bounds
-/// (`init_requantization_scale_qx8_qc8w`, google/XNNPACK
-/// `src/operators/convolution-nhwc.c`; the same formula in `fully-connected-nc.c`).
-fn requant(
-    b: &Builder<'_>,
-    i: usize,
-    node: &NodeDef,
-    qx: TensorQuant,
-    qy: TensorQuant,
-    n: usize,
-) -> Result<Qs8Requant, BackendError> {
-    let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
-    let kernel_scales: Vec<f32> = match &b.graph.values[fv].quant {
-        Some(Quantization::PerChannel { scales, .. }) => scales.clone(),
-        Some(Quantization::PerTensor { scale, .. }) => vec![*scale; n],
-        _ => Vec::new(),
-    };
-    if kernel_scales.len() != n {
-        return Err(invalid(
-            b.field(i, node, "filter_id"),
-            format!(
-                "{} weight scales for {n} output channels",
-                kernel_scales.len()
-            ),
-        ));
-    }
-    let mut scales = Vec::with_capacity(n);
-    for (c, &ks) in kernel_scales.iter().enumerate() {
-        let s = qx.scale * ks / qy.scale;
-        if s.is_nan() || s >= 256.0 {
-            return Err(BackendError::Unsupported(format!(
-                "{}: requantization scale {s} of output channel {c} is not below 256",
-                b.field(i, node, "filter_id")
-            )));
-        }
-        scales.push(s);
-    }
-    Ok(Qs8Requant {
-        scales,
-        zero_point: qy.zero_point,
-        min: quantize_bound(node.output_min, qy.scale, qy.zero_point),
-        max: quantize_bound(node.output_max, qy.scale, qy.zero_point),
-    })
-}
-
-/// The int32 bias (zeros without one), one per output channel.
-fn bias(b: &Builder<'_>, i: usize, node: &NodeDef, n: usize) -> Result<Vec<i32>, BackendError> {
-    let Some(v) = node.inputs.get(2).copied().flatten() else {
-        return Ok(vec![0; n]);
-    };
-    let numel = b.graph.values[v].dims.numel().unwrap_or(0);
-    let bytes = b.constant(v).unwrap_or(&[]);
-    if numel != n || bytes.len() < 4 * n {
-        return Err(invalid(
-            b.field(i, node, "bias_id"),
-            format!("bias of {numel} elements for {n} output channels"),
-        ));
-    }
-    Ok(bytemuck::pod_collect_to_vec(&bytes[..4 * n]))
 }
 
 fn conv(b: &mut Builder<'_>, i: usize, node: &NodeDef, y: usize) -> Result<Op, BackendError> {

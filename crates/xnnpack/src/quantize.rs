@@ -5,9 +5,7 @@
 //! per-token quantization and the int8 products, is `etch_linalg::quant`.
 
 use etch_kernels::{KernelError, ThreadPool};
-use etch_linalg::quant::{
-    Qd8Rows, Qd8Weights, gemm_qd8, gemm_qd8_scratch_len_for, qd8_row_stride, quantize_qd8,
-};
+use etch_linalg::quant::{Qd8Rows, Qd8Weights, gemm_qd8, gemm_qd8_scratch_len_for, qd8_row_stride};
 
 fn short(what: &str) -> KernelError {
     KernelError::invalid(format!("XNNPACK delegate: {what}: operand too short"))
@@ -25,21 +23,6 @@ pub fn code_words(rows: usize, row: usize) -> Option<usize> {
 /// Arena elements of a qdint8 value of `rows` rows of `row` values.
 pub fn slot_len(rows: usize, row: usize) -> Option<usize> {
     code_words(rows, row)?.checked_add(rows.checked_mul(2)?)
-}
-
-/// `Convert` fp32 -> qdint8: quantizes rows of `row` values of `x` into the slot `out`.
-pub fn quantize_rows(row: usize, x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
-    if row == 0 {
-        return Ok(());
-    }
-    let rows = x.len() / row;
-    let words = code_words(rows, row).ok_or_else(|| short("quantize"))?;
-    if out.len() < words + 2 * rows {
-        return Err(short("quantize"));
-    }
-    let (codes, params) = out.split_at_mut(words);
-    let codes: &mut [i8] = bytemuck::cast_slice_mut(codes);
-    quantize_qd8(x, row, codes, params).map_err(linalg)
 }
 
 /// `FullyConnected` qdint8 x quantized weights, `m` rows.
@@ -75,6 +58,7 @@ pub fn fully_connected_qd8(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nodes::convert::quantize_rows;
 
     #[test]
     fn quantized_product_approximates_the_float_one() {

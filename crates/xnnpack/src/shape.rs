@@ -75,15 +75,6 @@ pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
         }
         Op::Qs8FullyConnected { x, y, w, .. } => fully_connected(shapes, *x, *y, w.n(), w.k())?,
         Op::Node(n) => n.infer_shape(shapes)?,
-        Op::Unary { x, y, .. } | Op::Qs8Unary { x, y, .. } | Op::QuantizeRows { x, y, .. } => {
-            let d = get(shapes, *x);
-            set(shapes, *y, d);
-        }
-        Op::Binary { a, b, y, .. } | Op::Qs8Binary { a, b, y, .. } => {
-            let d = broadcast(&get(shapes, *a), &get(shapes, *b))
-                .ok_or("input shapes do not broadcast")?;
-            set(shapes, *y, d);
-        }
         Op::FullyConnected { x, y, filter, .. } => {
             let (n, k) = filter.dims(shapes);
             fully_connected(shapes, *x, *y, n, k)?

@@ -71,6 +71,11 @@ pub fn short(what: &str) -> KernelError {
     KernelError::invalid(format!("XNNPACK delegate: {what}: operand too short"))
 }
 
+/// The error of a kernel of `etch-linalg` that refused its operands.
+pub fn linalg(e: etch_linalg::LinalgError) -> KernelError {
+    KernelError::invalid(format!("XNNPACK delegate: {e}"))
+}
+
 /// `Ok` when a linalg kernel that reports success as a `bool` succeeded.
 pub fn checked(ok: bool, what: &str) -> Result<(), KernelError> {
     if ok { Ok(()) } else { Err(short(what)) }

@@ -7,10 +7,10 @@ use etch_kernels::{BackendError, KernelError, ThreadPool};
 use crate::dims::Dims;
 use crate::graph::{NodeDef, Params, invalid};
 use crate::node_reader::NodeReader;
-use crate::nodes::NodeOp;
 use crate::nodes::call::{
     Inputs, MAX_INPUTS, NodeCall, checked, elementwise_tasks, int8, int8_mut, short,
 };
+use crate::nodes::node_op::NodeOp;
 use crate::nodes::shapes::{ShapeResult, get, set};
 use crate::plan_builder::Builder;
 use crate::schema::NodeKind;

@@ -8,9 +8,15 @@
 //! (`call`: what a node gets when it runs; `shapes`: shape inference helpers; `strided`:
 //! block copies).
 
+pub mod binary;
+pub mod binary_int8;
+pub mod broadcast;
 pub mod call;
 pub mod concatenate;
+pub mod convert;
+pub mod node_op;
 pub mod pad;
+pub mod quantized;
 pub mod reshape;
 pub mod resize;
 pub mod shapes;
@@ -18,6 +24,7 @@ pub mod slice;
 pub mod softmax;
 pub mod strided;
 pub mod transpose;
+pub mod unary;
 
 use etch_kernels::{BackendError, KernelError};
 
@@ -27,28 +34,8 @@ use crate::node_reader::NodeReader;
 use crate::plan_builder::Builder;
 use crate::schema::NodeKind;
 use call::{Inputs, NodeCall};
+pub use node_op::NodeOp;
 use shapes::ShapeResult;
-
-/// What every planned node does: name its operands, infer its output's dims for a call,
-/// say how much scratch it needs, and run.
-pub trait NodeOp {
-    /// The values the node reads (constants included; packed weights are not values).
-    fn inputs(&self) -> Inputs;
-
-    /// The value the node writes.
-    fn output(&self) -> usize;
-
-    /// Sets the output's dims in `shapes` from the inputs' dims there.
-    fn infer_shape(&self, shapes: &mut [Dims]) -> ShapeResult;
-
-    /// Runs the node on one call's operands.
-    fn run(&self, call: NodeCall<'_>) -> Result<(), KernelError>;
-
-    /// GEMM scratch (f32 elements) the node needs at `shapes` on `threads` threads.
-    fn gemm_scratch_len(&self, _shapes: &[Dims], _threads: usize) -> usize {
-        0
-    }
-}
 
 macro_rules! nodes {
     ($($(#[$doc:meta])* $variant:ident($ty:ty),)*) => {
@@ -69,6 +56,12 @@ macro_rules! nodes {
 }
 
 nodes! {
+    /// The elementwise nodes of one input.
+    Unary(unary::Unary),
+    /// The elementwise nodes of two broadcast inputs.
+    Binary(binary::Binary),
+    /// `Convert`.
+    Convert(convert::Convert),
     /// `StaticReshape`, `Copy`, fp32 -> fp32 `Convert`.
     Reshape(reshape::Reshape),
     /// `StaticTranspose`.
@@ -112,6 +105,12 @@ impl NodeOp for Node {
 pub fn read(r: &NodeReader<'_, '_>, node: &mut NodeDef) -> Result<bool, BackendError> {
     use NodeKind::*;
     match r.kind {
+        Abs | Ceiling | Clamp | Cos | ELU | Exp | Floor | Gelu | Hardswish | LeakyReLU | Log
+        | Negate | ReciprocalSquareRoot | Sigmoid | Sin | Square | SquareRoot | Tanh => {
+            unary::read(r, node)?
+        }
+        Add | Subtract | Multiply | Div | Minimum | Maximum | PReLU => binary::read(r, node)?,
+        Convert => convert::read(r, node)?,
         Copy | StaticReshape => reshape::read(r, node)?,
         StaticTranspose => transpose::read(r, node)?,
         StaticSlice => slice::read(r, node)?,
@@ -128,6 +127,14 @@ pub fn read(r: &NodeReader<'_, '_>, node: &mut NodeDef) -> Result<bool, BackendE
 pub fn plan(b: &mut Builder<'_>, i: usize, node: &NodeDef) -> Result<Option<Node>, BackendError> {
     use NodeKind::*;
     Ok(Some(match node.kind {
+        Abs | Ceiling | Clamp | Cos | ELU | Exp | Floor | Gelu | Hardswish | LeakyReLU | Log
+        | Negate | ReciprocalSquareRoot | Sigmoid | Sin | Square | SquareRoot | Tanh => {
+            Node::Unary(unary::plan(b, i, node)?)
+        }
+        Add | Subtract | Multiply | Div | Minimum | Maximum | PReLU => {
+            Node::Binary(binary::plan(b, i, node)?)
+        }
+        Convert => Node::Convert(convert::plan(b, i, node)?),
         Copy | StaticReshape => Node::Reshape(reshape::plan(b, i, node)?),
         StaticTranspose => Node::Transpose(transpose::plan(b, i, node)?),
         StaticSlice => Node::Slice(slice::plan(b, i, node)?),

@@ -5,8 +5,8 @@ use etch_kernels::{BackendError, KernelError};
 use crate::dims::Dims;
 use crate::graph::NodeDef;
 use crate::node_reader::NodeReader;
-use crate::nodes::NodeOp;
 use crate::nodes::call::{Inputs, NodeCall};
+use crate::nodes::node_op::NodeOp;
 use crate::nodes::shapes::{ShapeResult, get, set};
 use crate::plan_builder::Builder;
 
