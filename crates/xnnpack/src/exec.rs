@@ -13,10 +13,8 @@ use rayon::prelude::*;
 use crate::dims::{Dims, MAX_DIMS};
 use crate::nodes::NodeOp;
 use crate::nodes::call::{NodeCall, Scratch};
-use crate::plan::{ALIGN_ELEMS, ConvKind, ConvOp, Filter, Loc, Op, Plan, PoolOp};
-use crate::plan_builder::Bias;
+use crate::plan::{ALIGN_ELEMS, ConvKind, ConvOp, Loc, Op, Plan, PoolOp};
 use crate::qs8;
-use crate::quantize;
 use crate::shape;
 
 /// Output pixels one im2col block of an fp32 convolution holds: rows enough for the
@@ -438,19 +436,15 @@ fn run_op(
             shapes,
             inputs: *ins,
             output: out,
+            scratch,
         };
         return n.run(call);
     }
     let mut scratch = scratch;
     let (col, gemm) = scratch.parts();
     let x = ins[0];
-    let numel = |v: usize| shapes[v].numel().unwrap_or(0);
     match op {
         Op::Node(_) => {}
-        Op::Qs8FullyConnected { x: xv, w, rq, .. } => {
-            let m = numel(*xv).checked_div(w.k()).unwrap_or(0);
-            qs8::fully_connected(pool, m, w, rq, x, out)?
-        }
         Op::Conv(c) if c.q.is_some() => {
             let (xd, yd) = (&shapes[c.x], &shapes[c.y]);
             let g = geometry(c, xd, yd);
@@ -487,60 +481,6 @@ fn run_op(
             let (h, w, c) = (d.get(r - 3), d.get(r - 2), d.get(r - 1));
             qs8::mean(q, d.product(0..r - 3), h * w, c, x, out)?
         }
-        Op::QuantizedFullyConnected {
-            x: xv,
-            w,
-            bias,
-            min,
-            max,
-            ..
-        } => {
-            let numel = shapes[*xv].numel().unwrap_or(0);
-            let m = numel.checked_div(w.k()).unwrap_or(0);
-            let bias = match bias {
-                Bias::None => None,
-                Bias::Packed(b) => Some(b.as_slice()),
-                Bias::Value(_) => Some(ins[1]),
-            };
-            quantize::fully_connected_qd8(pool, m, w, x, bias, *min, *max, out, gemm)?
-        }
-        Op::FullyConnected {
-            x: xv,
-            filter,
-            bias,
-            min,
-            max,
-            ..
-        } => {
-            let (n, k) = filter.dims(shapes);
-            let m = shapes[*xv].numel().unwrap_or(0).checked_div(k).unwrap_or(0);
-            let bias_slice = match bias {
-                Bias::None => None,
-                Bias::Packed(b) => Some(b.as_slice()),
-                Bias::Value(_) => Some(match filter {
-                    Filter::Value { .. } => ins[2],
-                    Filter::Packed(_) => ins[1],
-                }),
-            };
-            let w = filter.rhs(ins[1]);
-            fully_connected(pool, m, n, k, x, w, bias_slice, *min, *max, out, gemm)?
-        }
-        Op::BatchMatMul {
-            a,
-            b,
-            y,
-            transpose_b,
-        } => batch_matmul(
-            &shapes[*a],
-            ins[0],
-            &shapes[*b],
-            ins[1],
-            &shapes[*y],
-            *transpose_b,
-            pool,
-            out,
-            gemm,
-        )?,
         Op::Conv(c) => convolution(c, pool, &shapes[c.x], &shapes[c.y], x, out, col, gemm)?,
         Op::Pool(p) => pooling(p, &shapes[p.x], &shapes[p.y], x, out)?,
         Op::GlobalAvgPool {
@@ -564,92 +504,12 @@ fn run_op(
     Ok(())
 }
 
-/// `out[m, n] = clamp(x[m, k] . w[n, k] + bias)` on the shared GEMM of etch-linalg
-/// (matrix-vector rows split over output columns for decode, the packed micro-kernel
-/// for prefill), with `scratch` from the temp allocator (see [`gemm_scratch_len`]).
-#[allow(clippy::too_many_arguments)]
-fn fully_connected(
-    pool: &ThreadPool,
-    m: usize,
-    n: usize,
-    k: usize,
-    x: &[f32],
-    w: RhsF32<'_>,
-    bias: Option<&[f32]>,
-    min: f32,
-    max: f32,
-    out: &mut [f32],
-    scratch: &mut [f32],
-) -> Result<(), KernelError> {
-    let g = fc_gemm(m, n, k, x, w, bias, min, max);
-    let need = g.scratch_len(pool.threads());
-    let scratch = scratch
-        .get_mut(..need)
-        .ok_or_else(|| short("fully connected scratch"))?;
-    let out = out
-        .get_mut(..m * n)
-        .ok_or_else(|| short("fully connected"))?;
-    Ok(gemm_f32(pool, &g, out, scratch)?)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn fc_gemm<'a>(
-    m: usize,
-    n: usize,
-    k: usize,
-    x: &'a [f32],
-    w: RhsF32<'a>,
-    bias: Option<&'a [f32]>,
-    min: f32,
-    max: f32,
-) -> GemmF32<'a> {
-    let clamp = clamp_of(min, max);
-    GemmF32 {
-        m,
-        n,
-        k,
-        a: x,
-        lda: k,
-        b: w,
-        bias,
-        clamp,
-    }
-}
-
 /// Scratch the fully-connected nodes need at the current shapes: the largest of them
 /// (they run one at a time).
 fn gemm_scratch_len(plan: &Plan, shapes: &[Dims], threads: usize) -> usize {
     plan.ops
         .iter()
         .filter_map(|op| match op {
-            Op::QuantizedFullyConnected { x, w, .. } => {
-                let m = shapes[*x]
-                    .numel()
-                    .unwrap_or(0)
-                    .checked_div(w.k())
-                    .unwrap_or(0);
-                Some(etch_linalg::quant::gemm_qd8_scratch_len_for(m, w, threads))
-            }
-            Op::FullyConnected { x, filter, .. } => {
-                let (n, k) = filter.dims(shapes);
-                let m = shapes[*x].numel().unwrap_or(0).checked_div(k).unwrap_or(0);
-                let w = filter.rhs(&[]);
-                Some(
-                    fc_gemm(m, n, k, &[], w, None, f32::NEG_INFINITY, f32::INFINITY)
-                        .scratch_len(threads),
-                )
-            }
-            Op::BatchMatMul {
-                a, y, transpose_b, ..
-            } => {
-                let (ad, yd) = (&shapes[*a], &shapes[*y]);
-                let (m, k) = (
-                    ad.get(ad.rank().saturating_sub(2)),
-                    ad.get(ad.rank().saturating_sub(1)),
-                );
-                let n = yd.get(yd.rank().saturating_sub(1));
-                Some(bmm_gemm(m, n, k, &[], &[], *transpose_b).scratch_len(threads))
-            }
             Op::Node(n) => Some(n.gemm_scratch_len(shapes, threads)),
             Op::Conv(c) if c.kind == ConvKind::Conv && c.q.is_none() => {
                 let g = geometry(c, &shapes[c.x], &shapes[c.y]);
@@ -659,85 +519,6 @@ fn gemm_scratch_len(plan: &Plan, shapes: &[Dims], threads: usize) -> usize {
         })
         .max()
         .unwrap_or(0)
-}
-
-/// Batched matrix products with broadcast batch dimensions.
-#[allow(clippy::too_many_arguments)]
-fn batch_matmul(
-    ad: &Dims,
-    a: &[f32],
-    bd: &Dims,
-    b: &[f32],
-    yd: &Dims,
-    transpose_b: bool,
-    pool: &ThreadPool,
-    out: &mut [f32],
-    scratch: &mut [f32],
-) -> Result<(), KernelError> {
-    let (ar, br, yr) = (ad.rank(), bd.rank(), yd.rank());
-    let (m, k) = (ad.get(ar - 2), ad.get(ar - 1));
-    let n = yd.get(yr - 1);
-    let batch_rank = yr - 2;
-    let batches = yd.product(0..batch_rank);
-    let mut idx = [0usize; MAX_DIMS];
-    for bi in 0..batches {
-        // Batch index -> offsets in a and b (broadcast dims of size 1 stay at 0).
-        let mut rem = bi;
-        for d in (0..batch_rank).rev() {
-            idx[d] = rem % yd.get(d).max(1);
-            rem /= yd.get(d).max(1);
-        }
-        let offset = |dims: &Dims, rank: usize| {
-            let lead = rank - 2;
-            let mut off = 0usize;
-            for d in 0..lead {
-                let size = dims.get(d);
-                let i = idx[batch_rank - lead + d];
-                off = off * size + if size == 1 { 0 } else { i };
-            }
-            off
-        };
-        let (ao, bo) = (offset(ad, ar) * m * k, offset(bd, br) * k * n);
-        let dst = out
-            .get_mut(bi * m * n..(bi + 1) * m * n)
-            .ok_or_else(|| short("batch matmul"))?;
-        let p = bmm_gemm(
-            m,
-            n,
-            k,
-            a.get(ao..).unwrap_or(&[]),
-            b.get(bo..).unwrap_or(&[]),
-            transpose_b,
-        );
-        gemm_f32(pool, &p, dst, scratch)?;
-    }
-    Ok(())
-}
-
-/// One batch of a batched matrix product: `b` is `[n, k]` when `transpose_b`, else
-/// `[k, n]`.
-fn bmm_gemm<'a>(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &'a [f32],
-    b: &'a [f32],
-    transpose_b: bool,
-) -> GemmF32<'a> {
-    GemmF32 {
-        m,
-        n,
-        k,
-        a,
-        lda: k,
-        b: if transpose_b {
-            RhsF32::NK(b)
-        } else {
-            RhsF32::KN(b)
-        },
-        bias: None,
-        clamp: None,
-    }
 }
 
 fn geometry(c: &ConvOp, xd: &Dims, yd: &Dims) -> ConvGeometry {

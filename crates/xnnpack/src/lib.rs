@@ -31,9 +31,9 @@ mod nodes;
 mod parse;
 mod plan;
 mod plan_builder;
+mod qd8_slot;
 mod qs8;
 mod qs8_plan;
-mod quantize;
 pub mod schema;
 mod shape;
 

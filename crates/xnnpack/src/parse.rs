@@ -579,28 +579,6 @@ impl NodeReader<'_, '_> {
                 };
                 self.one_input(&mut node, 0, allowed)?;
             }
-            BatchMatrixMultiply => {
-                node.inputs = vec![
-                    Some(self.value(0, "input1_id")?),
-                    Some(self.value(1, "input2_id")?),
-                ];
-                node.outputs = vec![self.value(2, "output_id")?];
-                let allowed = if self.kind == BatchMatrixMultiply {
-                    FLAG_TRANSPOSE_WEIGHTS
-                } else {
-                    0
-                };
-                node.flags = self.flags(3, allowed)?;
-            }
-            FullyConnected => {
-                node.inputs = vec![
-                    Some(self.value(0, "input1_id")?),
-                    Some(self.value(1, "filter_id")?),
-                    self.opt_value(2, "bias_id")?,
-                ];
-                node.outputs = vec![self.value(3, "output_id")?];
-                node.flags = self.flags(4, FLAG_TRANSPOSE_WEIGHTS)?;
-            }
             Conv2d | DepthwiseConv2d | ConvTranspose2d => {
                 node.params = Params::Window(self.window(true)?);
                 node.inputs = vec![

@@ -4,14 +4,14 @@
 //! by lifetime, so a call needs one scratch block.
 
 use etch_kernels::BackendError;
-use etch_linalg::{PackedB, RhsF32, dispatch};
+use etch_linalg::PackedB;
 
 use crate::call_cache::CallCache;
 use crate::dims::Dims;
 use crate::graph::{GraphDef, NodeDef, Params, Window, invalid};
 use crate::nodes::{self, Node, NodeOp};
-use crate::plan_builder::{Bias, Builder, f32_data, f32_view};
-use crate::schema::{FLAG_KEEP_DIMS, FLAG_TRANSPOSE_WEIGHTS, NodeKind};
+use crate::plan_builder::{Bias, Builder, f32_data};
+use crate::schema::{FLAG_KEEP_DIMS, NodeKind};
 use crate::shape;
 
 /// Most f32 one delegate's arena may hold (4 GiB): the official runtime too plans its
@@ -20,43 +20,6 @@ pub const MAX_ARENA_ELEMS: usize = 1 << 30;
 
 /// Arena offsets are multiples of this many f32 (64 bytes).
 pub const ALIGN_ELEMS: usize = 16;
-
-/// The weights of a fully connected node.
-#[derive(Debug, Clone)]
-pub enum Filter {
-    /// Packed at init into the GEMM's panels (a decode step streams them whole).
-    Packed(PackedB),
-    /// A runtime value: `[n, k]`, or `[k, n]` when `transposed`.
-    Value { v: usize, transposed: bool },
-}
-
-impl Filter {
-    /// `(n, k)`: output and input channels.
-    pub fn dims(&self, shapes: &[Dims]) -> (usize, usize) {
-        match self {
-            Filter::Packed(p) => (p.n(), p.k()),
-            Filter::Value { v, transposed } => {
-                let d = shapes.get(*v).copied().unwrap_or_default();
-                let (a, b) = (d.get(0), d.get(1));
-                if *transposed { (b, a) } else { (a, b) }
-            }
-        }
-    }
-
-    /// The GEMM's right-hand side: the packed panels, or `value` (the filter's elements
-    /// at run time) in its layout.
-    pub fn rhs<'a>(&'a self, value: &'a [f32]) -> RhsF32<'a> {
-        match self {
-            Filter::Packed(p) => RhsF32::Packed(p),
-            Filter::Value {
-                transposed: false, ..
-            } => RhsF32::NK(value),
-            Filter::Value {
-                transposed: true, ..
-            } => RhsF32::KN(value),
-        }
-    }
-}
 
 /// Which convolution.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,20 +73,6 @@ pub struct PoolOp {
 pub enum Op {
     /// A node of a kind planned by `nodes`.
     Node(Node),
-    FullyConnected {
-        x: usize,
-        y: usize,
-        filter: Filter,
-        bias: Bias,
-        min: f32,
-        max: f32,
-    },
-    BatchMatMul {
-        a: usize,
-        b: usize,
-        y: usize,
-        transpose_b: bool,
-    },
     Conv(ConvOp),
     Pool(PoolOp),
     GlobalAvgPool {
@@ -134,22 +83,6 @@ pub enum Op {
         max: f32,
         /// The qint8 form.
         q: Option<crate::qs8::Qs8MeanParams>,
-    },
-    /// `FullyConnected` with qdint8 input and 4- or 8-bit weights.
-    QuantizedFullyConnected {
-        x: usize,
-        y: usize,
-        w: etch_linalg::quant::Qd8Weights,
-        bias: Bias,
-        min: f32,
-        max: f32,
-    },
-    /// `FullyConnected` qint8 x qcint8 -> qint8.
-    Qs8FullyConnected {
-        x: usize,
-        y: usize,
-        w: etch_linalg::quant::qs8::Qs8Weights,
-        rq: etch_linalg::quant::qs8::Qs8Requant,
     },
 }
 
@@ -166,29 +99,8 @@ impl Op {
             }
         };
         match self {
-            Op::GlobalAvgPool { x, .. } | Op::Qs8FullyConnected { x, .. } => push(*x),
+            Op::GlobalAvgPool { x, .. } => push(*x),
             Op::Node(n) => n.inputs().as_slice().iter().for_each(|&v| push(v)),
-            Op::QuantizedFullyConnected { x, bias, .. } => {
-                push(*x);
-                if let Bias::Value(v) = bias {
-                    push(*v);
-                }
-            }
-            Op::BatchMatMul { a: p, b: q, .. } => {
-                push(*p);
-                push(*q);
-            }
-            Op::FullyConnected {
-                x, filter, bias, ..
-            } => {
-                push(*x);
-                if let Filter::Value { v, .. } = filter {
-                    push(*v);
-                }
-                if let Bias::Value(v) = bias {
-                    push(*v);
-                }
-            }
             Op::Conv(c) => push(c.x),
             Op::Pool(p) => push(p.x),
         }
@@ -198,11 +110,7 @@ impl Op {
     /// The value the op writes.
     pub fn output(&self) -> usize {
         match self {
-            Op::FullyConnected { y, .. }
-            | Op::BatchMatMul { y, .. }
-            | Op::GlobalAvgPool { y, .. }
-            | Op::QuantizedFullyConnected { y, .. }
-            | Op::Qs8FullyConnected { y, .. } => *y,
+            Op::GlobalAvgPool { y, .. } => *y,
             Op::Node(n) => n.output(),
             Op::Conv(c) => c.y,
             Op::Pool(p) => p.y,
@@ -247,7 +155,7 @@ impl ValuePlan {
         }
         let row = self.row_len(d);
         let rows = numel.checked_div(row).unwrap_or(0);
-        crate::quantize::slot_len(rows, row)
+        crate::qd8_slot::slot_len(rows, row)
     }
 
     /// For a qdint8 value of shape `d`: the values of one quantized row.
@@ -315,60 +223,6 @@ impl Builder<'_> {
         let (min, max) = (node.output_min, node.output_max);
         let y = node.outputs.first().copied().unwrap_or(0);
         let op = match node.kind {
-            FullyConnected
-                if node.inputs[0].is_some_and(|x| {
-                    self.graph.values[x].datatype == crate::schema::Datatype::QdInt8
-                }) =>
-            {
-                self.quantized_fc(i, node, y)?
-            }
-            BatchMatrixMultiply => Op::BatchMatMul {
-                a: self.input(node, 0),
-                b: self.input(node, 1),
-                y,
-                transpose_b: node.flags & FLAG_TRANSPOSE_WEIGHTS != 0,
-            },
-            FullyConnected => {
-                let x = self.input(node, 0);
-                let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
-                let transposed = node.flags & FLAG_TRANSPOSE_WEIGHTS != 0;
-                let fd = self.graph.values[fv].dims;
-                if fd.rank() != 2 {
-                    return Err(invalid(
-                        self.field(i, node, "filter_id"),
-                        format!("filter dims {fd:?} are not 2-D"),
-                    ));
-                }
-                let (n, k) = if transposed {
-                    (fd.get(1), fd.get(0))
-                } else {
-                    (fd.get(0), fd.get(1))
-                };
-                let filter = match self.constant(fv) {
-                    Some(bytes) => {
-                        // Stored `[k, n]` when transposed, else `[n, k]`.
-                        let p = PackedB::pack(dispatch().gemm, &f32_view(bytes), n, k, !transposed)
-                            .map_err(|e| {
-                                invalid(self.field(i, node, "filter_id"), e.to_string())
-                            })?;
-                        self.packed_bytes += p.packed_bytes();
-                        Filter::Packed(p)
-                    }
-                    None => Filter::Value {
-                        v: self.operand(fv),
-                        transposed,
-                    },
-                };
-                let bias = self.bias(i, node, n)?;
-                Op::FullyConnected {
-                    x,
-                    y,
-                    filter,
-                    bias,
-                    min,
-                    max,
-                }
-            }
             GlobalAvgPooling2d => Op::GlobalAvgPool {
                 x: self.input(node, 0),
                 y,
@@ -409,59 +263,6 @@ impl Builder<'_> {
             }
         };
         Ok(op)
-    }
-
-    fn quantized_fc(&mut self, i: usize, node: &NodeDef, y: usize) -> Result<Op, BackendError> {
-        use crate::graph::Quantization;
-        use crate::schema::Datatype;
-        use etch_linalg::quant::Qd8Weights;
-        let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
-        let def = &self.graph.values[fv];
-        let (n, k) = (def.dims.get(0), def.dims.get(1));
-        let bytes = def.constant.as_deref().unwrap_or(&[]);
-        let field = self.field(i, node, "filter_id");
-        let packed = match (&def.quant, def.datatype) {
-            (Some(Quantization::PerChannel { scales, .. }), Datatype::QcInt8) => {
-                let values: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
-                Qd8Weights::from_int8(n, k, &values, scales)
-            }
-            (Some(Quantization::PerChannel { scales, .. }), _) => {
-                // Two 4-bit codes per byte, low nibble first, rows of ceil(k / 2)
-                // bytes, stored as q + 8 (weight zero point 8).
-                Qd8Weights::from_int4_nibbles(n, k, k.max(1), scales, bytes)
-            }
-            (
-                Some(Quantization::PerChannelGroup {
-                    group_size,
-                    scales_bf16,
-                    ..
-                }),
-                _,
-            ) => {
-                let scales: Vec<f32> = scales_bf16
-                    .iter()
-                    .map(|&b| f32::from_bits(u32::from(b) << 16))
-                    .collect();
-                Qd8Weights::from_int4_nibbles(n, k, *group_size, &scales, bytes)
-            }
-            _ => {
-                return Err(invalid(
-                    field,
-                    "quantized filter without quantization parameters",
-                ));
-            }
-        };
-        let w = packed.map_err(|e| invalid(field, e.to_string()))?;
-        self.packed_bytes += w.packed_bytes();
-        let bias = self.bias(i, node, n)?;
-        Ok(Op::QuantizedFullyConnected {
-            x: self.input(node, 0),
-            y,
-            w,
-            bias,
-            min: node.output_min,
-            max: node.output_max,
-        })
     }
 
     pub(crate) fn conv_op(

@@ -58,30 +58,6 @@ fn bytes_mut(words: &mut [f32]) -> &mut [i8] {
     bytemuck::cast_slice_mut(words)
 }
 
-/// `FullyConnected` qint8 x qcint8: `m` rows of `w.k()` inputs.
-pub fn fully_connected(
-    pool: &ThreadPool,
-    m: usize,
-    w: &Qs8Weights,
-    rq: &Qs8Requant,
-    x: &[f32],
-    out: &mut [f32],
-) -> Result<(), KernelError> {
-    let (n, k) = (w.n(), w.k());
-    let x = bytes(x)
-        .get(..m * k)
-        .ok_or_else(|| short("fully connected"))?;
-    let out = bytes_mut(out)
-        .get_mut(..m * n)
-        .ok_or_else(|| short("fully connected"))?;
-    let rows = Qs8Rows {
-        m,
-        stride: k,
-        data: x,
-    };
-    gemm_qs8_parallel(pool, &rows, w, rq, out, n).map_err(linalg)
-}
-
 /// Max pooling of one int8 NHWC image (padding ignored), clamped to `[min, max]`.
 pub fn max_pool(
     g: &etch_linalg::pool::PoolGeometry,

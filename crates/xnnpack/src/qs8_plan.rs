@@ -154,31 +154,6 @@ pub fn build(
             }
         }
         Conv2d | DepthwiseConv2d => conv(b, i, node, y)?,
-        FullyConnected => {
-            let fv = input(1).unwrap_or(0);
-            let fd = g.values[fv].dims;
-            if fd.rank() != 2 {
-                return Err(invalid(
-                    b.field(i, node, "filter_id"),
-                    format!("filter dims {fd:?} are not 2-D"),
-                ));
-            }
-            let (n, k) = (fd.get(0), fd.get(1));
-            let qx = quant(x, "input1_id")?;
-            let qy = quant(y, "output_id")?;
-            let rq = requant(b, i, node, qx, qy, n)?;
-            let bias = bias(b, i, node, n)?;
-            let filter = bytemuck::cast_slice::<u8, i8>(b.constant(fv).unwrap_or(&[]));
-            let w = Qs8Weights::new(n, k, filter, Some(&bias), qx.zero_point)
-                .map_err(|e| invalid(b.field(i, node, "filter_id"), e.to_string()))?;
-            b.packed_bytes += w.packed_bytes();
-            Op::Qs8FullyConnected {
-                x: b.input(node, 0),
-                y,
-                w,
-                rq,
-            }
-        }
         _ => return Ok(None),
     };
     Ok(Some(op))

@@ -5,7 +5,6 @@
 use crate::dims::Dims;
 use crate::graph::Window;
 use crate::nodes::NodeOp;
-use crate::nodes::shapes::broadcast;
 use crate::plan::{ConvKind, Op};
 
 /// Why a shape could not be inferred (rendered with the node at the call site).
@@ -55,63 +54,10 @@ fn window_out(
     Some((padded - effective) / stride + 1)
 }
 
-/// The output shape of a fully connected node from `x` (`[..., k]`) to `y` (`[..., n]`).
-fn fully_connected(shapes: &mut [Dims], x: usize, y: usize, n: usize, k: usize) -> ShapeResult {
-    let xd = get(shapes, x);
-    if xd.rank() == 0 || xd.get(xd.rank() - 1) != k {
-        return Err("input's last dimension differs from the filter's input channels");
-    }
-    let mut d = xd;
-    d.as_mut_slice()[xd.rank() - 1] = n;
-    set(shapes, y, d);
-    Ok(())
-}
-
 /// Infers the output shapes of `op` from its inputs' shapes in `shapes`.
 pub fn infer(op: &Op, shapes: &mut [Dims]) -> ShapeResult {
     match op {
-        Op::QuantizedFullyConnected { x, y, w, .. } => {
-            fully_connected(shapes, *x, *y, w.n(), w.k())?
-        }
-        Op::Qs8FullyConnected { x, y, w, .. } => fully_connected(shapes, *x, *y, w.n(), w.k())?,
         Op::Node(n) => n.infer_shape(shapes)?,
-        Op::FullyConnected { x, y, filter, .. } => {
-            let (n, k) = filter.dims(shapes);
-            fully_connected(shapes, *x, *y, n, k)?
-        }
-        Op::BatchMatMul {
-            a,
-            b,
-            y,
-            transpose_b,
-        } => {
-            let ad = get(shapes, *a);
-            let bd = get(shapes, *b);
-            if ad.rank() < 2 || bd.rank() < 2 {
-                return Err("batch matrix multiply needs rank 2 or more");
-            }
-            let (m, k) = (ad.get(ad.rank() - 2), ad.get(ad.rank() - 1));
-            let (kb, n) = if *transpose_b {
-                (bd.get(bd.rank() - 1), bd.get(bd.rank() - 2))
-            } else {
-                (bd.get(bd.rank() - 2), bd.get(bd.rank() - 1))
-            };
-            if k != kb {
-                return Err("inner dimensions differ");
-            }
-            let ab = Dims::new(&ad.as_slice()[..ad.rank() - 2]).unwrap_or_default();
-            let bb = Dims::new(&bd.as_slice()[..bd.rank() - 2]).unwrap_or_default();
-            let batch = broadcast(&ab, &bb).ok_or("batch dimensions do not broadcast")?;
-            let lead = batch.rank();
-            let mut out = [0usize; crate::dims::MAX_DIMS + 2];
-            out[..lead].copy_from_slice(batch.as_slice());
-            out[lead..lead + 2].copy_from_slice(&[m, n]);
-            set(
-                shapes,
-                *y,
-                Dims::new(&out[..lead + 2]).ok_or("too many dimensions")?,
-            );
-        }
         Op::Conv(c) => {
             let xd = get(shapes, c.x);
             if xd.rank() != 4 {

@@ -20,11 +20,16 @@ impl Inputs {
     /// The first [`MAX_INPUTS`] of `ids`.
     pub fn new(ids: &[usize]) -> Self {
         let mut inputs = Self::default();
-        for &v in ids.iter().take(MAX_INPUTS) {
-            inputs.ids[inputs.len] = v;
-            inputs.len += 1;
-        }
+        ids.iter().for_each(|&v| inputs.push(v));
         inputs
+    }
+
+    /// Appends value `v` (nothing when full).
+    pub fn push(&mut self, v: usize) {
+        if let Some(slot) = self.ids.get_mut(self.len) {
+            *slot = v;
+            self.len += 1;
+        }
     }
 
     /// The value indices.
@@ -64,6 +69,8 @@ pub struct NodeCall<'a> {
     pub inputs: [&'a [f32]; MAX_INPUTS],
     /// The output slice (at least the output's elements).
     pub output: &'a mut [f32],
+    /// Scratch for im2col blocks and GEMMs.
+    pub scratch: Scratch<'a>,
 }
 
 /// The error of an operand or scratch buffer shorter than its node needs.
@@ -89,6 +96,11 @@ pub fn int8(words: &[f32]) -> &[i8] {
 /// The int8 bytes of a qint8 value's arena words, mutably.
 pub fn int8_mut(words: &mut [f32]) -> &mut [i8] {
     bytemuck::cast_slice_mut(words)
+}
+
+/// XNNPACK's `output_min/max` as a GEMM clamp (`None` when it clamps nothing).
+pub fn clamp_of(min: f32, max: f32) -> Option<(f32, f32)> {
+    (min > f32::NEG_INFINITY || max < f32::INFINITY).then_some((min, max))
 }
 
 /// Runs `f` on each image of a batch of `batch`: the consecutive blocks of `in_len`

@@ -14,7 +14,7 @@ use crate::nodes::node_op::NodeOp;
 use crate::nodes::quantized::tensor_quant;
 use crate::nodes::shapes::{ShapeResult, get, set};
 use crate::plan_builder::Builder;
-use crate::quantize::code_words;
+use crate::qd8_slot::code_words;
 use crate::schema::Datatype;
 
 /// Which conversion a `Convert` node makes.
@@ -125,7 +125,7 @@ impl NodeOp for Convert {
 }
 
 /// fp32 -> qdint8: quantizes rows of `row` values of `x` into the slot `out` (see
-/// `crate::quantize` for its layout).
+/// `crate::qd8_slot` for its layout).
 pub fn quantize_rows(row: usize, x: &[f32], out: &mut [f32]) -> Result<(), KernelError> {
     if row == 0 {
         return Ok(());

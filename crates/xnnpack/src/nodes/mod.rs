@@ -8,12 +8,14 @@
 //! (`call`: what a node gets when it runs; `shapes`: shape inference helpers; `strided`:
 //! block copies).
 
+pub mod batch_matrix_multiply;
 pub mod binary;
 pub mod binary_int8;
 pub mod broadcast;
 pub mod call;
 pub mod concatenate;
 pub mod convert;
+pub mod fully_connected;
 pub mod node_op;
 pub mod pad;
 pub mod quantized;
@@ -62,6 +64,10 @@ nodes! {
     Binary(binary::Binary),
     /// `Convert`.
     Convert(convert::Convert),
+    /// `FullyConnected`.
+    FullyConnected(fully_connected::FullyConnected),
+    /// `BatchMatrixMultiply`.
+    BatchMatrixMultiply(batch_matrix_multiply::BatchMatrixMultiply),
     /// `StaticReshape`, `Copy`, fp32 -> fp32 `Convert`.
     Reshape(reshape::Reshape),
     /// `StaticTranspose`.
@@ -111,6 +117,8 @@ pub fn read(r: &NodeReader<'_, '_>, node: &mut NodeDef) -> Result<bool, BackendE
         }
         Add | Subtract | Multiply | Div | Minimum | Maximum | PReLU => binary::read(r, node)?,
         Convert => convert::read(r, node)?,
+        FullyConnected => fully_connected::read(r, node)?,
+        BatchMatrixMultiply => batch_matrix_multiply::read(r, node)?,
         Copy | StaticReshape => reshape::read(r, node)?,
         StaticTranspose => transpose::read(r, node)?,
         StaticSlice => slice::read(r, node)?,
@@ -135,6 +143,8 @@ pub fn plan(b: &mut Builder<'_>, i: usize, node: &NodeDef) -> Result<Option<Node
             Node::Binary(binary::plan(b, i, node)?)
         }
         Convert => Node::Convert(convert::plan(b, i, node)?),
+        FullyConnected => Node::FullyConnected(fully_connected::plan(b, i, node)?),
+        BatchMatrixMultiply => Node::BatchMatrixMultiply(batch_matrix_multiply::plan(b, node)),
         Copy | StaticReshape => Node::Reshape(reshape::plan(b, i, node)?),
         StaticTranspose => Node::Transpose(transpose::plan(b, i, node)?),
         StaticSlice => Node::Slice(slice::plan(b, i, node)?),
