@@ -5,24 +5,12 @@
 use std::ops::Range;
 
 use etch_format::ScalarType;
-use etch_kernels::{Args, KernelContext, KernelError, ThreadPool};
-use etch_linalg::conv::{self, ConvGeometry};
-use etch_linalg::{GemmF32, RhsF32, gemm_f32, pool};
-use rayon::prelude::*;
+use etch_kernels::{Args, KernelContext, KernelError};
 
 use crate::dims::{Dims, MAX_DIMS};
-use crate::nodes::NodeOp;
-use crate::nodes::call::{NodeCall, Scratch};
-use crate::plan::{ALIGN_ELEMS, ConvKind, ConvOp, Loc, Op, Plan, PoolOp};
-use crate::qs8;
-use crate::shape;
-
-/// Output pixels one im2col block of an fp32 convolution holds: rows enough for the
-/// GEMM's tiles on every thread, few enough for the block to stay in cache.
-pub const CONV_BLOCK_PIXELS: usize = 256;
-
-/// Output pixels one im2col block of an int8 convolution holds (per thread).
-pub const IM2COL_BLOCK: usize = 64;
+use crate::nodes::call::{MAX_INPUTS, NodeCall, Scratch};
+use crate::nodes::{Node, NodeOp};
+use crate::plan::{ALIGN_ELEMS, Loc, Plan};
 
 fn short(what: &str) -> KernelError {
     KernelError::invalid(format!("XNNPACK delegate: {what}: operand too short"))
@@ -31,33 +19,6 @@ fn short(what: &str) -> KernelError {
 fn node_error(plan: &Plan, i: usize, reason: &str) -> KernelError {
     let kind = plan.kinds.get(i).map(|k| k.name()).unwrap_or("?");
     KernelError::invalid(format!("XNNPACK delegate node {i} ({kind}): {reason}"))
-}
-
-/// Runs `f` on each image of a batch of `batch`: the consecutive blocks of `in_len`
-/// elements of `x` and of `out_len` elements of `out` (`what` names the node in the
-/// error when either is short).
-fn per_image<T, U>(
-    what: &str,
-    batch: usize,
-    (x, in_len): (&[T], usize),
-    (out, out_len): (&mut [U], usize),
-    mut f: impl FnMut(&[T], &mut [U]) -> Result<(), KernelError>,
-) -> Result<(), KernelError> {
-    for b in 0..batch {
-        let src = x
-            .get(b * in_len..(b + 1) * in_len)
-            .ok_or_else(|| short(what))?;
-        let dst = out
-            .get_mut(b * out_len..(b + 1) * out_len)
-            .ok_or_else(|| short(what))?;
-        f(src, dst)?;
-    }
-    Ok(())
-}
-
-/// `Ok` when a linalg kernel that reports success as a `bool` succeeded.
-fn checked(ok: bool, what: &str) -> Result<(), KernelError> {
-    if ok { Ok(()) } else { Err(short(what)) }
 }
 
 fn arena_range(
@@ -199,9 +160,9 @@ fn operands<'s>(
     offsets: &[usize],
     arena: &'s mut [f32],
     shapes: &[Dims],
-    op: &Op,
+    op: &Node,
     direct: &Direct<'s>,
-) -> Result<(&'s mut [f32], [&'s [f32]; 5]), KernelError> {
+) -> Result<(&'s mut [f32], [&'s [f32]; MAX_INPUTS]), KernelError> {
     let yr = arena_range(plan, offsets, op.output(), shapes)?;
     if yr.end > arena.len() {
         return Err(short("arena"));
@@ -209,9 +170,8 @@ fn operands<'s>(
     let (left, rest) = arena.split_at_mut(yr.start);
     let (out, right) = rest.split_at_mut(yr.len());
     let (left, right): (&[f32], &[f32]) = (left, right);
-    let mut ins: [&[f32]; 5] = [&[]; 5];
-    let (vs, n) = op.inputs();
-    for (slot, &v) in ins.iter_mut().zip(&vs[..n]) {
+    let mut ins: [&[f32]; MAX_INPUTS] = [&[]; MAX_INPUTS];
+    for (slot, &v) in ins.iter_mut().zip(op.inputs().as_slice()) {
         // Elements for f32 values, words for int8 ones.
         let numel = plan.values[v]
             .len(&shapes[v])
@@ -329,7 +289,7 @@ pub fn execute(
                 }
                 set_input_dims(plan, args, shapes)?;
                 for (i, op) in plan.ops.iter().enumerate() {
-                    shape::infer(op, shapes).map_err(|r| node_error(plan, i, r))?;
+                    op.infer_shape(shapes).map_err(|r| node_error(plan, i, r))?;
                     arena_len_of(plan, op.output(), shapes)
                         .map_err(|e| node_error(plan, i, &e.to_string()))?;
                 }
@@ -389,8 +349,14 @@ pub fn execute(
             Some(y) => y,
             None => out,
         };
-        let scratch = Scratch::new(&mut *scratch, im2col_len);
-        run_op(op, ctx.pool(), shapes, out, &ins, scratch)
+        let call = NodeCall {
+            pool: ctx.pool(),
+            shapes,
+            inputs: ins,
+            output: out,
+            scratch: Scratch::new(&mut *scratch, im2col_len),
+        };
+        op.run(call)
             .map_err(|e| node_error(plan, i, &e.to_string()))?;
     }
     for &(v, arg) in &plan.outputs {
@@ -421,372 +387,12 @@ pub fn execute(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_op(
-    op: &Op,
-    pool: &ThreadPool,
-    shapes: &[Dims],
-    out: &mut [f32],
-    ins: &[&[f32]; 5],
-    scratch: Scratch<'_>,
-) -> Result<(), KernelError> {
-    if let Op::Node(n) = op {
-        let call = NodeCall {
-            pool,
-            shapes,
-            inputs: *ins,
-            output: out,
-            scratch,
-        };
-        return n.run(call);
-    }
-    let mut scratch = scratch;
-    let (col, gemm) = scratch.parts();
-    let x = ins[0];
-    match op {
-        Op::Node(_) => {}
-        Op::Conv(c) if c.q.is_some() => {
-            let (xd, yd) = (&shapes[c.x], &shapes[c.y]);
-            let g = geometry(c, xd, yd);
-            let q = c.q.as_deref().ok_or_else(|| short("convolution"))?;
-            let in_img = g.in_h * g.in_w * g.in_channels();
-            let out_img = g.out_pixels() * g.out_channels();
-            let depthwise = c.kind == ConvKind::Depthwise;
-            per_image(
-                "convolution",
-                xd.get(0),
-                (bytes(x), in_img),
-                (bytes_mut(out), out_img),
-                |s, d| qs8::convolution(&g, q, depthwise, pool, s, d, col),
-            )?
-        }
-        Op::Pool(p) if p.q.is_some() => {
-            let (min, max) = p.q.unwrap_or((i8::MIN, i8::MAX));
-            let g = pool_geometry(p, &shapes[p.x], &shapes[p.y]);
-            let in_img = g.in_h * g.in_w * g.channels;
-            let out_img = g.out_h * g.out_w * g.channels;
-            per_image(
-                "pooling",
-                shapes[p.x].get(0),
-                (bytes(x), in_img),
-                (bytes_mut(out), out_img),
-                |s, d| qs8::max_pool(&g, s, min, max, d),
-            )?
-        }
-        Op::GlobalAvgPool {
-            x: xv, q: Some(q), ..
-        } => {
-            let d = shapes[*xv];
-            let r = d.rank();
-            let (h, w, c) = (d.get(r - 3), d.get(r - 2), d.get(r - 1));
-            qs8::mean(q, d.product(0..r - 3), h * w, c, x, out)?
-        }
-        Op::Conv(c) => convolution(c, pool, &shapes[c.x], &shapes[c.y], x, out, col, gemm)?,
-        Op::Pool(p) => pooling(p, &shapes[p.x], &shapes[p.y], x, out)?,
-        Op::GlobalAvgPool {
-            x: xv, min, max, ..
-        } => {
-            let d = shapes[*xv];
-            let r = d.rank();
-            let (h, w, c) = (d.get(r - 3), d.get(r - 2), d.get(r - 1));
-            per_image(
-                "global average pooling",
-                d.product(0..r - 3),
-                (x, h * w * c),
-                (out, c),
-                |src, dst| {
-                    let ok = pool::global_avg_pool_nhwc(h * w, c, src, *min, *max, dst);
-                    checked(ok, "global average pooling")
-                },
-            )?
-        }
-    }
-    Ok(())
-}
-
-/// Scratch the fully-connected nodes need at the current shapes: the largest of them
-/// (they run one at a time).
+/// GEMM scratch the nodes need at the current shapes: the largest of them (they run one
+/// at a time).
 fn gemm_scratch_len(plan: &Plan, shapes: &[Dims], threads: usize) -> usize {
     plan.ops
         .iter()
-        .filter_map(|op| match op {
-            Op::Node(n) => Some(n.gemm_scratch_len(shapes, threads)),
-            Op::Conv(c) if c.kind == ConvKind::Conv && c.q.is_none() => {
-                let g = geometry(c, &shapes[c.x], &shapes[c.y]);
-                Some(threads.max(1) * conv_gemm_scratch_len(&g, c))
-            }
-            _ => None,
-        })
+        .map(|op| op.gemm_scratch_len(shapes, threads))
         .max()
         .unwrap_or(0)
-}
-
-fn geometry(c: &ConvOp, xd: &Dims, yd: &Dims) -> ConvGeometry {
-    let w = &c.window;
-    ConvGeometry {
-        in_h: xd.get(1),
-        in_w: xd.get(2),
-        out_h: yd.get(1),
-        out_w: yd.get(2),
-        kernel_h: w.kernel_h,
-        kernel_w: w.kernel_w,
-        stride_h: w.stride_h,
-        stride_w: w.stride_w,
-        dilation_h: w.dilation_h,
-        dilation_w: w.dilation_w,
-        pad_top: w.pad_top,
-        pad_left: w.pad_left,
-        groups: w.groups,
-        group_in: w.group_in,
-        group_out: w.group_out,
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn convolution(
-    c: &ConvOp,
-    pool: &ThreadPool,
-    xd: &Dims,
-    yd: &Dims,
-    x: &[f32],
-    out: &mut [f32],
-    col: &mut [f32],
-    scratch: &mut [f32],
-) -> Result<(), KernelError> {
-    let g = geometry(c, xd, yd);
-    let in_img = g.in_h * g.in_w * g.in_channels();
-    let out_img = g.out_pixels() * g.out_channels();
-    per_image(
-        "convolution",
-        xd.get(0),
-        (x, in_img),
-        (out, out_img),
-        |src, dst| {
-            let ok = match c.kind {
-                ConvKind::Conv => {
-                    conv_gemm(&g, pool, src, c, dst, col, scratch)?;
-                    true
-                }
-                ConvKind::Depthwise => {
-                    let row = g.out_w * g.out_channels();
-                    let rows = g.out_h.div_ceil(pool.threads()).max(1);
-                    let ok = std::sync::atomic::AtomicBool::new(true);
-                    pool.for_each_chunk_mut(dst, rows * row.max(1), 1, |i, chunk| {
-                        let r0 = i * rows;
-                        let r1 = (r0 + chunk.len() / row.max(1)).min(g.out_h);
-                        if !conv::depthwise_conv2d_nhwc(
-                            etch_linalg::dispatch().gemm,
-                            &g,
-                            src,
-                            &c.filter,
-                            &c.bias,
-                            c.min,
-                            c.max,
-                            r0..r1,
-                            chunk,
-                        ) {
-                            ok.store(false, std::sync::atomic::Ordering::Relaxed);
-                        }
-                    });
-                    ok.into_inner()
-                }
-                ConvKind::Transposed => {
-                    conv::conv_transpose2d_nhwc(&g, src, &c.filter, &c.bias, c.min, c.max, dst)
-                }
-            };
-            checked(ok, "convolution")
-        },
-    )
-}
-
-/// An fp32 convolution as GEMMs against the filter packed at init. Each thread of the
-/// pool takes one share of the output pixels and walks it in blocks of
-/// [`CONV_BLOCK_PIXELS`]: a pointwise convolution multiplies the image rows themselves,
-/// the others an im2col block per group, with that thread's own `col` and GEMM scratch
-/// (one hand-off per convolution, not one per block).
-fn conv_gemm(
-    g: &ConvGeometry,
-    pool: &ThreadPool,
-    src: &[f32],
-    c: &ConvOp,
-    dst: &mut [f32],
-    col: &mut [f32],
-    scratch: &mut [f32],
-) -> Result<(), KernelError> {
-    let (co, pixels) = (g.out_channels(), g.out_pixels());
-    if c.packed.len() != g.groups || c.bias.len() < co || dst.len() < pixels * co {
-        return Err(short("convolution"));
-    }
-    let threads = pool.threads().max(1);
-    let per_task = pixels.div_ceil(threads).max(1);
-    let tasks = pixels.div_ceil(per_task);
-    let (col_len, gemm_len) = (conv_col_len(g), conv_gemm_scratch_len(g, c));
-    if col.len() < tasks * col_len || scratch.len() < tasks * gemm_len {
-        return Err(short("convolution scratch"));
-    }
-    let dst = &mut dst[..pixels * co];
-    let task = |t: usize, out: &mut [f32], col: &mut [f32], scratch: &mut [f32]| {
-        let first = t * per_task;
-        conv_pixels(
-            g,
-            c,
-            src,
-            first..first + out.len() / co.max(1),
-            out,
-            col,
-            scratch,
-        )
-    };
-    if tasks == 1 {
-        return task(0, dst, col, scratch);
-    }
-    pool.install(|| {
-        dst.par_chunks_mut(per_task * co)
-            .zip(col.par_chunks_mut(col_len.max(1)))
-            .zip(scratch.par_chunks_mut(gemm_len.max(1)))
-            .enumerate()
-            .try_for_each(|(t, ((out, col), scratch))| task(t, out, col, scratch))
-    })
-}
-
-/// Output pixels `pixels` of one image into `out` (their rows only), on this thread.
-fn conv_pixels(
-    g: &ConvGeometry,
-    c: &ConvOp,
-    src: &[f32],
-    pixels: Range<usize>,
-    out: &mut [f32],
-    col: &mut [f32],
-    scratch: &mut [f32],
-) -> Result<(), KernelError> {
-    let serial = ThreadPool::serial();
-    let (co, go, patch) = (g.out_channels(), g.group_out, g.patch_len());
-    let clamp = clamp_of(c.min, c.max);
-    let pointwise = g.is_pointwise();
-    let mut p0 = pixels.start;
-    while p0 < pixels.end {
-        let nb = CONV_BLOCK_PIXELS.min(pixels.end - p0);
-        let rows = &mut out[(p0 - pixels.start) * co..][..nb * co];
-        for (grp, packed) in c.packed.iter().enumerate() {
-            let (cols, grouped) = col
-                .split_at_mut_checked(if pointwise { 0 } else { nb * patch })
-                .ok_or_else(|| short("convolution im2col"))?;
-            let a: &[f32] = if pointwise {
-                src.get(p0 * patch..(p0 + nb) * patch)
-                    .ok_or_else(|| short("convolution input"))?
-            } else {
-                if !conv::im2col_nhwc(g, src, grp, p0..p0 + nb, cols) {
-                    return Err(short("convolution im2col"));
-                }
-                cols
-            };
-            let p = GemmF32 {
-                m: nb,
-                n: go,
-                k: patch,
-                a,
-                lda: patch,
-                b: RhsF32::Packed(packed),
-                bias: Some(&c.bias[grp * go..(grp + 1) * go]),
-                clamp,
-            };
-            if g.groups == 1 {
-                gemm_f32(&serial, &p, rows, scratch)?;
-            } else {
-                let block = grouped
-                    .get_mut(..nb * go)
-                    .ok_or_else(|| short("convolution group block"))?;
-                gemm_f32(&serial, &p, block, scratch)?;
-                for (r, row) in block.chunks_exact(go.max(1)).enumerate() {
-                    rows[r * co + grp * go..][..go].copy_from_slice(row);
-                }
-            }
-        }
-        p0 += nb;
-    }
-    Ok(())
-}
-
-/// `col` elements one thread of an fp32 convolution needs: an im2col block (none when
-/// pointwise) and, with several groups, a block of one group's outputs.
-fn conv_col_len(g: &ConvGeometry) -> usize {
-    let patch = if g.is_pointwise() { 0 } else { g.patch_len() };
-    let grouped = if g.groups > 1 { g.group_out } else { 0 };
-    CONV_BLOCK_PIXELS * (patch + grouped)
-}
-
-/// GEMM scratch one thread of an fp32 convolution needs.
-fn conv_gemm_scratch_len(g: &ConvGeometry, c: &ConvOp) -> usize {
-    let Some(packed) = c.packed.first() else {
-        return 0;
-    };
-    GemmF32 {
-        m: CONV_BLOCK_PIXELS.min(g.out_pixels()),
-        n: g.group_out,
-        k: g.patch_len(),
-        a: &[],
-        lda: g.patch_len(),
-        b: RhsF32::Packed(packed),
-        bias: None,
-        clamp: None,
-    }
-    .scratch_len(1)
-}
-
-/// XNNPACK's `output_min/max` as a GEMM clamp (`None` when it clamps nothing).
-fn clamp_of(min: f32, max: f32) -> Option<(f32, f32)> {
-    (min > f32::NEG_INFINITY || max < f32::INFINITY).then_some((min, max))
-}
-
-fn bytes(words: &[f32]) -> &[i8] {
-    bytemuck::cast_slice(words)
-}
-
-fn bytes_mut(words: &mut [f32]) -> &mut [i8] {
-    bytemuck::cast_slice_mut(words)
-}
-
-fn pool_geometry(p: &PoolOp, xd: &Dims, yd: &Dims) -> pool::PoolGeometry {
-    let w = &p.window;
-    pool::PoolGeometry {
-        in_h: xd.get(1),
-        in_w: xd.get(2),
-        channels: xd.get(3),
-        out_h: yd.get(1),
-        out_w: yd.get(2),
-        kernel_h: w.kernel_h,
-        kernel_w: w.kernel_w,
-        stride_h: w.stride_h,
-        stride_w: w.stride_w,
-        dilation_h: w.dilation_h,
-        dilation_w: w.dilation_w,
-        pad_top: w.pad_top,
-        pad_left: w.pad_left,
-    }
-}
-
-fn pooling(
-    p: &PoolOp,
-    xd: &Dims,
-    yd: &Dims,
-    x: &[f32],
-    out: &mut [f32],
-) -> Result<(), KernelError> {
-    let g = pool_geometry(p, xd, yd);
-    let in_img = g.in_h * g.in_w * g.channels;
-    let out_img = g.out_h * g.out_w * g.channels;
-    per_image(
-        "pooling",
-        xd.get(0),
-        (x, in_img),
-        (out, out_img),
-        |src, dst| {
-            let ok = if p.max_pool {
-                pool::max_pool2d_nhwc(&g, src, p.min, p.max, dst)
-            } else {
-                pool::avg_pool2d_nhwc(&g, src, p.min, p.max, dst)
-            };
-            checked(ok, "pooling")
-        },
-    )
 }

@@ -32,10 +32,7 @@ mod parse;
 mod plan;
 mod plan_builder;
 mod qd8_slot;
-mod qs8;
-mod qs8_plan;
 pub mod schema;
-mod shape;
 
 use std::collections::BTreeMap;
 

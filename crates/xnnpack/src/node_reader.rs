@@ -8,10 +8,10 @@ use etch_format::flatbuf::{FieldPath, Table};
 use etch_kernels::BackendError;
 
 use crate::dims::{Dims, MAX_DIMS};
-use crate::graph::{NodeDef, Params, ValueDef, Window, invalid};
+use crate::graph::{NodeDef, Params, Window, invalid};
 use crate::schema::{INVALID_VALUE_ID, NodeKind};
 
-/// The table of node `i` (of `kind`), with the graph's values to resolve value ids.
+/// The table of node `i` (of `kind`), with the map that resolves its value ids.
 pub(crate) struct NodeReader<'a, 't> {
     /// Index of the node in `xnodes`.
     pub(crate) i: usize,
@@ -19,7 +19,6 @@ pub(crate) struct NodeReader<'a, 't> {
     pub(crate) table: Table<'t>,
     /// Value index of each serialized value id.
     pub(crate) index_of: &'a HashMap<u32, usize>,
-    pub(crate) values: &'a [ValueDef],
 }
 
 impl NodeReader<'_, '_> {

@@ -1,18 +1,16 @@
-//! The executable form of a validated graph: one [`Op`] per node with value indices
+//! The executable form of a validated graph: one [`Node`] per node with value indices
 //! resolved, weights packed once into the layouts etch's kernels read (the unpacked
 //! copies dropped), and a memory plan placing every non-constant value in one arena
 //! by lifetime, so a call needs one scratch block.
 
 use etch_kernels::BackendError;
-use etch_linalg::PackedB;
 
 use crate::call_cache::CallCache;
 use crate::dims::Dims;
-use crate::graph::{GraphDef, NodeDef, Params, Window, invalid};
+use crate::graph::{GraphDef, Quantization, invalid};
 use crate::nodes::{self, Node, NodeOp};
-use crate::plan_builder::{Bias, Builder, f32_data};
-use crate::schema::{FLAG_KEEP_DIMS, NodeKind};
-use crate::shape;
+use crate::plan_builder::{Builder, f32_data};
+use crate::schema::{Datatype, NodeKind};
 
 /// Most f32 one delegate's arena may hold (4 GiB): the official runtime too plans its
 /// memory from the serialized dims, so a larger plan is a corrupt or hostile file.
@@ -20,103 +18,6 @@ pub const MAX_ARENA_ELEMS: usize = 1 << 30;
 
 /// Arena offsets are multiples of this many f32 (64 bytes).
 pub const ALIGN_ELEMS: usize = 16;
-
-/// Which convolution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConvKind {
-    /// Grouped convolution, filter `[groups * group_out, kh, kw, group_in]` (OHWI),
-    /// which is already the `[n, k]` GEMM layout of the im2col product per group.
-    Conv,
-    /// Depthwise, filter `[kh, kw, channels * multiplier]`.
-    Depthwise,
-    /// Transposed (deconvolution), filter `[groups * group_out, kh, kw, group_in]`.
-    Transposed,
-}
-
-/// A convolution node.
-#[derive(Debug, Clone)]
-pub struct ConvOp {
-    pub kind: ConvKind,
-    pub x: usize,
-    pub y: usize,
-    pub window: Window,
-    /// The filter of depthwise and transposed convolutions (empty for `Conv`, whose
-    /// filter lives in `packed` only).
-    pub filter: Vec<f32>,
-    /// `Conv`: the OHWI filter of each group packed for the GEMM (`[group_out, patch]`).
-    pub packed: Vec<PackedB>,
-    /// One per output channel (zeros without a bias).
-    pub bias: Vec<f32>,
-    pub min: f32,
-    pub max: f32,
-    /// The int8 form (qint8 input and output, qcint8 filter): `filter` and `bias` are
-    /// then empty.
-    pub q: Option<Box<crate::qs8::Qs8Conv>>,
-}
-
-/// A pooling node.
-#[derive(Debug, Clone)]
-pub struct PoolOp {
-    pub max_pool: bool,
-    pub x: usize,
-    pub y: usize,
-    pub window: Window,
-    pub min: f32,
-    pub max: f32,
-    /// Max pooling on qint8: the quantized output bounds.
-    pub q: Option<(i8, i8)>,
-}
-
-/// One executable node.
-#[derive(Debug, Clone)]
-#[allow(missing_docs)]
-pub enum Op {
-    /// A node of a kind planned by `nodes`.
-    Node(Node),
-    Conv(ConvOp),
-    Pool(PoolOp),
-    GlobalAvgPool {
-        x: usize,
-        y: usize,
-        keep_dims: bool,
-        min: f32,
-        max: f32,
-        /// The qint8 form.
-        q: Option<crate::qs8::Qs8MeanParams>,
-    },
-}
-
-impl Op {
-    /// Values the op reads (constants included; packed weights are not values): the
-    /// first `n` entries of the array.
-    pub fn inputs(&self) -> ([usize; 5], usize) {
-        let mut a = [0usize; 5];
-        let mut n = 0;
-        let mut push = |v: usize| {
-            if n < 5 {
-                a[n] = v;
-                n += 1;
-            }
-        };
-        match self {
-            Op::GlobalAvgPool { x, .. } => push(*x),
-            Op::Node(n) => n.inputs().as_slice().iter().for_each(|&v| push(v)),
-            Op::Conv(c) => push(c.x),
-            Op::Pool(p) => push(p.x),
-        }
-        (a, n)
-    }
-
-    /// The value the op writes.
-    pub fn output(&self) -> usize {
-        match self {
-            Op::GlobalAvgPool { y, .. } => *y,
-            Op::Node(n) => n.output(),
-            Op::Conv(c) => c.y,
-            Op::Pool(p) => p.y,
-        }
-    }
-}
 
 /// Where a value lives during a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,7 +68,7 @@ impl ValuePlan {
 /// The executable graph.
 #[derive(Debug)]
 pub struct Plan {
-    pub ops: Vec<Op>,
+    pub ops: Vec<Node>,
     pub kinds: Vec<NodeKind>,
     pub values: Vec<ValuePlan>,
     /// Constant f32 data by value index (`None` for non-constants and packed-only).
@@ -187,11 +88,8 @@ pub struct Plan {
     /// outputs to the end); values whose lifetimes overlap never share arena space.
     pub lifetimes: Vec<(usize, usize)>,
     pub packed_bytes: usize,
-    /// Longest im2col row of the convolutions.
-    pub max_patch: usize,
-    /// Elements of im2col block (and grouped-output block) one thread of the fp32
-    /// convolutions needs.
-    pub conv_block_len: usize,
+    /// Elements of im2col blocks one thread of the convolutions needs.
+    pub im2col_per_thread: usize,
     /// Shapes and placement of the last call, for the next one with the same input dims.
     pub call_cache: CallCache,
 }
@@ -199,184 +97,7 @@ pub struct Plan {
 impl Plan {
     /// Elements of im2col scratch a call with `threads` threads needs.
     pub fn im2col_len(&self, threads: usize) -> usize {
-        (self.max_patch * crate::exec::IM2COL_BLOCK).max(self.conv_block_len) * threads.max(1)
-    }
-}
-
-impl Builder<'_> {
-    fn op(&mut self, i: usize, node: &NodeDef) -> Result<Op, BackendError> {
-        let y = node.outputs.first().copied().unwrap_or(0);
-        if crate::nodes::quantized::touches_qint8(&self.graph.values, node)
-            && let Some(op) = crate::qs8_plan::build(self, i, node, y)?
-        {
-            return Ok(op);
-        }
-        self.plain_op(i, node)
-    }
-
-    /// The op of a node as the fp32 path builds it (the int8 path reuses its checks).
-    pub(crate) fn plain_op(&mut self, i: usize, node: &NodeDef) -> Result<Op, BackendError> {
-        use NodeKind::*;
-        if let Some(n) = nodes::plan(self, i, node)? {
-            return Ok(Op::Node(n));
-        }
-        let (min, max) = (node.output_min, node.output_max);
-        let y = node.outputs.first().copied().unwrap_or(0);
-        let op = match node.kind {
-            GlobalAvgPooling2d => Op::GlobalAvgPool {
-                x: self.input(node, 0),
-                y,
-                keep_dims: node.flags & FLAG_KEEP_DIMS != 0,
-                min,
-                max,
-                q: None,
-            },
-            AvgPooling2d | MaxPooling2d => {
-                let Params::Window(window) = node.params else {
-                    return Err(invalid(self.field(i, node, "pooling_height"), "missing"));
-                };
-                Op::Pool(PoolOp {
-                    max_pool: node.kind == MaxPooling2d,
-                    x: self.input(node, 0),
-                    y,
-                    window,
-                    min,
-                    max,
-                    q: None,
-                })
-            }
-            Conv2d | DepthwiseConv2d | ConvTranspose2d => {
-                let op = self.conv_op(i, node, y)?;
-                self.pack_conv(i, node, op)?
-            }
-            ArgMaxPooling2d | ScaledDotProductAttention => {
-                return Err(BackendError::Unsupported(format!(
-                    "XNNPACK node {}",
-                    node.kind.name()
-                )));
-            }
-            _ => {
-                return Err(invalid(
-                    self.field(i, node, "kind"),
-                    "planned by its node kind",
-                ));
-            }
-        };
-        Ok(op)
-    }
-
-    pub(crate) fn conv_op(
-        &mut self,
-        i: usize,
-        node: &NodeDef,
-        y: usize,
-    ) -> Result<Op, BackendError> {
-        let Params::Window(window) = node.params else {
-            return Err(invalid(self.field(i, node, "kernel_height"), "missing"));
-        };
-        let kind = match node.kind {
-            NodeKind::DepthwiseConv2d => ConvKind::Depthwise,
-            NodeKind::ConvTranspose2d => ConvKind::Transposed,
-            _ => ConvKind::Conv,
-        };
-        let w = &window;
-        let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
-        let fd = self.graph.values[fv].dims;
-        let (expect, out_c): (Vec<usize>, usize) = match kind {
-            ConvKind::Depthwise => {
-                if w.group_out % w.group_in != 0 {
-                    return Err(invalid(
-                        self.field(i, node, "group_output_channels"),
-                        format!(
-                            "{} is not a multiple of group_input_channels {}",
-                            w.group_out, w.group_in
-                        ),
-                    ));
-                }
-                let c = w.groups * (w.group_out / w.group_in);
-                (vec![1, w.kernel_h, w.kernel_w, c], c)
-            }
-            _ => {
-                let oc = w.groups * w.group_out;
-                (vec![oc, w.kernel_h, w.kernel_w, w.group_in], oc)
-            }
-        };
-        if fd.as_slice() != expect.as_slice() {
-            return Err(invalid(
-                self.field(i, node, "filter_id"),
-                format!("filter dims {fd:?}, the node's geometry needs {expect:?}"),
-            ));
-        }
-        let Some(bytes) = self.constant(fv) else {
-            return Err(BackendError::Unsupported(format!(
-                "xnodes[{i}].{}: a filter that is not constant",
-                node.kind.name()
-            )));
-        };
-        let mut window = window;
-        if kind == ConvKind::Depthwise {
-            // Depth multiplier (group_out / group_in) in group_out, channels in groups.
-            window.group_out = w.group_out / w.group_in;
-            window.group_in = 1;
-        }
-        let filter = f32_data(bytes);
-        self.packed_bytes += filter.len() * 4;
-        let bias = match self.bias(i, node, out_c)? {
-            Bias::None => vec![0f32; out_c],
-            Bias::Packed(b) => b,
-            Bias::Value(_) => {
-                return Err(BackendError::Unsupported(format!(
-                    "xnodes[{i}].{}: a bias that is not constant",
-                    node.kind.name()
-                )));
-            }
-        };
-        Ok(Op::Conv(ConvOp {
-            kind,
-            x: self.input(node, 0),
-            y,
-            window,
-            filter,
-            packed: Vec::new(),
-            bias,
-            min: node.output_min,
-            max: node.output_max,
-            q: None,
-        }))
-    }
-
-    /// Packs an fp32 `Conv`'s OHWI filter into GEMM panels, one per group, and drops
-    /// the unpacked copy; depthwise and transposed filters stay as they are.
-    fn pack_conv(&mut self, i: usize, node: &NodeDef, op: Op) -> Result<Op, BackendError> {
-        let Op::Conv(mut c) = op else {
-            return Ok(op);
-        };
-        if c.kind != ConvKind::Conv {
-            return Ok(Op::Conv(c));
-        }
-        let w = c.window;
-        let patch = w.kernel_h * w.kernel_w * w.group_in;
-        let per_group = w.group_out * patch;
-        let mut packed = Vec::with_capacity(w.groups);
-        for grp in 0..w.groups {
-            let rows = c
-                .filter
-                .get(grp * per_group..(grp + 1) * per_group)
-                .ok_or_else(|| {
-                    invalid(
-                        self.field(i, node, "filter_id"),
-                        "shorter than the node's geometry",
-                    )
-                })?;
-            let p = PackedB::from_nk(rows, w.group_out, patch)
-                .map_err(|e| invalid(self.field(i, node, "filter_id"), e.to_string()))?;
-            packed.push(p);
-        }
-        self.packed_bytes -= c.filter.len() * 4;
-        self.packed_bytes += packed.iter().map(PackedB::packed_bytes).sum::<usize>();
-        c.filter = Vec::new();
-        c.packed = packed;
-        Ok(Op::Conv(c))
+        self.im2col_per_thread * threads.max(1)
     }
 }
 
@@ -391,7 +112,7 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
     let mut ops = Vec::with_capacity(graph.nodes.len());
     let mut kinds = Vec::with_capacity(graph.nodes.len());
     for (i, node) in graph.nodes.iter().enumerate() {
-        ops.push(b.op(i, node)?);
+        ops.push(nodes::plan(&mut b, i, node)?);
         kinds.push(node.kind);
     }
     let plain_use = b.plain_use;
@@ -408,49 +129,27 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
             None => Loc::Arena { capacity: 0 },
         };
         let row_dims = match def.quant {
-            Some(crate::graph::Quantization::PerTokenDynamic { num_nonbatch_dims }) => {
-                num_nonbatch_dims.max(1)
-            }
+            Some(Quantization::PerTokenDynamic { num_nonbatch_dims }) => num_nonbatch_dims.max(1),
             _ => 0,
         };
         values.push(ValuePlan {
             dims: def.dims,
             loc,
             row_dims,
-            int8: def.datatype == crate::schema::Datatype::QInt8,
+            int8: def.datatype == Datatype::QInt8,
         });
     }
 
-    let max_patch = ops
+    let im2col_per_thread = ops
         .iter()
-        .filter_map(|op| match op {
-            Op::Conv(c) if c.kind == ConvKind::Conv => {
-                Some(c.window.kernel_h * c.window.kernel_w * c.window.group_in)
-            }
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
-    let conv_block_len = ops
-        .iter()
-        .filter_map(|op| match op {
-            Op::Conv(c) if c.kind == ConvKind::Conv && c.q.is_none() => {
-                let w = &c.window;
-                let grouped_out = if w.groups > 1 { w.group_out } else { 0 };
-                Some(
-                    crate::exec::CONV_BLOCK_PIXELS
-                        * (w.kernel_h * w.kernel_w * w.group_in + grouped_out),
-                )
-            }
-            _ => None,
-        })
+        .map(NodeOp::im2col_len_per_thread)
         .max()
         .unwrap_or(0);
 
     // Shape bounds: infer every node's shapes from the serialized input dims.
     let mut shapes: Vec<_> = graph.values.iter().map(|v| v.dims).collect();
     for (i, op) in ops.iter().enumerate() {
-        shape::infer(op, &mut shapes)
+        op.infer_shape(&mut shapes)
             .map_err(|reason| invalid(format!("xnodes[{i}].{}", kinds[i].name()), reason))?;
     }
 
@@ -476,8 +175,7 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         let y = op.output();
         start[y] = start[y].min(i);
         end[y] = end[y].max(i);
-        let (ins, n) = op.inputs();
-        for &v in &ins[..n] {
+        for &v in op.inputs().as_slice() {
             end[v] = end[v].max(i);
         }
     }
@@ -547,8 +245,7 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         placement: order,
         lifetimes: start.into_iter().zip(end).collect(),
         packed_bytes,
-        max_patch,
-        conv_block_len,
+        im2col_per_thread,
         call_cache: CallCache::default(),
     })
 }
@@ -557,16 +254,13 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
 /// f32 value that a node computes and no node reads, not an external input, listed once
 /// among the outputs.
 fn output_in_place(
-    ops: &[Op],
+    ops: &[Node],
     values: &[ValuePlan],
     inputs: &[(usize, usize)],
     outputs: &[(usize, usize)],
     v: usize,
 ) -> bool {
-    let read = ops.iter().any(|op| {
-        let (vs, n) = op.inputs();
-        vs[..n].contains(&v)
-    });
+    let read = ops.iter().any(|op| op.inputs().as_slice().contains(&v));
     let computed = ops.iter().any(|op| op.output() == v);
     computed
         && !read

@@ -56,6 +56,12 @@ impl<'a> Scratch<'a> {
         let at = self.im2col_len.min(self.buffer.len());
         self.buffer.split_at_mut(at)
     }
+
+    /// The whole buffer, for a node that splits it per task itself (each task's im2col
+    /// block and GEMM scratch side by side).
+    pub fn whole(&mut self) -> &mut [f32] {
+        self.buffer
+    }
 }
 
 /// One node's run: its operands for this call.

@@ -14,10 +14,17 @@ pub mod binary_int8;
 pub mod broadcast;
 pub mod call;
 pub mod concatenate;
+pub mod conv_filter;
 pub mod convert;
+pub mod convolution;
+pub mod datatypes;
+pub mod deconvolution;
+pub mod depthwise_convolution;
 pub mod fully_connected;
+pub mod global_average_pooling;
 pub mod node_op;
 pub mod pad;
+pub mod pooling;
 pub mod quantized;
 pub mod reshape;
 pub mod resize;
@@ -27,6 +34,7 @@ pub mod softmax;
 pub mod strided;
 pub mod transpose;
 pub mod unary;
+pub mod window;
 
 use etch_kernels::{BackendError, KernelError};
 
@@ -68,6 +76,16 @@ nodes! {
     FullyConnected(fully_connected::FullyConnected),
     /// `BatchMatrixMultiply`.
     BatchMatrixMultiply(batch_matrix_multiply::BatchMatrixMultiply),
+    /// `Conv2d`.
+    Convolution(convolution::Convolution),
+    /// `DepthwiseConv2d`.
+    DepthwiseConvolution(depthwise_convolution::DepthwiseConvolution),
+    /// `ConvTranspose2d`.
+    Deconvolution(deconvolution::Deconvolution),
+    /// `AvgPooling2d`, `MaxPooling2d`.
+    Pooling(pooling::Pooling),
+    /// `GlobalAvgPooling2d`.
+    GlobalAveragePooling(global_average_pooling::GlobalAveragePooling),
     /// `StaticReshape`, `Copy`, fp32 -> fp32 `Convert`.
     Reshape(reshape::Reshape),
     /// `StaticTranspose`.
@@ -104,37 +122,46 @@ impl NodeOp for Node {
     fn gemm_scratch_len(&self, shapes: &[Dims], threads: usize) -> usize {
         self.op().gemm_scratch_len(shapes, threads)
     }
+
+    fn im2col_len_per_thread(&self) -> usize {
+        self.op().im2col_len_per_thread()
+    }
 }
 
-/// Reads the fields of node `r` into `node` (operands, flags, parameters); `Ok(false)`
-/// for a kind not read here yet.
-pub fn read(r: &NodeReader<'_, '_>, node: &mut NodeDef) -> Result<bool, BackendError> {
+/// Reads the fields of node `r` into `node` (operands, flags, parameters), each checked.
+pub fn read(r: &NodeReader<'_, '_>, node: &mut NodeDef) -> Result<(), BackendError> {
     use NodeKind::*;
     match r.kind {
         Abs | Ceiling | Clamp | Cos | ELU | Exp | Floor | Gelu | Hardswish | LeakyReLU | Log
         | Negate | ReciprocalSquareRoot | Sigmoid | Sin | Square | SquareRoot | Tanh => {
-            unary::read(r, node)?
+            unary::read(r, node)
         }
-        Add | Subtract | Multiply | Div | Minimum | Maximum | PReLU => binary::read(r, node)?,
-        Convert => convert::read(r, node)?,
-        FullyConnected => fully_connected::read(r, node)?,
-        BatchMatrixMultiply => batch_matrix_multiply::read(r, node)?,
-        Copy | StaticReshape => reshape::read(r, node)?,
-        StaticTranspose => transpose::read(r, node)?,
-        StaticSlice => slice::read(r, node)?,
-        StaticConstantPad => pad::read(r, node)?,
-        Concatenate2 | Concatenate3 | Concatenate4 | Concatenate5 => concatenate::read(r, node)?,
-        Softmax => softmax::read(r, node)?,
-        StaticResizeBilinear2D => resize::read(r, node)?,
-        _ => return Ok(false),
+        Add | Subtract | Multiply | Div | Minimum | Maximum | PReLU => binary::read(r, node),
+        Convert => convert::read(r, node),
+        FullyConnected => fully_connected::read(r, node),
+        BatchMatrixMultiply => batch_matrix_multiply::read(r, node),
+        Conv2d | DepthwiseConv2d | ConvTranspose2d => conv_filter::read(r, node),
+        AvgPooling2d | MaxPooling2d => pooling::read(r, node),
+        GlobalAvgPooling2d => global_average_pooling::read(r, node),
+        Copy | StaticReshape => reshape::read(r, node),
+        StaticTranspose => transpose::read(r, node),
+        StaticSlice => slice::read(r, node),
+        StaticConstantPad => pad::read(r, node),
+        Concatenate2 | Concatenate3 | Concatenate4 | Concatenate5 => concatenate::read(r, node),
+        Softmax => softmax::read(r, node),
+        StaticResizeBilinear2D => resize::read(r, node),
+        ArgMaxPooling2d | ScaledDotProductAttention => Err(BackendError::Unsupported(format!(
+            "XNNPACK node {} (xnodes[{}])",
+            r.kind.name(),
+            r.i
+        ))),
     }
-    Ok(true)
 }
 
-/// Plans node `i`; `None` for a kind not planned here yet.
-pub fn plan(b: &mut Builder<'_>, i: usize, node: &NodeDef) -> Result<Option<Node>, BackendError> {
+/// Plans node `i`: its operands resolved, its weights packed, its parameters derived.
+pub fn plan(b: &mut Builder<'_>, i: usize, node: &NodeDef) -> Result<Node, BackendError> {
     use NodeKind::*;
-    Ok(Some(match node.kind {
+    Ok(match node.kind {
         Abs | Ceiling | Clamp | Cos | ELU | Exp | Floor | Gelu | Hardswish | LeakyReLU | Log
         | Negate | ReciprocalSquareRoot | Sigmoid | Sin | Square | SquareRoot | Tanh => {
             Node::Unary(unary::plan(b, i, node)?)
@@ -145,6 +172,11 @@ pub fn plan(b: &mut Builder<'_>, i: usize, node: &NodeDef) -> Result<Option<Node
         Convert => Node::Convert(convert::plan(b, i, node)?),
         FullyConnected => Node::FullyConnected(fully_connected::plan(b, i, node)?),
         BatchMatrixMultiply => Node::BatchMatrixMultiply(batch_matrix_multiply::plan(b, node)),
+        Conv2d => Node::Convolution(convolution::plan(b, i, node)?),
+        DepthwiseConv2d => Node::DepthwiseConvolution(depthwise_convolution::plan(b, i, node)?),
+        ConvTranspose2d => Node::Deconvolution(deconvolution::plan(b, i, node)?),
+        AvgPooling2d | MaxPooling2d => Node::Pooling(pooling::plan(b, i, node)?),
+        GlobalAvgPooling2d => Node::GlobalAveragePooling(global_average_pooling::plan(b, i, node)?),
         Copy | StaticReshape => Node::Reshape(reshape::plan(b, i, node)?),
         StaticTranspose => Node::Transpose(transpose::plan(b, i, node)?),
         StaticSlice => Node::Slice(slice::plan(b, i, node)?),
@@ -154,6 +186,11 @@ pub fn plan(b: &mut Builder<'_>, i: usize, node: &NodeDef) -> Result<Option<Node
         }
         Softmax => Node::Softmax(softmax::plan(b, node)),
         StaticResizeBilinear2D => Node::ResizeBilinear(resize::plan(b, i, node)?),
-        _ => return Ok(None),
-    }))
+        ArgMaxPooling2d | ScaledDotProductAttention => {
+            return Err(BackendError::Unsupported(format!(
+                "XNNPACK node {}",
+                node.kind.name()
+            )));
+        }
+    })
 }

@@ -25,4 +25,9 @@ pub trait NodeOp {
     fn gemm_scratch_len(&self, _shapes: &[Dims], _threads: usize) -> usize {
         0
     }
+
+    /// im2col scratch (f32 elements) the node needs per thread, for any shapes.
+    fn im2col_len_per_thread(&self) -> usize {
+        0
+    }
 }
