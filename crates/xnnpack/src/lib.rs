@@ -16,23 +16,34 @@
 //! kernel context's temp allocator, and resizes the outputs.
 //!
 //! Node kinds: every fp32 node of the schema except `ArgMaxPooling2d` and
-//! `ScaledDotProductAttention` (never emitted), plus the dynamically quantized linear
+//! `ScaledDotProductAttention` (never emitted); the dynamically quantized linear
 //! pattern of 8da4w / 8da8w exports (`Convert` fp32 -> qdint8 per token, then
-//! `FullyConnected` qdint8 x qbint4 / qcint4 / qcint8, scalar for now). Other quantized
-//! nodes (static int8 CNNs) are reported as [`BackendError::Unsupported`] naming the node.
+//! `FullyConnected` qdint8 x qbint4 / qcint4 / qcint8); and the static int8 nodes of
+//! PT2E-quantized CNNs (XNNPACKQuantizer: qint8 activations per tensor, qcint8 weights,
+//! qcint32 biases): `Convert` to and from qint8, `Conv2d`, `DepthwiseConv2d`,
+//! `FullyConnected`, `Add`, `Multiply`, `Clamp`, `MaxPooling2d`, `GlobalAvgPooling2d`
+//! and the data-movement nodes (`StaticTranspose`, `StaticReshape`, `Copy`,
+//! `StaticSlice`, `Concatenate*`), with XNNPACK's integer arithmetic so outputs match
+//! the official runtime's. Other datatypes and quantizations are reported as
+//! [`BackendError::Unsupported`] naming the node.
+//!
+//! Layout: the stages (`parse`: flatbuffer to validated graph; `plan`: nodes planned,
+//! weights packed, memory planned; `exec`: the interpreter) dispatch on one enum,
+//! `nodes::Node`; each node kind lives in its own file under `nodes/` with its field
+//! reading, planning, shape inference and execution, fp32 and int8 forms together.
 
 mod call_cache;
 mod dims;
-mod elementwise;
 mod exec;
+mod graph;
 pub mod header;
+mod node_reader;
+mod nodes;
 mod parse;
 mod plan;
-mod qs8;
-mod qs8_plan;
-mod quantize;
+mod plan_builder;
+mod qd8_slot;
 pub mod schema;
-mod shape;
 
 use std::collections::BTreeMap;
 

@@ -1,19 +1,16 @@
-//! The executable form of a validated graph: one [`Op`] per node with value indices
+//! The executable form of a validated graph: one [`Node`] per node with value indices
 //! resolved, weights packed once into the layouts etch's kernels read (the unpacked
 //! copies dropped), and a memory plan placing every non-constant value in one arena
 //! by lifetime, so a call needs one scratch block.
 
 use etch_kernels::BackendError;
-use etch_linalg::{PackedB, RhsF32, dispatch};
 
 use crate::call_cache::CallCache;
 use crate::dims::Dims;
-use crate::parse::{GraphDef, NodeDef, Params, Window, invalid};
-use crate::schema::{
-    FLAG_ALIGN_CORNERS, FLAG_KEEP_DIMS, FLAG_TENSORFLOW_LEGACY_MODE, FLAG_TRANSPOSE_WEIGHTS,
-    NodeKind,
-};
-use crate::shape;
+use crate::graph::{GraphDef, Quantization, invalid};
+use crate::nodes::{self, Node, NodeOp};
+use crate::plan_builder::{Builder, f32_data};
+use crate::schema::{Datatype, NodeKind};
 
 /// Most f32 one delegate's arena may hold (4 GiB): the official runtime too plans its
 /// memory from the serialized dims, so a larger plan is a corrupt or hostile file.
@@ -21,344 +18,6 @@ pub const MAX_ARENA_ELEMS: usize = 1 << 30;
 
 /// Arena offsets are multiples of this many f32 (64 bytes).
 pub const ALIGN_ELEMS: usize = 16;
-
-/// An elementwise function of one input.
-#[derive(Debug, Clone, Copy, PartialEq)]
-#[allow(missing_docs)]
-pub enum UnaryOp {
-    Abs,
-    Ceiling,
-    Clamp,
-    Cos,
-    Elu(f32),
-    Exp,
-    Floor,
-    Gelu,
-    Hardswish,
-    LeakyRelu(f32),
-    Log,
-    Negate,
-    ReciprocalSquareRoot,
-    Sigmoid,
-    Sin,
-    Square,
-    SquareRoot,
-    Tanh,
-}
-
-/// An elementwise function of two broadcast inputs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(missing_docs)]
-pub enum BinaryOp {
-    Add,
-    Subtract,
-    Multiply,
-    Divide,
-    Minimum,
-    Maximum,
-    /// `x >= 0 ? x : x * slope`, the slope broadcast like a second operand.
-    PRelu,
-}
-
-/// The weights of a fully connected node.
-#[derive(Debug, Clone)]
-pub enum Filter {
-    /// Packed at init into the GEMM's panels (a decode step streams them whole).
-    Packed(PackedB),
-    /// A runtime value: `[n, k]`, or `[k, n]` when `transposed`.
-    Value { v: usize, transposed: bool },
-}
-
-impl Filter {
-    /// `(n, k)`: output and input channels.
-    pub fn dims(&self, shapes: &[Dims]) -> (usize, usize) {
-        match self {
-            Filter::Packed(p) => (p.n(), p.k()),
-            Filter::Value { v, transposed } => {
-                let d = shapes.get(*v).copied().unwrap_or_default();
-                let (a, b) = (d.get(0), d.get(1));
-                if *transposed { (b, a) } else { (a, b) }
-            }
-        }
-    }
-
-    /// The GEMM's right-hand side: the packed panels, or `value` (the filter's elements
-    /// at run time) in its layout.
-    pub fn rhs<'a>(&'a self, value: &'a [f32]) -> RhsF32<'a> {
-        match self {
-            Filter::Packed(p) => RhsF32::Packed(p),
-            Filter::Value {
-                transposed: false, ..
-            } => RhsF32::NK(value),
-            Filter::Value {
-                transposed: true, ..
-            } => RhsF32::KN(value),
-        }
-    }
-}
-
-/// A bias operand.
-#[derive(Debug, Clone)]
-pub enum Bias {
-    None,
-    Packed(Vec<f32>),
-    Value(usize),
-}
-
-/// Which convolution.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConvKind {
-    /// Grouped convolution, filter `[groups * group_out, kh, kw, group_in]` (OHWI),
-    /// which is already the `[n, k]` GEMM layout of the im2col product per group.
-    Conv,
-    /// Depthwise, filter `[kh, kw, channels * multiplier]`.
-    Depthwise,
-    /// Transposed (deconvolution), filter `[groups * group_out, kh, kw, group_in]`.
-    Transposed,
-}
-
-/// A convolution node.
-#[derive(Debug, Clone)]
-pub struct ConvOp {
-    pub kind: ConvKind,
-    pub x: usize,
-    pub y: usize,
-    pub window: Window,
-    /// The filter of depthwise and transposed convolutions (empty for `Conv`, whose
-    /// filter lives in `packed` only).
-    pub filter: Vec<f32>,
-    /// `Conv`: the OHWI filter of each group packed for the GEMM (`[group_out, patch]`).
-    pub packed: Vec<PackedB>,
-    /// One per output channel (zeros without a bias).
-    pub bias: Vec<f32>,
-    pub min: f32,
-    pub max: f32,
-    /// The int8 form (qint8 input and output, qcint8 filter): `filter` and `bias` are
-    /// then empty.
-    pub q: Option<Box<crate::qs8::Qs8Conv>>,
-}
-
-/// A pooling node.
-#[derive(Debug, Clone)]
-pub struct PoolOp {
-    pub max_pool: bool,
-    pub x: usize,
-    pub y: usize,
-    pub window: Window,
-    pub min: f32,
-    pub max: f32,
-    /// Max pooling on qint8: the quantized output bounds.
-    pub q: Option<(i8, i8)>,
-}
-
-/// One executable node.
-#[derive(Debug, Clone)]
-#[allow(missing_docs)]
-pub enum Op {
-    Unary {
-        f: UnaryOp,
-        x: usize,
-        y: usize,
-        min: f32,
-        max: f32,
-    },
-    Binary {
-        f: BinaryOp,
-        a: usize,
-        b: usize,
-        y: usize,
-        min: f32,
-        max: f32,
-    },
-    FullyConnected {
-        x: usize,
-        y: usize,
-        filter: Filter,
-        bias: Bias,
-        min: f32,
-        max: f32,
-    },
-    BatchMatMul {
-        a: usize,
-        b: usize,
-        y: usize,
-        transpose_b: bool,
-    },
-    Softmax {
-        x: usize,
-        y: usize,
-    },
-    Transpose {
-        x: usize,
-        y: usize,
-        perm: Dims,
-    },
-    Reshape {
-        x: usize,
-        y: usize,
-        shape: Dims,
-    },
-    Copy {
-        x: usize,
-        y: usize,
-    },
-    Slice {
-        x: usize,
-        y: usize,
-        offsets: Dims,
-        sizes: Dims,
-    },
-    Concat {
-        xs: [usize; 5],
-        n: usize,
-        axis: usize,
-        y: usize,
-    },
-    Pad {
-        x: usize,
-        y: usize,
-        pre: Dims,
-        post: Dims,
-        value: f32,
-    },
-    Conv(ConvOp),
-    Pool(PoolOp),
-    GlobalAvgPool {
-        x: usize,
-        y: usize,
-        keep_dims: bool,
-        min: f32,
-        max: f32,
-        /// The qint8 form.
-        q: Option<crate::qs8::Qs8MeanParams>,
-    },
-    Resize {
-        x: usize,
-        y: usize,
-        height: usize,
-        width: usize,
-        align_corners: bool,
-        legacy: bool,
-    },
-    /// `Convert` fp32 -> qdint8: per-row dynamic quantization (XNNPACK's arithmetic).
-    QuantizeRows {
-        x: usize,
-        y: usize,
-        /// Trailing dims forming one quantized row (the value's num_nonbatch_dims).
-        row_dims: usize,
-    },
-    /// `FullyConnected` with qdint8 input and 4- or 8-bit weights.
-    QuantizedFullyConnected {
-        x: usize,
-        y: usize,
-        w: etch_linalg::quant::Qd8Weights,
-        bias: Bias,
-        min: f32,
-        max: f32,
-    },
-    /// A one-input int8 node (`Convert` to or from qint8, `Clamp`).
-    Qs8Unary {
-        x: usize,
-        y: usize,
-        f: crate::qs8::Qs8UnaryOp,
-    },
-    /// `Add` / `Multiply` of qint8 tensors.
-    Qs8Binary {
-        a: usize,
-        b: usize,
-        y: usize,
-        f: crate::qs8::Qs8BinaryOp,
-    },
-    /// `FullyConnected` qint8 x qcint8 -> qint8.
-    Qs8FullyConnected {
-        x: usize,
-        y: usize,
-        w: etch_linalg::quant::qs8::Qs8Weights,
-        rq: etch_linalg::quant::qs8::Qs8Requant,
-    },
-}
-
-impl Op {
-    /// Values the op reads (constants included; packed weights are not values): the
-    /// first `n` entries of the array.
-    pub fn inputs(&self) -> ([usize; 5], usize) {
-        let mut a = [0usize; 5];
-        let mut n = 0;
-        let mut push = |v: usize| {
-            if n < 5 {
-                a[n] = v;
-                n += 1;
-            }
-        };
-        match self {
-            Op::Unary { x, .. }
-            | Op::Softmax { x, .. }
-            | Op::Transpose { x, .. }
-            | Op::Reshape { x, .. }
-            | Op::Copy { x, .. }
-            | Op::Slice { x, .. }
-            | Op::Pad { x, .. }
-            | Op::GlobalAvgPool { x, .. }
-            | Op::QuantizeRows { x, .. }
-            | Op::Qs8Unary { x, .. }
-            | Op::Qs8FullyConnected { x, .. }
-            | Op::Resize { x, .. } => push(*x),
-            Op::QuantizedFullyConnected { x, bias, .. } => {
-                push(*x);
-                if let Bias::Value(v) = bias {
-                    push(*v);
-                }
-            }
-            Op::Binary { a: p, b: q, .. }
-            | Op::BatchMatMul { a: p, b: q, .. }
-            | Op::Qs8Binary { a: p, b: q, .. } => {
-                push(*p);
-                push(*q);
-            }
-            Op::FullyConnected {
-                x, filter, bias, ..
-            } => {
-                push(*x);
-                if let Filter::Value { v, .. } = filter {
-                    push(*v);
-                }
-                if let Bias::Value(v) = bias {
-                    push(*v);
-                }
-            }
-            Op::Concat { xs, n: count, .. } => xs[..*count].iter().for_each(|&v| push(v)),
-            Op::Conv(c) => push(c.x),
-            Op::Pool(p) => push(p.x),
-        }
-        (a, n)
-    }
-
-    /// The value the op writes.
-    pub fn output(&self) -> usize {
-        match self {
-            Op::Unary { y, .. }
-            | Op::Binary { y, .. }
-            | Op::FullyConnected { y, .. }
-            | Op::BatchMatMul { y, .. }
-            | Op::Softmax { y, .. }
-            | Op::Transpose { y, .. }
-            | Op::Reshape { y, .. }
-            | Op::Copy { y, .. }
-            | Op::Slice { y, .. }
-            | Op::Concat { y, .. }
-            | Op::Pad { y, .. }
-            | Op::GlobalAvgPool { y, .. }
-            | Op::QuantizeRows { y, .. }
-            | Op::QuantizedFullyConnected { y, .. }
-            | Op::Qs8Unary { y, .. }
-            | Op::Qs8Binary { y, .. }
-            | Op::Qs8FullyConnected { y, .. }
-            | Op::Resize { y, .. } => *y,
-            Op::Conv(c) => c.y,
-            Op::Pool(p) => p.y,
-        }
-    }
-}
 
 /// Where a value lives during a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -397,7 +56,7 @@ impl ValuePlan {
         }
         let row = self.row_len(d);
         let rows = numel.checked_div(row).unwrap_or(0);
-        crate::quantize::slot_len(rows, row)
+        crate::qd8_slot::slot_len(rows, row)
     }
 
     /// For a qdint8 value of shape `d`: the values of one quantized row.
@@ -409,7 +68,7 @@ impl ValuePlan {
 /// The executable graph.
 #[derive(Debug)]
 pub struct Plan {
-    pub ops: Vec<Op>,
+    pub ops: Vec<Node>,
     pub kinds: Vec<NodeKind>,
     pub values: Vec<ValuePlan>,
     /// Constant f32 data by value index (`None` for non-constants and packed-only).
@@ -429,11 +88,8 @@ pub struct Plan {
     /// outputs to the end); values whose lifetimes overlap never share arena space.
     pub lifetimes: Vec<(usize, usize)>,
     pub packed_bytes: usize,
-    /// Longest im2col row of the convolutions.
-    pub max_patch: usize,
-    /// Elements of im2col block (and grouped-output block) one thread of the fp32
-    /// convolutions needs.
-    pub conv_block_len: usize,
+    /// Elements of im2col blocks one thread of the convolutions needs.
+    pub im2col_per_thread: usize,
     /// Shapes and placement of the last call, for the next one with the same input dims.
     pub call_cache: CallCache,
 }
@@ -441,499 +97,7 @@ pub struct Plan {
 impl Plan {
     /// Elements of im2col scratch a call with `threads` threads needs.
     pub fn im2col_len(&self, threads: usize) -> usize {
-        (self.max_patch * crate::exec::IM2COL_BLOCK).max(self.conv_block_len) * threads.max(1)
-    }
-}
-
-fn f32_data(bytes: &[u8]) -> Vec<f32> {
-    bytemuck::pod_collect_to_vec(bytes)
-}
-
-/// `bytes` as f32 values: borrowed when they are aligned (no second copy of a large
-/// weight while it is packed), copied otherwise.
-fn f32_view(bytes: &[u8]) -> std::borrow::Cow<'_, [f32]> {
-    match bytemuck::try_cast_slice::<u8, f32>(bytes) {
-        Ok(values) => std::borrow::Cow::Borrowed(values),
-        Err(_) => std::borrow::Cow::Owned(f32_data(bytes)),
-    }
-}
-
-pub(crate) struct Builder<'g> {
-    pub(crate) graph: &'g GraphDef,
-    /// Whether a constant is read as an ordinary operand somewhere.
-    plain_use: Vec<bool>,
-    pub(crate) packed_bytes: usize,
-}
-
-impl<'g> Builder<'g> {
-    pub(crate) fn field(&self, i: usize, node: &NodeDef, name: &str) -> String {
-        format!("xnodes[{i}].{}.{name}", node.kind.name())
-    }
-
-    pub(crate) fn constant(&self, v: usize) -> Option<&'g [u8]> {
-        let graph: &'g GraphDef = self.graph;
-        graph.values[v].constant.as_deref()
-    }
-
-    fn operand(&mut self, v: usize) -> usize {
-        if self.graph.values[v].constant.is_some() {
-            self.plain_use[v] = true;
-        }
-        v
-    }
-
-    pub(crate) fn input(&mut self, node: &NodeDef, k: usize) -> usize {
-        let v = node.inputs.get(k).copied().flatten().unwrap_or(0);
-        self.operand(v)
-    }
-
-    fn bias(&mut self, i: usize, node: &NodeDef, n: usize) -> Result<Bias, BackendError> {
-        let Some(v) = node.inputs.get(2).copied().flatten() else {
-            return Ok(Bias::None);
-        };
-        let numel = self.graph.values[v].dims.numel().unwrap_or(0);
-        if numel != n {
-            return Err(invalid(
-                self.field(i, node, "bias_id"),
-                format!("bias of {numel} elements for {n} output channels"),
-            ));
-        }
-        match self.constant(v) {
-            Some(bytes) => {
-                self.packed_bytes += n * 4;
-                Ok(Bias::Packed(f32_data(bytes)))
-            }
-            None => Ok(Bias::Value(self.operand(v))),
-        }
-    }
-
-    fn op(&mut self, i: usize, node: &NodeDef) -> Result<Op, BackendError> {
-        let y = node.outputs.first().copied().unwrap_or(0);
-        if crate::qs8_plan::is_qs8_node(self.graph, node)
-            && let Some(op) = crate::qs8_plan::build(self, i, node, y)?
-        {
-            return Ok(op);
-        }
-        self.plain_op(i, node)
-    }
-
-    /// The op of a node as the fp32 path builds it (the int8 path reuses its checks).
-    pub(crate) fn plain_op(&mut self, i: usize, node: &NodeDef) -> Result<Op, BackendError> {
-        use NodeKind::*;
-        let (min, max) = (node.output_min, node.output_max);
-        let y = node.outputs.first().copied().unwrap_or(0);
-        let unary = |f| Op::Unary {
-            f,
-            x: 0,
-            y,
-            min,
-            max,
-        };
-        let op = match node.kind {
-            Convert if self.graph.values[y].datatype == crate::schema::Datatype::QdInt8 => {
-                Op::QuantizeRows {
-                    x: self.input(node, 0),
-                    y,
-                    row_dims: match self.graph.values[y].quant {
-                        Some(crate::parse::Quantization::PerTokenDynamic { num_nonbatch_dims }) => {
-                            num_nonbatch_dims.max(1)
-                        }
-                        _ => 1,
-                    },
-                }
-            }
-            FullyConnected
-                if node.inputs[0].is_some_and(|x| {
-                    self.graph.values[x].datatype == crate::schema::Datatype::QdInt8
-                }) =>
-            {
-                self.quantized_fc(i, node, y)?
-            }
-            Abs => unary(UnaryOp::Abs),
-            Ceiling => unary(UnaryOp::Ceiling),
-            Clamp => unary(UnaryOp::Clamp),
-            Cos => unary(UnaryOp::Cos),
-            Exp => unary(UnaryOp::Exp),
-            Floor => unary(UnaryOp::Floor),
-            Gelu => unary(UnaryOp::Gelu),
-            Hardswish => unary(UnaryOp::Hardswish),
-            Log => unary(UnaryOp::Log),
-            Negate => unary(UnaryOp::Negate),
-            ReciprocalSquareRoot => unary(UnaryOp::ReciprocalSquareRoot),
-            Sigmoid => unary(UnaryOp::Sigmoid),
-            Sin => unary(UnaryOp::Sin),
-            Square => unary(UnaryOp::Square),
-            SquareRoot => unary(UnaryOp::SquareRoot),
-            Tanh => unary(UnaryOp::Tanh),
-            ELU | LeakyReLU => {
-                let Params::Scalar(s) = node.params else {
-                    return Err(invalid(self.field(i, node, "params"), "missing"));
-                };
-                unary(if node.kind == ELU {
-                    UnaryOp::Elu(s)
-                } else {
-                    UnaryOp::LeakyRelu(s)
-                })
-            }
-            Add | Subtract | Multiply | Div | Minimum | Maximum | PReLU => {
-                let f = match node.kind {
-                    Add => BinaryOp::Add,
-                    Subtract => BinaryOp::Subtract,
-                    Multiply => BinaryOp::Multiply,
-                    Div => BinaryOp::Divide,
-                    Minimum => BinaryOp::Minimum,
-                    Maximum => BinaryOp::Maximum,
-                    _ => BinaryOp::PRelu,
-                };
-                // Minimum, Maximum and PReLU carry no output range upstream.
-                let (min, max) =
-                    if matches!(f, BinaryOp::Minimum | BinaryOp::Maximum | BinaryOp::PRelu) {
-                        (f32::NEG_INFINITY, f32::INFINITY)
-                    } else {
-                        (min, max)
-                    };
-                Op::Binary {
-                    f,
-                    a: self.input(node, 0),
-                    b: self.input(node, 1),
-                    y,
-                    min,
-                    max,
-                }
-            }
-            BatchMatrixMultiply => Op::BatchMatMul {
-                a: self.input(node, 0),
-                b: self.input(node, 1),
-                y,
-                transpose_b: node.flags & FLAG_TRANSPOSE_WEIGHTS != 0,
-            },
-            FullyConnected => {
-                let x = self.input(node, 0);
-                let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
-                let transposed = node.flags & FLAG_TRANSPOSE_WEIGHTS != 0;
-                let fd = self.graph.values[fv].dims;
-                if fd.rank() != 2 {
-                    return Err(invalid(
-                        self.field(i, node, "filter_id"),
-                        format!("filter dims {fd:?} are not 2-D"),
-                    ));
-                }
-                let (n, k) = if transposed {
-                    (fd.get(1), fd.get(0))
-                } else {
-                    (fd.get(0), fd.get(1))
-                };
-                let filter = match self.constant(fv) {
-                    Some(bytes) => {
-                        // Stored `[k, n]` when transposed, else `[n, k]`.
-                        let p = PackedB::pack(dispatch().gemm, &f32_view(bytes), n, k, !transposed)
-                            .map_err(|e| {
-                                invalid(self.field(i, node, "filter_id"), e.to_string())
-                            })?;
-                        self.packed_bytes += p.packed_bytes();
-                        Filter::Packed(p)
-                    }
-                    None => Filter::Value {
-                        v: self.operand(fv),
-                        transposed,
-                    },
-                };
-                let bias = self.bias(i, node, n)?;
-                Op::FullyConnected {
-                    x,
-                    y,
-                    filter,
-                    bias,
-                    min,
-                    max,
-                }
-            }
-            Softmax => Op::Softmax {
-                x: self.input(node, 0),
-                y,
-            },
-            Copy | Convert => Op::Copy {
-                x: self.input(node, 0),
-                y,
-            },
-            GlobalAvgPooling2d => Op::GlobalAvgPool {
-                x: self.input(node, 0),
-                y,
-                keep_dims: node.flags & FLAG_KEEP_DIMS != 0,
-                min,
-                max,
-                q: None,
-            },
-            StaticTranspose => {
-                let Params::Transpose(perm) = node.params else {
-                    return Err(invalid(self.field(i, node, "perm"), "missing"));
-                };
-                Op::Transpose {
-                    x: self.input(node, 0),
-                    y,
-                    perm,
-                }
-            }
-            StaticReshape => {
-                let Params::Reshape(shape) = node.params else {
-                    return Err(invalid(self.field(i, node, "new_shape"), "missing"));
-                };
-                Op::Reshape {
-                    x: self.input(node, 0),
-                    y,
-                    shape,
-                }
-            }
-            StaticSlice => {
-                let Params::Slice { offsets, sizes } = node.params else {
-                    return Err(invalid(self.field(i, node, "offsets"), "missing"));
-                };
-                Op::Slice {
-                    x: self.input(node, 0),
-                    y,
-                    offsets,
-                    sizes,
-                }
-            }
-            StaticConstantPad => {
-                let Params::Pad { pre, post, value } = node.params else {
-                    return Err(invalid(self.field(i, node, "pre_paddings"), "missing"));
-                };
-                Op::Pad {
-                    x: self.input(node, 0),
-                    y,
-                    pre,
-                    post,
-                    value,
-                }
-            }
-            StaticResizeBilinear2D => {
-                let Params::Resize { height, width } = node.params else {
-                    return Err(invalid(self.field(i, node, "new_height"), "missing"));
-                };
-                Op::Resize {
-                    x: self.input(node, 0),
-                    y,
-                    height,
-                    width,
-                    align_corners: node.flags & FLAG_ALIGN_CORNERS != 0,
-                    legacy: node.flags & FLAG_TENSORFLOW_LEGACY_MODE != 0,
-                }
-            }
-            Concatenate2 | Concatenate3 | Concatenate4 | Concatenate5 => {
-                let Params::Concat { axis } = node.params else {
-                    return Err(invalid(self.field(i, node, "axis"), "missing"));
-                };
-                let mut xs = [0usize; 5];
-                let n = node.inputs.len().min(5);
-                for (k, slot) in xs.iter_mut().enumerate().take(n) {
-                    *slot = self.input(node, k);
-                }
-                Op::Concat { xs, n, axis, y }
-            }
-            AvgPooling2d | MaxPooling2d => {
-                let Params::Window(window) = node.params else {
-                    return Err(invalid(self.field(i, node, "pooling_height"), "missing"));
-                };
-                Op::Pool(PoolOp {
-                    max_pool: node.kind == MaxPooling2d,
-                    x: self.input(node, 0),
-                    y,
-                    window,
-                    min,
-                    max,
-                    q: None,
-                })
-            }
-            Conv2d | DepthwiseConv2d | ConvTranspose2d => {
-                let op = self.conv_op(i, node, y)?;
-                self.pack_conv(i, node, op)?
-            }
-            ArgMaxPooling2d | ScaledDotProductAttention => {
-                return Err(BackendError::Unsupported(format!(
-                    "XNNPACK node {}",
-                    node.kind.name()
-                )));
-            }
-        };
-        // The single-input ops built with `unary` above read input 0.
-        Ok(match op {
-            Op::Unary { f, y, min, max, .. } => Op::Unary {
-                f,
-                x: self.input(node, 0),
-                y,
-                min,
-                max,
-            },
-            other => other,
-        })
-    }
-
-    fn quantized_fc(&mut self, i: usize, node: &NodeDef, y: usize) -> Result<Op, BackendError> {
-        use crate::parse::Quantization;
-        use crate::schema::Datatype;
-        use etch_linalg::quant::Qd8Weights;
-        let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
-        let def = &self.graph.values[fv];
-        let (n, k) = (def.dims.get(0), def.dims.get(1));
-        let bytes = def.constant.as_deref().unwrap_or(&[]);
-        let field = self.field(i, node, "filter_id");
-        let packed = match (&def.quant, def.datatype) {
-            (Some(Quantization::PerChannel { scales, .. }), Datatype::QcInt8) => {
-                let values: Vec<i8> = bytes.iter().map(|&b| b as i8).collect();
-                Qd8Weights::from_int8(n, k, &values, scales)
-            }
-            (Some(Quantization::PerChannel { scales, .. }), _) => {
-                // Two 4-bit codes per byte, low nibble first, rows of ceil(k / 2)
-                // bytes, stored as q + 8 (weight zero point 8).
-                Qd8Weights::from_int4_nibbles(n, k, k.max(1), scales, bytes)
-            }
-            (
-                Some(Quantization::PerChannelGroup {
-                    group_size,
-                    scales_bf16,
-                    ..
-                }),
-                _,
-            ) => {
-                let scales: Vec<f32> = scales_bf16
-                    .iter()
-                    .map(|&b| f32::from_bits(u32::from(b) << 16))
-                    .collect();
-                Qd8Weights::from_int4_nibbles(n, k, *group_size, &scales, bytes)
-            }
-            _ => {
-                return Err(invalid(
-                    field,
-                    "quantized filter without quantization parameters",
-                ));
-            }
-        };
-        let w = packed.map_err(|e| invalid(field, e.to_string()))?;
-        self.packed_bytes += w.packed_bytes();
-        let bias = self.bias(i, node, n)?;
-        Ok(Op::QuantizedFullyConnected {
-            x: self.input(node, 0),
-            y,
-            w,
-            bias,
-            min: node.output_min,
-            max: node.output_max,
-        })
-    }
-
-    pub(crate) fn conv_op(
-        &mut self,
-        i: usize,
-        node: &NodeDef,
-        y: usize,
-    ) -> Result<Op, BackendError> {
-        let Params::Window(window) = node.params else {
-            return Err(invalid(self.field(i, node, "kernel_height"), "missing"));
-        };
-        let kind = match node.kind {
-            NodeKind::DepthwiseConv2d => ConvKind::Depthwise,
-            NodeKind::ConvTranspose2d => ConvKind::Transposed,
-            _ => ConvKind::Conv,
-        };
-        let w = &window;
-        let fv = node.inputs.get(1).copied().flatten().unwrap_or(0);
-        let fd = self.graph.values[fv].dims;
-        let (expect, out_c): (Vec<usize>, usize) = match kind {
-            ConvKind::Depthwise => {
-                if w.group_out % w.group_in != 0 {
-                    return Err(invalid(
-                        self.field(i, node, "group_output_channels"),
-                        format!(
-                            "{} is not a multiple of group_input_channels {}",
-                            w.group_out, w.group_in
-                        ),
-                    ));
-                }
-                let c = w.groups * (w.group_out / w.group_in);
-                (vec![1, w.kernel_h, w.kernel_w, c], c)
-            }
-            _ => {
-                let oc = w.groups * w.group_out;
-                (vec![oc, w.kernel_h, w.kernel_w, w.group_in], oc)
-            }
-        };
-        if fd.as_slice() != expect.as_slice() {
-            return Err(invalid(
-                self.field(i, node, "filter_id"),
-                format!("filter dims {fd:?}, the node's geometry needs {expect:?}"),
-            ));
-        }
-        let Some(bytes) = self.constant(fv) else {
-            return Err(BackendError::Unsupported(format!(
-                "xnodes[{i}].{}: a filter that is not constant",
-                node.kind.name()
-            )));
-        };
-        let mut window = window;
-        if kind == ConvKind::Depthwise {
-            // Depth multiplier (group_out / group_in) in group_out, channels in groups.
-            window.group_out = w.group_out / w.group_in;
-            window.group_in = 1;
-        }
-        let filter = f32_data(bytes);
-        self.packed_bytes += filter.len() * 4;
-        let bias = match self.bias(i, node, out_c)? {
-            Bias::None => vec![0f32; out_c],
-            Bias::Packed(b) => b,
-            Bias::Value(_) => {
-                return Err(BackendError::Unsupported(format!(
-                    "xnodes[{i}].{}: a bias that is not constant",
-                    node.kind.name()
-                )));
-            }
-        };
-        Ok(Op::Conv(ConvOp {
-            kind,
-            x: self.input(node, 0),
-            y,
-            window,
-            filter,
-            packed: Vec::new(),
-            bias,
-            min: node.output_min,
-            max: node.output_max,
-            q: None,
-        }))
-    }
-
-    /// Packs an fp32 `Conv`'s OHWI filter into GEMM panels, one per group, and drops
-    /// the unpacked copy; depthwise and transposed filters stay as they are.
-    fn pack_conv(&mut self, i: usize, node: &NodeDef, op: Op) -> Result<Op, BackendError> {
-        let Op::Conv(mut c) = op else {
-            return Ok(op);
-        };
-        if c.kind != ConvKind::Conv {
-            return Ok(Op::Conv(c));
-        }
-        let w = c.window;
-        let patch = w.kernel_h * w.kernel_w * w.group_in;
-        let per_group = w.group_out * patch;
-        let mut packed = Vec::with_capacity(w.groups);
-        for grp in 0..w.groups {
-            let rows = c
-                .filter
-                .get(grp * per_group..(grp + 1) * per_group)
-                .ok_or_else(|| {
-                    invalid(
-                        self.field(i, node, "filter_id"),
-                        "shorter than the node's geometry",
-                    )
-                })?;
-            let p = PackedB::from_nk(rows, w.group_out, patch)
-                .map_err(|e| invalid(self.field(i, node, "filter_id"), e.to_string()))?;
-            packed.push(p);
-        }
-        self.packed_bytes -= c.filter.len() * 4;
-        self.packed_bytes += packed.iter().map(PackedB::packed_bytes).sum::<usize>();
-        c.filter = Vec::new();
-        c.packed = packed;
-        Ok(Op::Conv(c))
+        self.im2col_per_thread * threads.max(1)
     }
 }
 
@@ -948,7 +112,7 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
     let mut ops = Vec::with_capacity(graph.nodes.len());
     let mut kinds = Vec::with_capacity(graph.nodes.len());
     for (i, node) in graph.nodes.iter().enumerate() {
-        ops.push(b.op(i, node)?);
+        ops.push(nodes::plan(&mut b, i, node)?);
         kinds.push(node.kind);
     }
     let plain_use = b.plain_use;
@@ -965,49 +129,27 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
             None => Loc::Arena { capacity: 0 },
         };
         let row_dims = match def.quant {
-            Some(crate::parse::Quantization::PerTokenDynamic { num_nonbatch_dims }) => {
-                num_nonbatch_dims.max(1)
-            }
+            Some(Quantization::PerTokenDynamic { num_nonbatch_dims }) => num_nonbatch_dims.max(1),
             _ => 0,
         };
         values.push(ValuePlan {
             dims: def.dims,
             loc,
             row_dims,
-            int8: def.datatype == crate::schema::Datatype::QInt8,
+            int8: def.datatype == Datatype::QInt8,
         });
     }
 
-    let max_patch = ops
+    let im2col_per_thread = ops
         .iter()
-        .filter_map(|op| match op {
-            Op::Conv(c) if c.kind == ConvKind::Conv => {
-                Some(c.window.kernel_h * c.window.kernel_w * c.window.group_in)
-            }
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
-    let conv_block_len = ops
-        .iter()
-        .filter_map(|op| match op {
-            Op::Conv(c) if c.kind == ConvKind::Conv && c.q.is_none() => {
-                let w = &c.window;
-                let grouped_out = if w.groups > 1 { w.group_out } else { 0 };
-                Some(
-                    crate::exec::CONV_BLOCK_PIXELS
-                        * (w.kernel_h * w.kernel_w * w.group_in + grouped_out),
-                )
-            }
-            _ => None,
-        })
+        .map(NodeOp::im2col_len_per_thread)
         .max()
         .unwrap_or(0);
 
     // Shape bounds: infer every node's shapes from the serialized input dims.
     let mut shapes: Vec<_> = graph.values.iter().map(|v| v.dims).collect();
     for (i, op) in ops.iter().enumerate() {
-        shape::infer(op, &mut shapes)
+        op.infer_shape(&mut shapes)
             .map_err(|reason| invalid(format!("xnodes[{i}].{}", kinds[i].name()), reason))?;
     }
 
@@ -1033,8 +175,7 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         let y = op.output();
         start[y] = start[y].min(i);
         end[y] = end[y].max(i);
-        let (ins, n) = op.inputs();
-        for &v in &ins[..n] {
+        for &v in op.inputs().as_slice() {
             end[v] = end[v].max(i);
         }
     }
@@ -1104,8 +245,7 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         placement: order,
         lifetimes: start.into_iter().zip(end).collect(),
         packed_bytes,
-        max_patch,
-        conv_block_len,
+        im2col_per_thread,
         call_cache: CallCache::default(),
     })
 }
@@ -1114,16 +254,13 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
 /// f32 value that a node computes and no node reads, not an external input, listed once
 /// among the outputs.
 fn output_in_place(
-    ops: &[Op],
+    ops: &[Node],
     values: &[ValuePlan],
     inputs: &[(usize, usize)],
     outputs: &[(usize, usize)],
     v: usize,
 ) -> bool {
-    let read = ops.iter().any(|op| {
-        let (vs, n) = op.inputs();
-        vs[..n].contains(&v)
-    });
+    let read = ops.iter().any(|op| op.inputs().as_slice().contains(&v));
     let computed = ops.iter().any(|op| op.output() == v);
     computed
         && !read
