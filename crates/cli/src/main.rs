@@ -9,6 +9,7 @@ mod llm_args;
 mod load;
 mod progress;
 mod run;
+mod serve;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use etch_memory::counting::CountingAllocator;
@@ -27,7 +28,8 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
     etch run resnet.pte --input cat.jpg --resize 224 --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 --top-k 5 --labels imagenet_classes.txt\n  \
     etch generate --model llm.pte --tokenizer tokenizer.json --chat --prompt \"Hello\"\n  \
     etch chat --model llm.pte --tokenizer tokenizer.json\n  \
-    etch bench --model llm.pte -p 128 -n 64 -r 5 -t 1,2")]
+    etch bench --model llm.pte -p 128 -n 64 -r 5 -t 1,2\n  \
+    etch serve --model llm.pte --tokenizer tokenizer.json --port 8000")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -48,6 +50,9 @@ enum Command {
     /// Measure prefill and decode speed (tokens per second) of an exported LLM, per
     /// thread count, as a markdown table or JSON.
     Bench(bench::BenchArgs),
+    /// Serve an exported LLM over HTTP, OpenAI-compatible (chat and completions, SSE
+    /// streaming, named sessions that keep their KV cache between requests).
+    Serve(serve::ServeArgs),
 }
 
 fn main() {
@@ -61,6 +66,7 @@ fn main() {
         Command::Generate(args) => generate::main(args),
         Command::Bench(args) => bench::main(args),
         Command::Chat(args) => chat::main(args),
+        Command::Serve(args) => serve::main(args),
         Command::Run(args) => {
             let sub = matches.subcommand_matches("run");
             run::main(args, sub)

@@ -162,6 +162,8 @@ pub struct Engine {
 /// A turn in progress: started by [`Engine::start`], advanced by [`Engine::step`].
 pub struct ActiveTurn {
     slot: usize,
+    /// The named session's id (`None`: the scratch session).
+    session: Option<String>,
     sampler: Sampler,
     stream: StreamDecoder,
     stops: StopStrings,
@@ -179,6 +181,11 @@ impl ActiveTurn {
     /// Tokens generated so far.
     pub fn generated(&self) -> usize {
         self.generated.len()
+    }
+
+    /// The named session the turn runs in (`None`: the scratch session).
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref()
     }
 
     /// The flag that cancels this turn at its next step.
@@ -227,6 +234,11 @@ impl Engine {
     /// The tokenizer.
     pub fn tokenizer(&self) -> &dyn Tokenizer {
         &*self.model.tokenizer
+    }
+
+    /// The tokenizer, shared (to tokenise prompts on other threads).
+    pub fn shared_tokenizer(&self) -> Arc<dyn Tokenizer> {
+        Arc::clone(&self.model.tokenizer)
     }
 
     /// The module the sessions run on (its program, thread pool, memory budget).
@@ -396,6 +408,7 @@ impl Engine {
         let token_bytes = &self.model.token_bytes;
         let mut turn = ActiveTurn {
             slot,
+            session: request.session.clone(),
             sampler,
             stream: StreamDecoder::new(token_bytes),
             stops: StopStrings::new(&request.stop),

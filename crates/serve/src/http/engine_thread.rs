@@ -1,0 +1,349 @@
+//! The engine's own thread: it owns the [`Engine`] (sessions, weights, tokenizer), takes
+//! requests from HTTP handlers through a channel, and steps every running turn one token
+//! at a time in turn, so that sessions generate side by side. Requests wait in arrival
+//! order for their session to be free (the scratch session serves anonymous requests
+//! one at a time).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+
+use etch_llm::{ActiveTurn, Completion, Engine, SessionError, TurnError, TurnRequest};
+use tokio::sync::{mpsc as tmpsc, oneshot};
+
+use super::metrics::Metrics;
+
+/// What a generation sends back, in order: text pieces, then one `Done` or `Failed`.
+#[derive(Debug)]
+pub enum TurnEvent {
+    /// The turn has started (its prompt is prefilled).
+    Started,
+    Text(String),
+    Done(Box<Completion>),
+    Failed(TurnError),
+}
+
+/// A session operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionOp {
+    Open,
+    Close,
+    Reset,
+}
+
+enum Command {
+    Generate {
+        request: TurnRequest,
+        events: tmpsc::UnboundedSender<TurnEvent>,
+        cancel: Arc<AtomicBool>,
+    },
+    Session {
+        op: SessionOp,
+        id: String,
+        reply: oneshot::Sender<Result<bool, SessionError>>,
+    },
+    Count {
+        reply: oneshot::Sender<usize>,
+    },
+}
+
+/// A handle on the engine thread; cheap to clone.
+#[derive(Clone)]
+pub struct EngineHandle {
+    commands: mpsc::Sender<Command>,
+}
+
+/// The engine thread has stopped (it failed or the server is shutting down).
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the model engine has stopped")]
+pub struct EngineGone;
+
+impl EngineHandle {
+    /// Starts the engine thread over `engine`.
+    pub fn spawn(engine: Engine, metrics: Arc<Metrics>) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("etch-engine".into())
+            .spawn(move || EngineLoop::new(engine, metrics, rx).run())?;
+        Ok(Self { commands: tx })
+    }
+
+    /// Queues a turn; its events arrive on the returned receiver. Setting `cancel`
+    /// stops it at its next step (or before it starts).
+    pub fn generate(
+        &self,
+        request: TurnRequest,
+        cancel: Arc<AtomicBool>,
+    ) -> Result<tmpsc::UnboundedReceiver<TurnEvent>, EngineGone> {
+        let (events, rx) = tmpsc::unbounded_channel();
+        self.commands
+            .send(Command::Generate {
+                request,
+                events,
+                cancel,
+            })
+            .map_err(|_| EngineGone)?;
+        Ok(rx)
+    }
+
+    /// Opens, closes or resets a named session; `Ok(false)` when close or reset found no
+    /// such session.
+    pub async fn session(
+        &self,
+        op: SessionOp,
+        id: &str,
+    ) -> Result<Result<bool, SessionError>, EngineGone> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Session {
+                op,
+                id: id.to_string(),
+                reply,
+            })
+            .map_err(|_| EngineGone)?;
+        rx.await.map_err(|_| EngineGone)
+    }
+
+    /// Named sessions open now.
+    pub async fn named_sessions(&self) -> Result<usize, EngineGone> {
+        let (reply, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Count { reply })
+            .map_err(|_| EngineGone)?;
+        rx.await.map_err(|_| EngineGone)
+    }
+}
+
+struct Waiting {
+    request: TurnRequest,
+    events: tmpsc::UnboundedSender<TurnEvent>,
+    cancel: Arc<AtomicBool>,
+}
+
+struct Running {
+    turn: ActiveTurn,
+    events: tmpsc::UnboundedSender<TurnEvent>,
+}
+
+struct EngineLoop {
+    commands: mpsc::Receiver<Command>,
+    engine: Engine,
+    metrics: Arc<Metrics>,
+    waiting: VecDeque<Waiting>,
+    running: Vec<Running>,
+    /// Sessions a close or reset waits on (they are running a turn), with the reply.
+    deferred: Vec<(
+        SessionOp,
+        String,
+        oneshot::Sender<Result<bool, SessionError>>,
+    )>,
+}
+
+impl EngineLoop {
+    fn new(engine: Engine, metrics: Arc<Metrics>, commands: mpsc::Receiver<Command>) -> Self {
+        Self {
+            commands,
+            engine,
+            metrics,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            deferred: Vec::new(),
+        }
+    }
+
+    /// Waits for work (the pool's workers asleep), then serves until idle again with
+    /// the workers polling for the kernels' parallel loops.
+    fn run(mut self) {
+        let pool = Arc::clone(self.engine.module().pool());
+        loop {
+            match self.commands.recv() {
+                Ok(c) => self.command(c),
+                Err(_) => return,
+            }
+            let open = pool.install_hot(|| self.serve_until_idle());
+            if !open {
+                return;
+            }
+        }
+    }
+
+    fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.waiting.is_empty() && self.deferred.is_empty()
+    }
+
+    /// Serves commands and steps turns until nothing is left to do; `false` when the
+    /// handles are all gone.
+    fn serve_until_idle(&mut self) -> bool {
+        loop {
+            loop {
+                match self.commands.try_recv() {
+                    Ok(c) => self.command(c),
+                    Err(mpsc::TryRecvError::Empty) => break,
+                    Err(mpsc::TryRecvError::Disconnected) => {
+                        if self.running.is_empty() && self.waiting.is_empty() {
+                            return false;
+                        }
+                        break;
+                    }
+                }
+            }
+            self.settle_deferred();
+            self.admit();
+            self.step_all();
+            self.metrics
+                .sessions_in_use
+                .store(self.engine.named_sessions(), Ordering::Relaxed);
+            if self.is_idle() {
+                return true;
+            }
+        }
+    }
+
+    fn command(&mut self, command: Command) {
+        match command {
+            Command::Generate {
+                request,
+                events,
+                cancel,
+            } => {
+                self.metrics.queued.fetch_add(1, Ordering::Relaxed);
+                self.waiting.push_back(Waiting {
+                    request,
+                    events,
+                    cancel,
+                });
+            }
+            Command::Session { op, id, reply } => self.session_op(op, id, reply),
+            Command::Count { reply } => {
+                let _ = reply.send(self.engine.named_sessions());
+            }
+        }
+    }
+
+    fn session_op(
+        &mut self,
+        op: SessionOp,
+        id: String,
+        reply: oneshot::Sender<Result<bool, SessionError>>,
+    ) {
+        let result = match op {
+            SessionOp::Open => self.engine.open(&id).map(|()| true),
+            SessionOp::Close => self.engine.close(&id),
+            SessionOp::Reset => match self.engine.reset(&id) {
+                Ok(found) => Ok(found),
+                Err(TurnError::Session(e)) => Err(e),
+                Err(e) => {
+                    eprintln!("etch serve: resetting session {id:?} failed: {e}");
+                    Ok(true)
+                }
+            },
+        };
+        match result {
+            // A close or reset of a session that is generating waits for its turn to
+            // end: the turn is cancelled first.
+            Err(SessionError::Busy(_)) if op != SessionOp::Open => {
+                self.cancel_session(&id);
+                self.deferred.push((op, id, reply));
+            }
+            other => {
+                let _ = reply.send(other);
+            }
+        }
+    }
+
+    fn cancel_session(&mut self, id: &str) {
+        for w in &self.waiting {
+            if w.request.session.as_deref() == Some(id) {
+                w.cancel.store(true, Ordering::Relaxed);
+            }
+        }
+        for r in &self.running {
+            if r.turn.session() == Some(id) {
+                r.turn.cancel_flag().store(true, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn settle_deferred(&mut self) {
+        let deferred = std::mem::take(&mut self.deferred);
+        for (op, id, reply) in deferred {
+            if self.engine.is_free(Some(&id)) {
+                self.session_op(op, id, reply);
+            } else {
+                self.deferred.push((op, id, reply));
+            }
+        }
+    }
+
+    /// Starts every waiting request whose session is free, oldest first.
+    fn admit(&mut self) {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let w = &self.waiting[i];
+            if w.cancel.load(Ordering::Relaxed) || w.events.is_closed() {
+                if let Some(w) = self.waiting.remove(i) {
+                    self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
+                    let _ = w.events.send(TurnEvent::Failed(TurnError::Llm(
+                        etch_llm::LlmError::Cancelled,
+                    )));
+                }
+                continue;
+            }
+            let session = w.request.session.as_deref();
+            let blocked_by_earlier = self
+                .waiting
+                .iter()
+                .take(i)
+                .any(|e| e.request.session.as_deref() == session);
+            if blocked_by_earlier || !self.engine.is_free(session) {
+                i += 1;
+                continue;
+            }
+            let Some(w) = self.waiting.remove(i) else {
+                break;
+            };
+            self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
+            match self.engine.start(&w.request, Arc::clone(&w.cancel)) {
+                Ok(turn) => {
+                    let _ = w.events.send(TurnEvent::Started);
+                    self.running.push(Running {
+                        turn,
+                        events: w.events,
+                    });
+                }
+                Err(e) => {
+                    let _ = w.events.send(TurnEvent::Failed(e));
+                }
+            }
+        }
+    }
+
+    /// One decode step of every running turn.
+    fn step_all(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            let r = &mut self.running[i];
+            if r.events.is_closed() {
+                // The client is gone: stop at this step.
+                r.turn.cancel_flag().store(true, Ordering::Relaxed);
+            }
+            let events = &r.events;
+            let step = self.engine.step(&mut r.turn, &mut |text: &str| {
+                let _ = events.send(TurnEvent::Text(text.to_string()));
+            });
+            match step {
+                Ok(None) => i += 1,
+                Ok(Some(done)) => {
+                    self.metrics.record(&done);
+                    let r = self.running.swap_remove(i);
+                    let _ = r.events.send(TurnEvent::Done(Box::new(done)));
+                }
+                Err(e) => {
+                    let r = self.running.swap_remove(i);
+                    let _ = r.events.send(TurnEvent::Failed(e));
+                }
+            }
+        }
+    }
+}
