@@ -284,6 +284,7 @@ impl EngineLoop {
             if w.cancel.load(Ordering::Relaxed) || w.events.is_closed() {
                 if let Some(w) = self.waiting.remove(i) {
                     self.metrics.queued.fetch_sub(1, Ordering::Relaxed);
+                    self.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
                     let _ = w.events.send(TurnEvent::Failed(TurnError::Llm(
                         etch_llm::LlmError::Cancelled,
                     )));

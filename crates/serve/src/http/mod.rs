@@ -149,8 +149,19 @@ pub fn router(state: Arc<AppState>) -> Router {
 
 /// Serves until SIGINT or SIGTERM; prints the address it listens on.
 pub async fn serve(engine: Engine, options: ServeOptions) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(options.addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", options.addr))?;
+    serve_on(listener, engine, options).await
+}
+
+/// Serves on a bound listener until SIGINT or SIGTERM.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    engine: Engine,
+    options: ServeOptions,
+) -> anyhow::Result<()> {
     let state = AppState::new(engine, &options)?;
-    let listener = tokio::net::TcpListener::bind(options.addr).await?;
     eprintln!(
         "etch serve: listening on http://{} (model {:?}; Ctrl-C stops)",
         listener.local_addr()?,

@@ -39,11 +39,20 @@ impl Drop for TokenizerDir {
     }
 }
 
+/// The tiny llama with a context of 512 tokens (room for chat templates).
+pub fn tiny_llama_chat() -> PathBuf {
+    fixtures().join("tiny_llama_chat.pte")
+}
+
 pub fn engine(tokenizer: &Path, max_sessions: usize) -> Engine {
+    engine_for(&tiny_llama(), tokenizer, max_sessions)
+}
+
+pub fn engine_for(model: &Path, tokenizer: &Path, max_sessions: usize) -> Engine {
     let options = RunnerOptions {
         threads: 1,
         ..Default::default()
     };
-    let runner = Runner::load(&tiny_llama(), tokenizer, &options).unwrap();
+    let runner = Runner::load(model, tokenizer, &options).unwrap();
     Engine::new(runner, EngineOptions { max_sessions })
 }
