@@ -74,6 +74,7 @@ pub fn main(args: ChatArgs) -> anyhow::Result<()> {
         OnFullArg::Stop => OnFull::Stop,
         OnFullArg::DropOldest => OnFull::DropOldest,
     };
+    let sampling = args.sampling.chat_config(&args.model.tokenizer);
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
     if interactive {
@@ -131,7 +132,7 @@ pub fn main(args: ChatArgs) -> anyhow::Result<()> {
             &mut runner,
             said,
             args.max_new_tokens,
-            args.sampling.config(),
+            sampling,
             on_full,
             &mut on_text,
         );

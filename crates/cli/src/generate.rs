@@ -28,14 +28,17 @@ pub struct GenerateArgs {
     max_new_tokens: usize,
     #[command(flatten)]
     sampling: crate::llm_args::SamplingArgs,
-    /// Wrap the prompt in the model's chat template (detected from the tokenizer).
+    /// Wrap the prompt in the model's chat template (chat_template.jinja or
+    /// tokenizer_config.json beside the tokenizer, else the ChatML or Llama 3 format its
+    /// tokens show) and sample with the model's chat defaults (generation_config.json,
+    /// else temperature 0.8, top-p 0.95, top-k 40; --temperature 0 for greedy).
     #[arg(long)]
     chat: bool,
-    /// Chat template to use with --chat: chatml or llama3 (default: detected).
-    #[arg(long, value_name = "NAME")]
+    /// Chat template for --chat: chatml, llama3, or a Jinja file (.jinja, or a
+    /// tokenizer_config.json); default: the model's own.
+    #[arg(long, value_name = "NAME|FILE")]
     chat_template: Option<String>,
-    /// System message for --chat (default: the one the model's chat template adds, read
-    /// from chat_template.jinja or tokenizer_config.json beside the tokenizer).
+    /// System message for --chat (default: the one the model's chat template adds).
     #[arg(long, value_name = "TEXT")]
     system: Option<String>,
     /// Print one JSON object (token ids, text, stats) instead of streaming text.
@@ -85,14 +88,19 @@ pub fn main(args: GenerateArgs) -> anyhow::Result<()> {
     }
     let mut runner = args.model.load()?;
     let text = if args.chat {
-        let template = crate::llm_args::chat_template(&runner, args.chat_template.as_deref())
-            .context("--chat")?;
-        runner.add_stop_tokens(template);
-        let system = args
-            .system
-            .clone()
-            .or_else(|| etch_llm::ChatTemplate::default_system_beside(&args.model.tokenizer));
-        template.render(system.as_deref(), &prompt)
+        let template = crate::llm_args::jinja_template(
+            &runner,
+            args.chat_template.as_deref(),
+            &args.model.tokenizer,
+        )
+        .context("--chat")?;
+        crate::llm_args::add_end_of_turn_tokens(&mut runner);
+        let mut messages = Vec::new();
+        if let Some(system) = &args.system {
+            messages.push(serde_json::json!({"role": "system", "content": system}));
+        }
+        messages.push(serde_json::json!({"role": "user", "content": prompt}));
+        template.render(&serde_json::Value::Array(messages), None, true, None)?
     } else {
         prompt
     };
@@ -103,7 +111,11 @@ pub fn main(args: GenerateArgs) -> anyhow::Result<()> {
     if args.ignore_eos {
         runner.clear_eos_ids();
     }
-    let sampling = args.sampling.config();
+    let sampling = if args.chat {
+        args.sampling.chat_config(&args.model.tokenizer)
+    } else {
+        args.sampling.config()
+    };
     let stream = !args.json;
     let mut out = std::io::stdout();
     let mut on_text = |piece: &str| {

@@ -4,7 +4,9 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use etch_llm::{ChatTemplate, Runner, RunnerOptions, SamplingConfig};
+use etch_llm::{
+    ChatTemplate, JinjaChatTemplate, Runner, RunnerOptions, SamplingConfig, SamplingDefaults,
+};
 
 /// The model, its tokenizer, and how to load them.
 #[derive(clap::Args)]
@@ -60,36 +62,56 @@ impl ModelArgs {
     }
 }
 
-/// How the next token is chosen.
+/// How the next token is chosen. Unset fields take the defaults of the mode: greedy for
+/// plain text; for chat, the model's generation_config.json beside the tokenizer, else
+/// temperature 0.8, top-p 0.95, top-k 40.
 #[derive(clap::Args)]
 pub struct SamplingArgs {
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.0, value_name = "T")]
-    pub temperature: f32,
+    /// Sampling temperature; 0 is greedy (default: 0, or the chat default with --chat
+    /// and in `etch chat`).
+    #[arg(long, value_name = "T")]
+    pub temperature: Option<f32>,
     /// Sample only among the K most likely tokens (0: off).
-    #[arg(long, default_value_t = 0, value_name = "K")]
-    pub top_k: usize,
+    #[arg(long, value_name = "K")]
+    pub top_k: Option<usize>,
     /// Sample only among the most likely tokens whose probabilities sum to P (1: off).
-    #[arg(long, default_value_t = 1.0, value_name = "P")]
-    pub top_p: f32,
+    #[arg(long, value_name = "P")]
+    pub top_p: Option<f32>,
     /// Penalise tokens already in the context (1: off).
-    #[arg(long, default_value_t = 1.0, value_name = "R")]
-    pub repetition_penalty: f32,
-    /// Seed for sampling (same seed, same text).
+    #[arg(long, value_name = "R")]
+    pub repetition_penalty: Option<f32>,
+    /// Seed for sampling (same seed, same text on the same machine).
     #[arg(long, default_value_t = 42, value_name = "S")]
     pub seed: u64,
 }
 
 impl SamplingArgs {
-    /// The runner's sampling settings.
-    pub fn config(&self) -> SamplingConfig {
+    /// The sampling settings: what was given, else `defaults`.
+    pub fn config_over(&self, defaults: SamplingDefaults) -> SamplingConfig {
         SamplingConfig {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            repetition_penalty: self.repetition_penalty,
+            temperature: self.temperature.unwrap_or(defaults.temperature),
+            top_k: self.top_k.unwrap_or(defaults.top_k),
+            top_p: self.top_p.unwrap_or(defaults.top_p),
+            repetition_penalty: self
+                .repetition_penalty
+                .unwrap_or(defaults.repetition_penalty),
             seed: self.seed,
         }
+    }
+
+    /// Greedy unless told otherwise (plain text generation).
+    pub fn config(&self) -> SamplingConfig {
+        self.config_over(SamplingDefaults {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            repetition_penalty: 1.0,
+        })
+    }
+
+    /// The chat defaults of the model beside `tokenizer`, under what was given.
+    pub fn chat_config(&self, tokenizer: &std::path::Path) -> SamplingConfig {
+        self.config_over(SamplingDefaults::beside(tokenizer))
     }
 }
 
@@ -102,5 +124,37 @@ pub fn chat_template(runner: &Runner, name: Option<&str>) -> anyhow::Result<Chat
         None => ChatTemplate::detect(runner.tokenizer()).context(
             "the tokenizer has neither ChatML nor Llama 3 special tokens; pass --chat-template",
         ),
+    }
+}
+
+/// The Jinja chat template for `name_or_file` (chatml, llama3, or a template file), else
+/// the model's own beside `tokenizer`, else the built-in format the tokenizer's special
+/// tokens show.
+pub fn jinja_template(
+    runner: &Runner,
+    name_or_file: Option<&str>,
+    tokenizer: &std::path::Path,
+) -> anyhow::Result<JinjaChatTemplate> {
+    if let Some(given) = name_or_file {
+        if let Some(format) = ChatTemplate::from_name(given) {
+            return Ok(JinjaChatTemplate::builtin(format));
+        }
+        return Ok(JinjaChatTemplate::from_file(std::path::Path::new(given))?);
+    }
+    if let Some(own) = JinjaChatTemplate::beside_tokenizer(tokenizer)? {
+        return Ok(own);
+    }
+    Ok(JinjaChatTemplate::builtin(chat_template(runner, None)?))
+}
+
+/// Makes the end-of-turn tokens of the common chat formats that the tokenizer has stop
+/// generation, as end-of-sequence does.
+pub fn add_end_of_turn_tokens(runner: &mut Runner) {
+    let ids: Vec<u32> = etch_llm::END_OF_TURN_TOKENS
+        .iter()
+        .filter_map(|t| runner.tokenizer().token_id(t))
+        .collect();
+    for id in ids {
+        runner.add_eos_id(u64::from(id));
     }
 }

@@ -538,7 +538,16 @@ fn user_turn_tokens(text: &str) -> usize {
 fn chat_prefills_only_each_new_turn_from_a_pipe() {
     let dir = tempfile::tempdir().unwrap();
     let tok = chatml_byte_tokenizer(dir.path());
-    let args = ["--max-new-tokens", "6", "--json", "--threads", "1"];
+    // Greedy: the context accounting below follows the replies' lengths.
+    let args = [
+        "--max-new-tokens",
+        "6",
+        "--json",
+        "--threads",
+        "1",
+        "--temperature",
+        "0",
+    ];
     let o = chat(
         &tok,
         &args,
@@ -594,7 +603,15 @@ fn chat_on_a_full_context_stops_or_drops_the_oldest_turns() {
     let tok = chatml_byte_tokenizer(dir.path());
     // 64 tokens of context: the third turn does not fit.
     let lines = "hi\nhow are you\nand what now\n";
-    let base = ["--max-new-tokens", "6", "--json", "--threads", "1"];
+    let base = [
+        "--max-new-tokens",
+        "6",
+        "--json",
+        "--threads",
+        "1",
+        "--temperature",
+        "0",
+    ];
     let o = chat(&tok, &base, lines);
     assert_fails_with(&o, "context of 64 tokens");
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 2);

@@ -35,6 +35,7 @@ mod chat;
 mod conversation;
 mod engine;
 mod error;
+mod generation_config;
 mod jinja;
 mod metadata;
 mod runner;
@@ -50,6 +51,7 @@ pub use engine::{
     TurnError, TurnRequest,
 };
 pub use error::LlmError;
+pub use generation_config::SamplingDefaults;
 pub use jinja::{JinjaChatTemplate, MAX_RENDERED_BYTES, MAX_TEMPLATE_BYTES, TEMPLATE_FUEL};
 pub use metadata::LlmMetadata;
 pub use runner::{

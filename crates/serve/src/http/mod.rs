@@ -26,8 +26,8 @@ use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use etch_llm::{
-    ChatTemplate, Completion, Engine, FinishReason, JinjaChatTemplate, SessionError, Tokenizer,
-    TurnError, TurnRequest,
+    ChatTemplate, Completion, Engine, FinishReason, JinjaChatTemplate, SamplingDefaults,
+    SessionError, Tokenizer, TurnError, TurnRequest,
 };
 use futures_util::stream::{self, Stream};
 use serde_json::{Map, Value, json};
@@ -39,7 +39,6 @@ pub use metrics::Metrics;
 pub use prompt::Transcripts;
 pub use request::{
     MAX_BODY_BYTES, MAX_MESSAGES, MAX_SESSION_ID_BYTES, MAX_STOP_BYTES, MAX_STOP_STRINGS,
-    SamplingDefaults,
 };
 pub use tools::{ParsedReply, parse_tool_calls};
 
