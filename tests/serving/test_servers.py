@@ -92,18 +92,6 @@ def _official_skip_reason():
 def _etch_skip_reason():
     if not ETCH_BIN.is_file():
         return f"etch not built: {ETCH_BIN} (set ETCH_BIN)"
-    try:
-        probe = subprocess.run(
-            [str(ETCH_BIN), "serve", "--help"],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"`{ETCH_BIN} serve --help` failed: {e}"
-    if probe.returncode != 0:
-        return f"`etch serve` is not there yet (`{ETCH_BIN} serve --help` exited {probe.returncode})"
     return None
 
 
@@ -499,7 +487,6 @@ def _kind(name, reason):
     scope="module",
     params=[
         _kind("official", _official_skip_reason()),
-        # TODO(#50): drop this skip once `etch serve` has landed.
         _kind("etch", _etch_skip_reason()),
     ],
 )
