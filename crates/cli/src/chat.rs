@@ -4,7 +4,7 @@
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::Context;
-use etch_llm::{ChatTemplate, Conversation, LlmError, OnFull, StopReason, Turn};
+use etch_llm::{Conversation, LlmError, OnFull, StopReason, Turn};
 
 /// What to do when the conversation fills the model's context.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -34,11 +34,12 @@ pub struct ChatArgs {
     max_new_tokens: usize,
     #[command(flatten)]
     sampling: crate::llm_args::SamplingArgs,
-    /// Chat template: chatml or llama3 (default: detected from the tokenizer).
-    #[arg(long, value_name = "NAME")]
+    /// Chat template: chatml, llama3, or a Jinja file (.jinja, or a tokenizer_config.json);
+    /// default: the model's own (chat_template.jinja or tokenizer_config.json beside the
+    /// tokenizer), else the format the tokenizer's special tokens show.
+    #[arg(long, value_name = "NAME|FILE")]
     chat_template: Option<String>,
-    /// System message (default: the one the model's chat template adds, read from
-    /// chat_template.jinja or tokenizer_config.json beside the tokenizer).
+    /// System message (default: the one the model's chat template adds, if any).
     #[arg(long, value_name = "TEXT")]
     system: Option<String>,
     /// When the next turn does not fit the context: stop, or drop the oldest turns.
@@ -63,11 +64,12 @@ struct TurnLine<'a> {
 
 pub fn main(args: ChatArgs) -> anyhow::Result<()> {
     let mut runner = args.model.load()?;
-    let template = crate::llm_args::chat_template(&runner, args.chat_template.as_deref())?;
-    let system = args
-        .system
-        .clone()
-        .or_else(|| ChatTemplate::default_system_beside(&args.model.tokenizer));
+    let template = crate::llm_args::jinja_template(
+        &runner,
+        args.chat_template.as_deref(),
+        &args.model.tokenizer,
+    )?;
+    let system = args.system.clone();
     let context = runner.metadata().max_context_len;
     let mut chat = Conversation::new(&mut runner, template, system)?;
     let on_full = match args.on_full {

@@ -94,7 +94,7 @@ pub fn main(args: GenerateArgs) -> anyhow::Result<()> {
             &args.model.tokenizer,
         )
         .context("--chat")?;
-        crate::llm_args::add_end_of_turn_tokens(&mut runner);
+        runner.add_end_of_turn_tokens();
         let mut messages = Vec::new();
         if let Some(system) = &args.system {
             messages.push(serde_json::json!({"role": "system", "content": system}));

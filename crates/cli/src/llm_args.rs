@@ -146,15 +146,3 @@ pub fn jinja_template(
     }
     Ok(JinjaChatTemplate::builtin(chat_template(runner, None)?))
 }
-
-/// Makes the end-of-turn tokens of the common chat formats that the tokenizer has stop
-/// generation, as end-of-sequence does.
-pub fn add_end_of_turn_tokens(runner: &mut Runner) {
-    let ids: Vec<u32> = etch_llm::END_OF_TURN_TOKENS
-        .iter()
-        .filter_map(|t| runner.tokenizer().token_id(t))
-        .collect();
-    for id in ids {
-        runner.add_eos_id(u64::from(id));
-    }
-}

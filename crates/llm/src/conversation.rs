@@ -1,8 +1,11 @@
-//! Multi-turn chat on one KV cache: each turn prefills only its own tokens, the cache
-//! keeps the rest of the conversation (the runner's position carries over between
-//! `generate` calls).
+//! Multi-turn chat on one KV cache. Each turn renders the whole conversation with the
+//! model's chat template, its earlier replies put back as the token ids the model
+//! generated; the runner's session keeps what the new prompt repeats and prefills only
+//! the rest (the new user message and the closing of the last reply).
 
-use crate::{ChatTemplate, Generation, LlmError, Runner, SamplingConfig, StopReason};
+use serde_json::json;
+
+use crate::{Generation, JinjaChatTemplate, LlmError, Runner, SamplingConfig, StopReason};
 
 /// What to do when the next turn does not fit the model's context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -18,8 +21,9 @@ pub enum OnFull {
 /// One turn's result.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Turn {
-    /// Tokens this turn prefilled: the previous reply's last token and closing, then the
-    /// user message (or, after dropping old turns, everything kept).
+    /// Tokens this turn prefilled: what its prompt adds to the cache (the last reply's
+    /// final token and closing, then the user message; or, after dropping old turns,
+    /// everything kept).
     pub prompt_tokens_prefilled: usize,
     /// Tokens in the KV cache after the turn.
     pub context_tokens: usize,
@@ -32,44 +36,44 @@ pub struct Turn {
     pub stats: crate::GenerationStats,
 }
 
+/// A finished exchange: the user's message and the reply's text and ids.
+#[derive(Debug, Clone)]
+struct Exchange {
+    user: String,
+    reply: String,
+    /// The reply's ids without an end-of-turn token (the template writes its own).
+    reply_ids: Vec<u64>,
+}
+
 /// A conversation held in one runner's KV cache.
 #[derive(Debug)]
 pub struct Conversation {
-    template: ChatTemplate,
+    template: JinjaChatTemplate,
     system: Option<String>,
-    /// Every finished turn's tokens (user message, reply, closing), oldest first: what
-    /// is prefilled again when old turns are dropped.
-    turns: Vec<Vec<u64>>,
-    /// Tokens the next turn prefills first: the conversation's start (before the first
-    /// turn), or the last reply's final token (which had no model step) and closing.
-    pending: Vec<u64>,
-    started: bool,
+    exchanges: Vec<Exchange>,
 }
 
 impl Conversation {
-    /// A new conversation; the template's end-of-turn tokens become stop tokens of
-    /// `runner`, whose cache is reset.
+    /// A new conversation written with `template`; `runner`'s cache is reset, and the
+    /// end-of-turn tokens its tokenizer has ([`crate::END_OF_TURN_TOKENS`]) end replies as
+    /// end-of-sequence does.
     pub fn new(
         runner: &mut Runner,
-        template: ChatTemplate,
+        template: JinjaChatTemplate,
         system: Option<String>,
     ) -> Result<Self, LlmError> {
-        runner.add_stop_tokens(template);
+        runner.add_end_of_turn_tokens();
         runner.reset()?;
         Ok(Self {
             template,
             system,
-            turns: Vec::new(),
-            pending: Vec::new(),
-            started: false,
+            exchanges: Vec::new(),
         })
     }
 
     /// Forgets every turn (the system message stays) and empties the cache.
     pub fn reset(&mut self, runner: &mut Runner) -> Result<(), LlmError> {
-        self.turns.clear();
-        self.pending.clear();
-        self.started = false;
+        self.exchanges.clear();
         runner.reset()
     }
 
@@ -91,7 +95,7 @@ impl Conversation {
 
     /// Finished turns in the context.
     pub fn turns(&self) -> usize {
-        self.turns.len()
+        self.exchanges.len()
     }
 
     /// Tokens a turn must leave free for its reply before it is prefilled.
@@ -99,9 +103,29 @@ impl Conversation {
         max_new_tokens.min(context / 4).max(1)
     }
 
-    /// The user says `user`; the model replies, streaming text to `on_text`. Only the
-    /// new tokens are prefilled; when they and room for the reply (`max_new_tokens`,
-    /// at most a quarter of the context) do not fit, `on_full` decides.
+    /// The prompt of the conversation from exchange `first` on, then `user`.
+    fn prompt(&self, runner: &Runner, first: usize, user: &str) -> Result<Vec<u64>, LlmError> {
+        let mut messages = Vec::new();
+        let mut reply_ids = Vec::new();
+        if let Some(system) = &self.system {
+            messages.push(json!({"role": "system", "content": system}));
+            reply_ids.push(None);
+        }
+        for e in &self.exchanges[first..] {
+            messages.push(json!({"role": "user", "content": e.user}));
+            messages.push(json!({"role": "assistant", "content": e.reply}));
+            reply_ids.push(None);
+            reply_ids.push(Some(e.reply_ids.as_slice()));
+        }
+        messages.push(json!({"role": "user", "content": user}));
+        reply_ids.push(None);
+        self.template
+            .render_ids(runner.tokenizer(), &messages, &reply_ids, None, None)
+    }
+
+    /// The user says `user`; the model replies, streaming text to `on_text`. Only what
+    /// the cache does not hold is prefilled; when the prompt and room for the reply
+    /// (`max_new_tokens`, at most a quarter of the context) do not fit, `on_full` decides.
     pub fn turn(
         &mut self,
         runner: &mut Runner,
@@ -113,77 +137,51 @@ impl Conversation {
     ) -> Result<Turn, LlmError> {
         let context = runner.metadata().max_context_len;
         let room = Self::reply_room(max_new_tokens, context);
-        if !self.started {
-            self.pending = runner.encode(&self.template.conversation_start(self.system()))?;
-        }
-        let user_ids = runner.encode(&self.template.user_turn(user))?;
-        let mut prompt = std::mem::take(&mut self.pending);
-        prompt.extend_from_slice(&user_ids);
-        let mut dropped = 0;
-        if runner.position() + prompt.len() + room > context {
-            match on_full {
-                OnFull::Stop => {
-                    // The turn is refused: the conversation stays as it was.
-                    prompt.truncate(prompt.len() - user_ids.len());
-                    self.pending = prompt;
-                    return Err(LlmError::ContextFull {
-                        context,
-                        position: runner.position(),
-                        needed: self.pending.len() + user_ids.len() + room,
-                    });
-                }
-                OnFull::DropOldest => {
-                    let start = runner.encode(&self.template.conversation_start(self.system()))?;
-                    let fixed = start.len() + user_ids.len() + room;
-                    if fixed > context {
-                        return Err(LlmError::ContextFull {
-                            context,
-                            position: 0,
-                            needed: fixed,
-                        });
-                    }
-                    // Keep the newest turns that fit.
-                    let mut kept = 0;
-                    let mut used = fixed;
-                    for t in self.turns.iter().rev() {
-                        if used + t.len() > context {
-                            break;
-                        }
-                        used += t.len();
-                        kept += 1;
-                    }
-                    dropped = self.turns.len() - kept;
-                    self.turns.drain(..dropped);
-                    prompt = start;
-                    for t in &self.turns {
-                        prompt.extend_from_slice(t);
-                    }
-                    prompt.extend_from_slice(&user_ids);
-                    runner.reset()?;
-                }
+        let mut first = 0;
+        let mut prompt = self.prompt(runner, first, user)?;
+        if prompt.len() + room > context {
+            if on_full == OnFull::Stop {
+                return Err(LlmError::ContextFull {
+                    context,
+                    position: runner.position(),
+                    needed: prompt.len().saturating_sub(runner.position()) + room,
+                });
+            }
+            // Keep the newest exchanges that fit.
+            while prompt.len() + room > context && first < self.exchanges.len() {
+                first += 1;
+                prompt = self.prompt(runner, first, user)?;
+            }
+            if prompt.len() + room > context {
+                return Err(LlmError::ContextFull {
+                    context,
+                    position: 0,
+                    needed: prompt.len() + room,
+                });
             }
         }
+        let plan = runner.prepare(&prompt)?;
         let Generation {
             generated_token_ids,
             text,
             stop_reason,
             stats,
             ..
-        } = runner.generate(&prompt, max_new_tokens, sampling, on_text)?;
-        self.started = true;
-        let closing = runner.encode(self.template.close_reply(stop_reason == StopReason::Eos))?;
-        let mut turn = user_ids;
-        turn.extend_from_slice(&generated_token_ids);
-        turn.extend_from_slice(&closing);
-        self.turns.push(turn);
-        // The reply's last token is not in the cache yet: the next turn starts with it.
-        self.pending.clear();
-        self.pending.extend(generated_token_ids.last().copied());
-        self.pending.extend_from_slice(&closing);
+        } = runner.generate(&prompt[plan.reused..], max_new_tokens, sampling, on_text)?;
+        self.exchanges.drain(..first);
+        let mut reply_ids = generated_token_ids.clone();
+        if stop_reason == StopReason::Eos {
+            reply_ids.pop();
+        }
+        self.exchanges.push(Exchange {
+            user: user.to_string(),
+            reply: text.clone(),
+            reply_ids,
+        });
         Ok(Turn {
-            prompt_tokens_prefilled: prompt.len(),
+            prompt_tokens_prefilled: prompt.len() - plan.reused,
             context_tokens: runner.position(),
-            dropped_turns: dropped,
+            dropped_turns: first,
             generated_token_ids,
             text,
             stop_reason,

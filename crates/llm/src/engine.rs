@@ -441,12 +441,12 @@ impl Engine {
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Option<Completion>, TurnError> {
         let result = self.step_inner(turn, on_text);
-        if !matches!(result, Ok(None)) {
-            if let Some(slot) = self.slots.get_mut(turn.slot) {
-                slot.busy = false;
-                if result.is_err() {
-                    slot.session.set_dirty(true);
-                }
+        if !matches!(result, Ok(None))
+            && let Some(slot) = self.slots.get_mut(turn.slot)
+        {
+            slot.busy = false;
+            if result.is_err() {
+                slot.session.set_dirty(true);
             }
         }
         result

@@ -240,6 +240,85 @@ impl JinjaChatTemplate {
     }
 }
 
+/// Marks where a reply's ids go in rendered text (private-use characters a client's
+/// text is vanishingly unlikely to hold).
+const MARK_OPEN: char = '\u{F8F0}';
+const MARK_CLOSE: char = '\u{F8F1}';
+
+impl JinjaChatTemplate {
+    /// Renders `messages` (with the assistant's header after them) and tokenises the
+    /// text, putting in the exact token ids of the assistant messages that `reply_ids`
+    /// gives (entry `i` for message `i`) instead of their text tokenised again, which
+    /// may split differently: a conversation's next prompt then extends the tokens its
+    /// session holds, and resumes warm. Falls back to plain text when the template does
+    /// not keep a reply intact.
+    pub fn render_ids(
+        &self,
+        tokenizer: &dyn crate::Tokenizer,
+        messages: &[Json],
+        reply_ids: &[Option<&[u64]>],
+        tools: Option<&Json>,
+        extra: Option<&serde_json::Map<String, Json>>,
+    ) -> Result<Vec<u64>, LlmError> {
+        let mut marked: Vec<&[u64]> = Vec::new();
+        let mut spliced = messages.to_vec();
+        for (m, ids) in spliced.iter_mut().zip(reply_ids) {
+            if let Some(ids) = ids
+                && m.get("content").is_some_and(Json::is_string)
+            {
+                m["content"] = Json::String(format!("{MARK_OPEN}{}{MARK_CLOSE}", marked.len()));
+                marked.push(ids);
+            }
+        }
+        if !marked.is_empty() {
+            let text = self.render(&Json::Array(spliced), tools, true, extra)?;
+            if let Some(ids) = splice(&text, &marked, tokenizer)? {
+                return Ok(ids);
+            }
+        }
+        let text = self.render(&Json::Array(messages.to_vec()), tools, true, extra)?;
+        encode(tokenizer, &text)
+    }
+}
+
+fn encode(tokenizer: &dyn crate::Tokenizer, text: &str) -> Result<Vec<u64>, LlmError> {
+    Ok(tokenizer.encode(text)?.into_iter().map(u64::from).collect())
+}
+
+/// Tokenises `text` with each mark replaced by its ids; `None` when the template did not
+/// keep every mark intact.
+fn splice(
+    text: &str,
+    marked: &[&[u64]],
+    tokenizer: &dyn crate::Tokenizer,
+) -> Result<Option<Vec<u64>>, LlmError> {
+    let mut ids = Vec::new();
+    let mut rest = text;
+    let mut used = vec![false; marked.len()];
+    while let Some(open) = rest.find(MARK_OPEN) {
+        ids.extend(encode(tokenizer, &rest[..open])?);
+        let after = &rest[open + MARK_OPEN.len_utf8()..];
+        let Some(close) = after.find(MARK_CLOSE) else {
+            return Ok(None);
+        };
+        let Some(index) = after[..close]
+            .parse::<usize>()
+            .ok()
+            .filter(|&i| i < marked.len())
+        else {
+            return Ok(None);
+        };
+        used[index] = true;
+        ids.extend_from_slice(marked[index]);
+        rest = &after[close + MARK_CLOSE.len_utf8()..];
+    }
+    if used.iter().any(|u| !u) {
+        return Ok(None);
+    }
+    ids.extend(encode(tokenizer, rest)?);
+    Ok(Some(ids))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -324,6 +324,18 @@ impl Runner {
         }
     }
 
+    /// Adds the end-of-turn tokens of the common chat formats
+    /// ([`crate::END_OF_TURN_TOKENS`]) that the tokenizer has as stop tokens.
+    pub fn add_end_of_turn_tokens(&mut self) {
+        let ids: Vec<u32> = crate::END_OF_TURN_TOKENS
+            .iter()
+            .filter_map(|t| self.tokenizer.token_id(t))
+            .collect();
+        for id in ids {
+            self.add_eos_id(u64::from(id));
+        }
+    }
+
     /// Removes every stop token (generation then ends at `max_new_tokens` or when the
     /// context is full).
     pub fn clear_eos_ids(&mut self) {
@@ -334,6 +346,13 @@ impl Runner {
     /// buffer of the program returns to its initial contents.
     pub fn reset(&mut self) -> Result<(), LlmError> {
         self.session.reset()
+    }
+
+    /// Makes the session ready for `prompt` (a whole conversation): keeps the tokens in
+    /// the cache when the prompt extends them, empties it otherwise. `generate` then
+    /// takes `&prompt[plan.reused..]`.
+    pub fn prepare(&mut self, prompt: &[u64]) -> Result<crate::PrefillPlan, LlmError> {
+        self.session.prepare(prompt)
     }
 
     /// Tokens in the KV cache: the position the next `generate` continues from. The last

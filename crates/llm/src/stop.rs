@@ -7,8 +7,10 @@
 /// ```
 /// use etch_llm::StopStrings;
 /// let mut stops = StopStrings::new(&["</end>".to_string()]);
-/// assert_eq!(stops.push("Hello </e"), ("Hello", false)); // " </e" may start a stop
-/// assert_eq!(stops.push("nd> rest"), (" ", true));         // the stop and after it: dropped
+/// // The last 5 bytes (the stop's length less one) wait: they may start "</end>".
+/// assert_eq!(stops.push("Hello </e"), ("Hell", false));
+/// // The text before the stop comes out; the stop and what follows are dropped.
+/// assert_eq!(stops.push("nd> rest"), ("o ", true));
 /// ```
 #[derive(Debug, Default, Clone)]
 pub struct StopStrings {
@@ -96,9 +98,10 @@ mod tests {
     #[test]
     fn holds_back_what_could_start_a_stop() {
         let mut s = stops(&["STOP", "XY"]);
+        // Holds the last 3 bytes (the longest stop, less one).
         assert_eq!(s.push("abcS"), ("a", false));
-        assert_eq!(s.push("T"), ("", false));
-        assert_eq!(s.push("x"), ("bc", false));
+        assert_eq!(s.push("T"), ("b", false));
+        assert_eq!(s.push("x"), ("c", false));
         assert_eq!(s.flush(), "STx");
     }
 

@@ -28,8 +28,8 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use etch_llm::{
-    ChatTemplate, Conversation, DEFAULT_TEMP_CACHE_BYTES, Generation, OnFull, Runner,
-    RunnerOptions, SamplingConfig, StopReason,
+    ChatTemplate, Conversation, DEFAULT_TEMP_CACHE_BYTES, Generation, JinjaChatTemplate, OnFull,
+    Runner, RunnerOptions, SamplingConfig, StopReason,
 };
 use etch_runtime::LoadMode;
 
@@ -228,7 +228,7 @@ fn main() -> anyhow::Result<()> {
         for &id in &model_eos {
             runner.add_eos_id(id);
         }
-        let mut chat = Conversation::new(&mut runner, template, None)?;
+        let mut chat = Conversation::new(&mut runner, JinjaChatTemplate::builtin(template), None)?;
         progress.context_resets += 1;
         for user in USER_TURNS {
             seed += 1;

@@ -32,6 +32,9 @@ pub enum SessionOp {
     Reset,
 }
 
+/// Where a session operation's answer goes.
+type SessionReply = oneshot::Sender<Result<bool, SessionError>>;
+
 enum Command {
     Generate {
         request: TurnRequest,
@@ -133,11 +136,7 @@ struct EngineLoop {
     waiting: VecDeque<Waiting>,
     running: Vec<Running>,
     /// Sessions a close or reset waits on (they are running a turn), with the reply.
-    deferred: Vec<(
-        SessionOp,
-        String,
-        oneshot::Sender<Result<bool, SessionError>>,
-    )>,
+    deferred: Vec<(SessionOp, String, SessionReply)>,
 }
 
 impl EngineLoop {
