@@ -91,6 +91,8 @@ pub struct TurnRequest {
     pub sampling: SamplingConfig,
     /// Text that ends the turn where it appears (it is not emitted).
     pub stop: Vec<String>,
+    /// Go on past end-of-sequence tokens (fixed-length benchmarks).
+    pub ignore_eos: bool,
 }
 
 /// Why a turn ended, as OpenAI names it.
@@ -169,6 +171,7 @@ pub struct ActiveTurn {
     stops: StopStrings,
     max_new: usize,
     generated: Vec<u64>,
+    ignore_eos: bool,
     cancel: Arc<AtomicBool>,
     plan: PrefillPlan,
     prompt_tokens: usize,
@@ -414,6 +417,7 @@ impl Engine {
             stops: StopStrings::new(&request.stop),
             max_new,
             generated: Vec::with_capacity(max_new.min(context)),
+            ignore_eos: request.ignore_eos,
             cancel,
             plan,
             prompt_tokens,
@@ -467,7 +471,7 @@ impl Engine {
             return Ok(Some(finish(turn, FinishReason::Stop, true, false)));
         }
         let token = u64::from(sample(&mut turn.sampler, session));
-        if self.eos_ids.contains(&token) {
+        if !turn.ignore_eos && self.eos_ids.contains(&token) {
             flush(turn, on_text);
             return Ok(Some(finish(turn, FinishReason::Stop, false, false)));
         }

@@ -23,6 +23,7 @@ fn request(session: Option<&str>, prompt: &[u64], max_new: usize) -> TurnRequest
         max_new_tokens: Some(max_new),
         sampling: SamplingConfig::default(),
         stop: Vec::new(),
+        ignore_eos: false,
     }
 }
 

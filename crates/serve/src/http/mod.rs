@@ -485,6 +485,7 @@ async fn prepare(
             max_new_tokens: generation.max_tokens,
             sampling: generation.sampling,
             stop: generation.stop.clone(),
+            ignore_eos: generation.ignore_eos,
         },
         generation,
         tools,

@@ -25,6 +25,8 @@ pub struct Generation {
     pub stop: Vec<String>,
     pub stream: bool,
     pub include_usage: bool,
+    /// Go on past end-of-sequence (llama.cpp's `ignore_eos`; fixed-length benchmarks).
+    pub ignore_eos: bool,
 }
 
 fn number(body: &Map<String, Value>, key: &str) -> Result<Option<f64>, ApiError> {
@@ -176,6 +178,7 @@ pub fn generation(
         )));
     }
     let stream = flag(body, "stream")?;
+    let ignore_eos = flag(body, "ignore_eos")?;
     let include_usage = match body.get("stream_options") {
         None | Some(Value::Null) => false,
         Some(Value::Object(o)) => o.get("include_usage").and_then(Value::as_bool) == Some(true),
@@ -193,6 +196,7 @@ pub fn generation(
         stop,
         stream,
         include_usage,
+        ignore_eos,
     })
 }
 

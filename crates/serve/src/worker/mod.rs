@@ -251,6 +251,7 @@ impl<'a, W: Write> Worker<'a, W> {
                 seed: g.seed.unwrap_or_else(random_seed),
             },
             stop: g.stop,
+            ignore_eos: false,
         };
         let cancel = Arc::new(AtomicBool::new(false));
         if let Some(id) = g.cancel_request_id {
