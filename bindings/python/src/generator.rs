@@ -171,6 +171,7 @@ impl TextGenerator {
             )));
         };
         let sampling = SamplingConfig {
+            min_p: 0.0,
             temperature,
             top_k,
             top_p,

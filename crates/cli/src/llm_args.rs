@@ -64,7 +64,7 @@ impl ModelArgs {
 
 /// How the next token is chosen. Unset fields take the defaults of the mode: greedy for
 /// plain text; for chat, the model's generation_config.json beside the tokenizer, else
-/// temperature 0.8, top-p 0.95, top-k 40.
+/// llama.cpp's: temperature 0.8, top-k 40, top-p 0.95, min-p 0.05.
 #[derive(clap::Args)]
 pub struct SamplingArgs {
     /// Sampling temperature; 0 is greedy (default: 0, or the chat default with --chat
@@ -80,6 +80,9 @@ pub struct SamplingArgs {
     /// Penalise tokens already in the context (1: off).
     #[arg(long, value_name = "R")]
     pub repetition_penalty: Option<f32>,
+    /// Sample only among tokens at least M times as likely as the most likely (0: off).
+    #[arg(long, value_name = "M")]
+    pub min_p: Option<f32>,
     /// Seed for sampling (same seed, same text on the same machine).
     #[arg(long, default_value_t = 42, value_name = "S")]
     pub seed: u64,
@@ -95,6 +98,7 @@ impl SamplingArgs {
             repetition_penalty: self
                 .repetition_penalty
                 .unwrap_or(defaults.repetition_penalty),
+            min_p: self.min_p.unwrap_or(defaults.min_p),
             seed: self.seed,
         }
     }
@@ -106,6 +110,7 @@ impl SamplingArgs {
             top_p: 1.0,
             top_k: 0,
             repetition_penalty: 1.0,
+            min_p: 0.0,
         })
     }
 

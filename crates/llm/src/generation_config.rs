@@ -1,5 +1,5 @@
 //! Sampling defaults for chat: the model's `generation_config.json`, else the
-//! conventions of the official runner and llama.cpp.
+//! conventions of llama.cpp (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05).
 
 use serde_json::Value;
 
@@ -13,6 +13,7 @@ pub struct SamplingDefaults {
     pub top_p: f32,
     pub top_k: usize,
     pub repetition_penalty: f32,
+    pub min_p: f32,
 }
 
 impl Default for SamplingDefaults {
@@ -22,6 +23,7 @@ impl Default for SamplingDefaults {
             top_p: 0.95,
             top_k: 40,
             repetition_penalty: 1.0,
+            min_p: 0.05,
         }
     }
 }
@@ -43,6 +45,9 @@ impl SamplingDefaults {
         }
         if let Some(r) = num("repetition_penalty") {
             d.repetition_penalty = r as f32;
+        }
+        if let Some(m) = num("min_p") {
+            d.min_p = m as f32;
         }
         if config.get("do_sample").and_then(Value::as_bool) == Some(false) {
             d.temperature = 0.0;
@@ -71,6 +76,7 @@ impl SamplingDefaults {
             top_k: self.top_k,
             top_p: self.top_p,
             repetition_penalty: self.repetition_penalty,
+            min_p: self.min_p,
             seed,
         }
     }

@@ -14,6 +14,9 @@ pub struct SamplingConfig {
     pub top_p: f32,
     /// Penalise tokens already in the context (1: off), as Hugging Face does.
     pub repetition_penalty: f32,
+    /// Keep only tokens at least this fraction as likely as the most likely one (0: off),
+    /// as llama.cpp's min-p does.
+    pub min_p: f32,
     /// Seed of the random generator.
     pub seed: u64,
 }
@@ -25,6 +28,7 @@ impl Default for SamplingConfig {
             top_k: 0,
             top_p: 1.0,
             repetition_penalty: 1.0,
+            min_p: 0.0,
             seed: 42,
         }
     }
@@ -43,6 +47,12 @@ impl SamplingConfig {
             return Err(LlmError::Sampling(format!(
                 "top-p must be in (0, 1], got {}",
                 self.top_p
+            )));
+        }
+        if !(0.0..=1.0).contains(&self.min_p) {
+            return Err(LlmError::Sampling(format!(
+                "min-p must be in [0, 1], got {}",
+                self.min_p
             )));
         }
         if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
@@ -115,6 +125,9 @@ impl Sampler {
         let inv_t = 1.0 / self.config.temperature;
         logits.iter_mut().for_each(|l| *l *= inv_t);
         softmax(logits);
+        if self.config.min_p > 0.0 {
+            apply_min_p(logits, self.config.min_p);
+        }
         let coin = self.next_f32();
         let n = logits.len();
         if self.config.top_k > 0 && self.config.top_k < n {
@@ -161,6 +174,18 @@ impl Sampler {
         self.candidates.select_nth_unstable_by(k - 1, by_prob_desc);
         self.candidates.truncate(k);
         self.candidates.sort_unstable_by(by_prob_desc);
+        // Then the nucleus of the k, as llama.cpp chains its samplers.
+        let top_p = self.config.top_p;
+        if top_p < 1.0 {
+            let total: f32 = self.candidates.iter().map(|c| c.0).sum();
+            let mut cumulative = 0.0;
+            if let Some(last) = self.candidates.iter().position(|c| {
+                cumulative += c.0;
+                cumulative > top_p * total
+            }) {
+                self.candidates.truncate(last + 1);
+            }
+        }
         pick(&self.candidates, coin)
     }
 
@@ -211,6 +236,22 @@ fn softmax(x: &mut [f32]) {
     }
     let inv = 1.0 / sum;
     x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// Zeroes the probabilities below `min_p` times the largest and renormalises the rest.
+fn apply_min_p(probs: &mut [f32], min_p: f32) {
+    let floor = min_p * probs.iter().copied().fold(0.0, f32::max);
+    let mut sum = 0.0;
+    for p in probs.iter_mut() {
+        if *p < floor {
+            *p = 0.0;
+        }
+        sum += *p;
+    }
+    if sum > 0.0 {
+        let inv = 1.0 / sum;
+        probs.iter_mut().for_each(|p| *p *= inv);
+    }
 }
 
 fn sample_multinomial(probs: &[f32], coin: f32) -> u32 {

@@ -20,6 +20,7 @@ fn job(t: usize, k: usize) -> (Vec<u64>, SamplingConfig) {
         .map(|i| ((t * 31 + k * 17 + i * 13) % 256) as u64)
         .collect();
     let sampling = SamplingConfig {
+        min_p: 0.0,
         temperature: if k.is_multiple_of(3) { 0.0 } else { 0.8 },
         top_k: if k.is_multiple_of(2) { 0 } else { 40 },
         seed: (t * 1000 + k) as u64,

@@ -136,6 +136,12 @@ pub fn generation(
             "repetition_penalty must be positive (got {repetition_penalty})."
         )));
     }
+    let min_p = number(body, "min_p")?.unwrap_or(defaults.min_p as f64);
+    if !(0.0..=1.0).contains(&min_p) {
+        return Err(ApiError::invalid_value(format!(
+            "min_p must be between 0 and 1 (got {min_p})."
+        )));
+    }
     let seed = match integer(body, "seed")? {
         Some(s) if s >= 1 => s as u64,
         Some(s) => {
@@ -191,6 +197,7 @@ pub fn generation(
             top_k: top_k as usize,
             top_p: top_p as f32,
             repetition_penalty: repetition_penalty as f32,
+            min_p: min_p as f32,
             seed,
         },
         stop,

@@ -248,6 +248,7 @@ impl<'a, W: Write> Worker<'a, W> {
                 top_k: g.top_k,
                 top_p: g.top_p,
                 repetition_penalty: 1.0,
+                min_p: 0.0,
                 seed: g.seed.unwrap_or_else(random_seed),
             },
             stop: g.stop,
