@@ -42,6 +42,9 @@ pub use request::{
 };
 pub use tools::{ParsedReply, parse_tool_calls};
 
+/// How long answers in flight may take to finish after SIGINT or SIGTERM.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How to serve.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -166,9 +169,27 @@ pub async fn serve_on(
         listener.local_addr()?,
         options.model_id
     );
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        let _ = stopping.send(());
+    });
+    // After a signal, answers in flight get SHUTDOWN_GRACE to finish; then the server
+    // stops without them (a long generation must not hold a shutdown).
+    let grace = async move {
+        if stopped.await.is_ok() {
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = server => served?,
+        () = grace => eprintln!(
+            "etch serve: answers still in flight after {} s; stopping without them",
+            SHUTDOWN_GRACE.as_secs()
+        ),
+    }
     Ok(())
 }
 
