@@ -95,7 +95,7 @@ pub fn main(args: VerifyArgs) -> anyhow::Result<()> {
         }
         println!(
             "{} test case(s) in {} method(s): {passed} passed, {failed} failed, {errors} errors \
-             (rtol {}, atol {}; {:.3} s)",
+             (rtol {:e}, atol {:e}; {:.3} s)",
             reports.len(),
             bundled.method_test_suites().len(),
             tol.rtol,

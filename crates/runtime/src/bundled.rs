@@ -147,9 +147,11 @@ impl OutputComparison {
 
 /// The official closeness rule for one floating-point element.
 fn elem_is_close(expected: f64, actual: f64, tol: Tolerance) -> bool {
-    if expected.is_nan() && actual.is_nan() {
-        true
-    } else if !expected.is_finite() && !actual.is_finite() && (expected > 0.0) == (actual > 0.0) {
+    let both_nan = expected.is_nan() && actual.is_nan();
+    // As upstream: two non-finite values with the same sign (`x > 0` is false for NaN).
+    let same_infinity =
+        !expected.is_finite() && !actual.is_finite() && (expected > 0.0) == (actual > 0.0);
+    if both_nan || same_infinity {
         true
     } else if tol.rtol == 0.0 && tol.atol == 0.0 {
         expected == actual
