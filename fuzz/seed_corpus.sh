@@ -2,6 +2,7 @@
 # Seeds the fuzzing corpora from the test fixtures. Run from anywhere:
 #   fuzz/seed_corpus.sh
 # load_program: every fixture .pte and the sample .ptd.
+# bundled_program: the fixture bundled programs (.bpte).
 # xnnpack_payload: the delegate payloads (XH00 header onwards) inside the XNNPACK fixtures.
 # npy: the fixtures' recorded inputs and outputs (one per distinct size).
 # tokenizer: small tokenizer files of each format written by seed_tokenizers.py (needs
@@ -9,9 +10,12 @@
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 corpus="$root/fuzz/corpus"
-mkdir -p "$corpus/load_program" "$corpus/xnnpack_payload" "$corpus/npy" "$corpus/tokenizer"
+mkdir -p "$corpus/load_program" "$corpus/bundled_program" "$corpus/xnnpack_payload" "$corpus/npy" "$corpus/tokenizer"
 for f in "$root"/tests/fixtures/*.pte "$root"/crates/format/tests/data/*.pte "$root"/crates/format/tests/data/*.ptd; do
     [ -e "$f" ] && cp "$f" "$corpus/load_program/"
+done
+for f in "$root"/tests/fixtures/*.bpte; do
+    [ -e "$f" ] && cp "$f" "$corpus/bundled_program/"
 done
 python3 - "$root/tests/fixtures" "$corpus/xnnpack_payload" <<'PY'
 import pathlib, struct, sys
@@ -41,6 +45,6 @@ for f in "$root"/tests/fixtures/*/*.npy; do
     [ "$size" -le 65536 ] && cp "$f" "$corpus/npy/$(basename "$(dirname "$f")").$(basename "$f")"
 done
 python3 "$root/fuzz/seed_tokenizers.py" "$corpus/tokenizer"
-for t in load_program xnnpack_payload npy tokenizer; do
+for t in load_program bundled_program xnnpack_payload npy tokenizer; do
     echo "$t: $(ls "$corpus/$t" | wc -l) seeds"
 done

@@ -10,6 +10,7 @@ mod load;
 mod progress;
 mod run;
 mod serve;
+mod verify;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use etch_memory::counting::CountingAllocator;
@@ -24,6 +25,7 @@ static ALLOCATOR: CountingAllocator = CountingAllocator;
 #[command(after_help = "Examples:\n  \
     etch inspect model.pte\n  \
     etch run model.pte --input x.npy --output-dir out/\n  \
+    etch verify model.bpte\n  \
     etch run llm.pte --input tokens.npy --input pos.npy --then --input next.npy --input pos1.npy\n  \
     etch run resnet.pte --input cat.jpg --resize 224 --mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 --top-k 5 --labels imagenet_classes.txt\n  \
     etch generate --model llm.pte --tokenizer tokenizer.json --chat --prompt \"Hello\"\n  \
@@ -53,6 +55,10 @@ enum Command {
     /// Serve an exported LLM over HTTP, OpenAI-compatible (chat and completions, SSE
     /// streaming, named sessions that keep their KV cache between requests).
     Serve(serve::ServeArgs),
+    /// Run every test case of a bundled program (.bpte) and check its outputs against
+    /// the expected ones (official tolerances: rtol 1e-5, atol 1e-8); exit status 1 if
+    /// any fails.
+    Verify(verify::VerifyArgs),
 }
 
 fn main() {
@@ -67,6 +73,7 @@ fn main() {
         Command::Bench(args) => bench::main(args),
         Command::Chat(args) => chat::main(args),
         Command::Serve(args) => serve::main(args),
+        Command::Verify(args) => verify::main(args),
         Command::Run(args) => {
             let sub = matches.subcommand_matches("run");
             run::main(args, sub)

@@ -8,7 +8,7 @@ use clap::ArgAction;
 use etch_format::ScalarType;
 use etch_memory::counting::CountingAllocator;
 use etch_runtime::npy::{read_npy, write_npy_file};
-use etch_runtime::{HostTensor, Module, Value, ValueInfo};
+use etch_runtime::{HostTensor, Value, ValueInfo};
 use serde_json::json;
 
 use crate::image_input::{
@@ -23,7 +23,7 @@ use crate::image_input::{
     etch run resnet.pte --input cat.jpg --resize 224 --mean 0.485,0.456,0.406 \
     --std 0.229,0.224,0.225 --top-k 5 --labels imagenet_classes.txt")]
 pub struct RunArgs {
-    /// The .pte file.
+    /// The .pte file (or a bundled program, .bpte: its program runs).
     file: PathBuf,
     /// The method to run.
     #[arg(long, default_value = "forward")]
@@ -203,7 +203,8 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
     }
     let labels = args.labels.as_deref().map(read_labels).transpose()?;
     let load_start = Instant::now();
-    let mut builder = Module::from_path(&args.file)
+    // A bundled program (.bpte) runs its wrapped program.
+    let mut builder = crate::verify::module_builder(&args.file)?
         .load_mode(args.load.into())
         .threads(args.threads)
         .fold_constants(!args.no_fold);

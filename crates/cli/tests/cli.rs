@@ -982,3 +982,127 @@ fn repeated_runs_give_the_official_outputs() {
         assert!((g - w).abs() <= 1e-4 * scale, "{g} vs {w}");
     }
 }
+
+/// `etch verify` on the bundled fixture made with the official `BundledProgram` API:
+/// every test case of both methods passes, a line each and a summary, and `--json`
+/// lists them.
+#[test]
+fn verify_passes_the_bundled_fixture() {
+    let bpte = fixture_arg("bundled_two_methods.bpte");
+    let o = etch(&["verify", &bpte]);
+    assert_ok(&o);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        text.lines().filter(|l| l.contains(" pass ")).count(),
+        5,
+        "{text}"
+    );
+    assert!(text.contains("5 passed, 0 failed"), "{text}");
+    let v = json_stdout(&etch(&["verify", &bpte, "--json"]));
+    assert_eq!(v["passed"], 5);
+    assert_eq!(v["rtol"], 1e-5);
+    assert_eq!(v["atol"], 1e-8);
+    let cases = v["cases"].as_array().unwrap();
+    let methods: Vec<_> = cases
+        .iter()
+        .map(|c| c["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        methods,
+        ["affine", "affine", "forward", "forward", "forward"]
+    );
+    assert!(cases.iter().all(|c| c["status"] == "pass"));
+}
+
+/// A copy whose expected output is off by 1e-3 in one element fails that case (exit
+/// status 1) and passes the others; the same file passes with a looser --atol.
+#[test]
+fn verify_reports_a_corrupted_expected_output() {
+    use etch_format::{BundledProgramFile, BundledValue};
+    let path = fixture("bundled_two_methods.bpte");
+    let file = BundledProgramFile::read(&path).unwrap();
+    let suite = file.suite("forward").unwrap();
+    let BundledValue::Tensor(t) = &suite.test_cases[1].expected_outputs[1] else {
+        panic!("a tensor output")
+    };
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = t.data.offset;
+    let x = f32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    bytes[at..at + 4].copy_from_slice(&(x + 1e-3).to_le_bytes());
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("corrupt.bpte");
+    std::fs::write(&bad, &bytes).unwrap();
+    let bad = bad.display().to_string();
+
+    let o = etch(&["verify", &bad]);
+    assert_fails_with(&o, "1 of 5 test case(s) did not pass");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let fail: Vec<_> = text.lines().filter(|l| l.contains(" FAIL ")).collect();
+    assert_eq!(fail.len(), 1, "{text}");
+    assert!(
+        fail[0].starts_with("forward") && fail[0].contains("case 1"),
+        "{text}"
+    );
+    assert!(fail[0].contains("output 1"), "{text}");
+
+    let o = etch(&["verify", &bad, "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["passed"].as_u64(), v["failed"].as_u64()),
+        (Some(4), Some(1))
+    );
+    let case = &v["cases"][3];
+    assert_eq!(
+        (case["method"].as_str(), case["index"].as_u64()),
+        (Some("forward"), Some(1))
+    );
+    assert_eq!(case["status"], "fail");
+    let err = case["max_abs_error"].as_f64().unwrap();
+    assert!((err - 1e-3).abs() < 1e-4, "max abs error {err}");
+
+    assert_ok(&etch(&["verify", &bad, "--atol", "0.01"]));
+}
+
+/// `etch run` on the .bpte runs its wrapped program: the same outputs as the plain .pte.
+#[test]
+fn run_bundled_program_matches_plain_program() {
+    let input = |k| fixture_arg(&format!("bundled_two_methods/call0.in{k}.npy"));
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for (file, dir) in [
+        ("bundled_two_methods.pte", &a),
+        ("bundled_two_methods.bpte", &b),
+    ] {
+        let out = dir.path().display().to_string();
+        let args = [
+            "run",
+            &fixture_arg(file),
+            "--input",
+            &input(0),
+            "--input",
+            &input(1),
+        ];
+        assert_ok(&etch(&[&args[..], &["--output-dir", &out]].concat()));
+    }
+    for name in ["out0.npy", "out1.npy"] {
+        let x = std::fs::read(a.path().join(name)).unwrap();
+        let y = std::fs::read(b.path().join(name)).unwrap();
+        assert_eq!(x, y, "{name}");
+    }
+}
+
+/// Truncated and corrupt .bpte files end in a one-line error, never a panic.
+#[test]
+fn verify_and_run_reject_corrupt_bundled_programs() {
+    let bytes = std::fs::read(fixture("bundled_two_methods.bpte")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cut = dir.path().join("cut.bpte");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let cut = cut.display().to_string();
+    assert_fails_with(&etch(&["verify", &cut]), "cut.bpte");
+    assert_fails_with(&etch(&["run", &cut]), "cut.bpte");
+    assert_fails_with(
+        &etch(&["verify", &fixture_arg("bundled_two_methods.pte")]),
+        "not a bundled program",
+    );
+}

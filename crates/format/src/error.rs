@@ -26,6 +26,15 @@ pub enum FormatError {
         #[source]
         source: std::io::Error,
     },
+    /// Memory for a copy of part of the file could not be allocated.
+    #[error("cannot allocate {what}")]
+    Alloc {
+        /// What was being copied.
+        what: &'static str,
+        /// The allocator's error.
+        #[source]
+        source: etch_memory::AllocError,
+    },
     /// The file identifier is not the one expected: not a `.pte`/`.ptd` at all.
     #[error("{path}: not {expected_kind}: expected identifier {expected:?}, found {found:?}")]
     BadIdentifier {
@@ -154,7 +163,7 @@ macro_rules! path_field {
     ($error:expr) => {{
         use FormatError::*;
         match $error {
-            Io { .. } => None,
+            Io { .. } | Alloc { .. } => None,
             BadIdentifier { path, .. }
             | IncompatibleVersion { path, .. }
             | Header { path, .. }

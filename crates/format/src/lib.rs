@@ -34,11 +34,13 @@
 //! # Ok::<(), etch_format::FormatError>(())
 //! ```
 //!
-//! [`DataFile`] loads `.ptd` (FlatTensor) named-data files the same way, and
-//! [`inspect`] summarises a program for `etch inspect`.
+//! [`DataFile`] loads `.ptd` (FlatTensor) named-data files the same way,
+//! [`BundledProgramFile`] bundled programs (`.bpte`: a program with its own test
+//! cases), and [`inspect`] summarises a program for `etch inspect`.
 
 #![warn(missing_docs)]
 
+mod bundled;
 mod data_file;
 mod error;
 mod file_bytes;
@@ -47,6 +49,10 @@ pub mod inspect;
 pub mod limits;
 pub mod program;
 
+pub use bundled::{
+    BUNDLED_PROGRAM_IDENTIFIER, BundledMethodTestSuite, BundledProgramFile, BundledTensor,
+    BundledTestCase, BundledValue, is_bundled_program,
+};
 pub use data_file::{DataEntry, DataFile, FlatTensorHeader, TensorLayout};
 pub use error::{FormatError, Result};
 pub use etch_base::{ScalarType, ShapeDynamism};

@@ -35,6 +35,10 @@ pub const MAX_CONSTANTS: usize = 1 << 24;
 pub const MAX_NAMED_DATA: usize = 1 << 20;
 /// Inline delegate payloads.
 pub const MAX_INLINE_DELEGATE_DATA: usize = 1 << 16;
+/// Test cases of one method in a bundled program (`.bpte`).
+pub const MAX_BUNDLED_TEST_CASES: usize = 1 << 16;
+/// Inputs, or expected outputs, of one bundled test case.
+pub const MAX_BUNDLED_VALUES: usize = 1 << 16;
 /// Tensor rank (`kTensorDimensionLimit` in ExecuTorch).
 pub const MAX_RANK: usize = etch_base::MAX_RANK;
 /// Bytes of one tensor at its stored (upper-bound) sizes.

@@ -13,6 +13,7 @@
 #![allow(clippy::result_large_err)]
 
 mod backends;
+pub mod bundled;
 mod error;
 mod host;
 pub mod method;
