@@ -307,3 +307,40 @@ fn a_client_that_disconnects_mid_stream_cancels_its_turn() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Mutated request bodies and worker lines give errors, never panics (a small,
+/// deterministic stand-in for the fuzz targets `serve_request` and `worker_line`).
+#[test]
+fn mutated_bodies_and_worker_lines_never_panic() {
+    use etch_llm::{ChatTemplate, JinjaChatTemplate};
+    let template = JinjaChatTemplate::builtin(ChatTemplate::ChatMl);
+    let seeds = [
+        json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "stop": ["x"], "session_id": "a", "tools": [{"type": "function", "function": {"name": "f"}}]}).to_string(),
+        json!({"messages": [{"role": "assistant", "content": "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", "tool_calls": [{"function": {"name": "f", "arguments": "{}"}}]}], "stream": true, "stream_options": {"include_usage": true}}).to_string(),
+        r#"{"max_new_tokens": 4, "prompt_segments": [{"text": "a"}, {"ids": [1, 2]}], "session_id": "s", "cancel_request_id": 3, "stop": ["z"]}"#.to_string(),
+    ];
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for i in 0..3000 {
+        let mut bytes = seeds[i % seeds.len()].clone().into_bytes();
+        for _ in 0..1 + next() % 4 {
+            let at = (next() % bytes.len() as u64) as usize;
+            match next() % 3 {
+                0 => bytes[at] = (next() % 256) as u8,
+                1 => {
+                    bytes.remove(at);
+                }
+                _ => bytes.insert(at, b"{}[]\":,0a\\"[(next() % 10) as usize]),
+            }
+        }
+        let _ = etch_serve::http::check_chat_body(&bytes, &template);
+        if let Ok(line) = std::str::from_utf8(&bytes) {
+            let _ = etch_serve::worker::parse(line);
+        }
+    }
+}

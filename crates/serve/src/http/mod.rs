@@ -343,13 +343,40 @@ async fn read_body(body: Body) -> Result<Map<String, Value>, ApiError> {
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|_| ApiError::too_large(MAX_BODY_BYTES))?;
-    match serde_json::from_slice::<Value>(&bytes) {
+    parse_body(&bytes)
+}
+
+fn parse_body(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    if bytes.len() > MAX_BODY_BYTES {
+        return Err(ApiError::too_large(MAX_BODY_BYTES));
+    }
+    match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err(ApiError::invalid_request("The body must be a JSON object.")),
         Err(e) => Err(ApiError::invalid_request(format!(
             "The body is not valid JSON: {e}"
         ))),
     }
+}
+
+/// Runs every check of a chat request body that needs no model -- parameters, sampling
+/// fields, messages, session id -- then renders the messages with `template` and parses
+/// tool calls out of their text, as a request would; for fuzzing and tests.
+pub fn check_chat_body(bytes: &[u8], template: &JinjaChatTemplate) -> Result<String, ApiError> {
+    let body = parse_body(bytes)?;
+    request::refuse_unsupported(&body)?;
+    request::generation(&body, SamplingDefaults::default(), || 1)?;
+    let messages = request::messages(&body)?;
+    session_id(&body, &HeaderMap::new())?;
+    let tools = body.get("tools").cloned().unwrap_or(Value::Null);
+    for m in &messages {
+        if let Some(text) = m.get("content").and_then(Value::as_str) {
+            let _ = parse_tool_calls(text, &tools, &mut || "call".into());
+        }
+    }
+    template
+        .render(&Value::Array(messages), body.get("tools"), true, None)
+        .map_err(|e| ApiError::invalid_request(e.to_string()))
 }
 
 /// Which endpoint a request came in by: it decides the response's shape.
