@@ -1106,3 +1106,87 @@ fn verify_and_run_reject_corrupt_bundled_programs() {
         "not a bundled program",
     );
 }
+
+/// `two_methods.pte` with the dtype of `other`'s first stored tensor dtype set to
+/// ScalarType 9 (unknown to etch), found with the format crate's FlatBuffers reader
+/// (field ids of schema/program.fbs: Program.execution_plan 1; ExecutionPlan.name 0,
+/// .values 2; EValue.val_type 0; Tensor.scalar_type 0).
+fn two_methods_with_other_broken(dir: &Path) -> PathBuf {
+    use etch_format::flatbuf::{Buffer, FieldPath};
+    let mut bytes = std::fs::read(fixture("two_methods.pte")).unwrap();
+    let aligned = etch_memory::SharedBytes::from_vec_aligned(bytes.clone()).unwrap();
+    let program_size = etch_format::ProgramFile::from_bytes(aligned)
+        .unwrap()
+        .program_size();
+    let position = {
+        let buf = Buffer::new(&bytes[..program_size]);
+        let path = FieldPath::Root;
+        let plans = buf
+            .root(&path)
+            .unwrap()
+            .tables(1, usize::MAX, &path)
+            .unwrap();
+        let plan = (0..plans.len())
+            .map(|i| plans.get(i, &path).unwrap())
+            .find(|p| p.required_string(0, &path).unwrap() == "other")
+            .unwrap();
+        let values = plan.tables(2, usize::MAX, &path).unwrap();
+        (0..values.len())
+            .find_map(
+                |i| match values.get(i, &path).unwrap().union(0, &path).unwrap() {
+                    (5, Some(tensor)) => tensor.field(0, 1, &path).unwrap(),
+                    _ => None,
+                },
+            )
+            .unwrap()
+    };
+    bytes[position] = 9;
+    let path = dir.join("two_methods_other_broken.pte");
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn inspect_marks_a_method_that_cannot_load_and_the_others_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let pte = two_methods_with_other_broken(dir.path());
+    let pte = pte.display().to_string();
+
+    let o = etch(&["inspect", &pte]);
+    assert_ok(&o);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("2 method(s) (1 not loadable)"), "{text}");
+    assert!(text.contains("method forward:"), "{text}");
+    assert!(
+        text.contains("method other: [not loadable] execution_plan[1].values[0].tensor.scalar_type: unknown ScalarType 9"),
+        "{text}"
+    );
+
+    let v = json_stdout(&etch(&["inspect", "--json", &pte]));
+    let methods = v["methods"].as_array().unwrap();
+    assert_eq!(methods.len(), 2);
+    assert_eq!(methods[0]["name"], "forward");
+    assert_eq!(methods[0]["loadable"], true);
+    assert!(methods[0].get("error").is_none());
+    assert_eq!(methods[1]["name"], "other");
+    assert_eq!(methods[1]["loadable"], false);
+    let error = methods[1]["error"].as_str().unwrap();
+    assert!(error.contains("unknown ScalarType 9"), "{error}");
+
+    // `forward` runs; `other` fails with an error that names it.
+    let input = fixture_arg("two_methods/call0.in0.npy");
+    let out = dir.path().join("out").display().to_string();
+    let o = etch(&[
+        "run",
+        &pte,
+        "--method",
+        "forward",
+        "--input",
+        &input,
+        "--output-dir",
+        &out,
+    ]);
+    assert_ok(&o);
+    let o = etch(&["run", &pte, "--method", "other", "--output-dir", &out]);
+    assert_fails_with(&o, "method \"other\" cannot be loaded");
+}

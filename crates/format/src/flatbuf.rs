@@ -229,8 +229,10 @@ pub struct Table<'a> {
 }
 
 impl<'a> Table<'a> {
-    /// Absolute position of field `id` holding `size` bytes, or `None` when absent.
-    fn field(&self, id: u16, size: usize, path: &FieldPath<'_>) -> Result<Option<usize>> {
+    /// Absolute position in the buffer of field `id` holding `size` bytes (checked to
+    /// lie inside the table), or `None` when absent; for tools and tests that patch a
+    /// field in place.
+    pub fn field(&self, id: u16, size: usize, path: &FieldPath<'_>) -> Result<Option<usize>> {
         let id = usize::from(id);
         if id >= self.fields {
             return Ok(None);

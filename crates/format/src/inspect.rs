@@ -49,11 +49,17 @@ pub struct SegmentSummary {
     pub size: usize,
 }
 
-/// One method (execution plan).
+/// One method (execution plan). A method that fails validation is listed with its
+/// name, `loadable: false` and the reason; its other fields are empty.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct MethodSummary {
     /// Method name.
     pub name: String,
+    /// Whether the method's plan passes validation, so that etch can load it.
+    pub loadable: bool,
+    /// Why the method cannot be loaded, when it cannot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     /// Method inputs, in order.
     pub inputs: Vec<IoSummary>,
     /// Method outputs, in order.
@@ -154,10 +160,12 @@ impl ProgramSummary {
             constant_data_bytes,
             constants: program.constant_count().saturating_sub(1),
             named_data: program.named_data.len(),
-            methods: program
-                .execution_plans
-                .iter()
-                .map(|plan| MethodSummary::new(program, plan))
+            methods: file
+                .plans()
+                .map(|(name, plan)| match plan {
+                    Ok(plan) => MethodSummary::new(program, plan),
+                    Err(e) => MethodSummary::not_loadable(name, e.to_string()),
+                })
                 .collect(),
         }
     }
@@ -165,9 +173,10 @@ impl ProgramSummary {
     /// A human-readable report.
     pub fn render_text(&self) -> String {
         let mut out = String::new();
+        let not_loadable = self.methods.iter().filter(|m| !m.loadable).count();
         let _ = writeln!(
             out,
-            "program: version {}, {} bytes ({} bytes of program data{}), {} segment(s), {} method(s)",
+            "program: version {}, {} bytes ({} bytes of program data{}), {} segment(s), {} method(s){}",
             self.version,
             self.file_bytes,
             self.program_bytes,
@@ -177,7 +186,12 @@ impl ProgramSummary {
                 ""
             },
             self.segments.len(),
-            self.methods.len()
+            self.methods.len(),
+            if not_loadable > 0 {
+                format!(" ({not_loadable} not loadable)")
+            } else {
+                String::new()
+            }
         );
         let _ = writeln!(
             out,
@@ -251,6 +265,8 @@ impl MethodSummary {
             .collect();
         MethodSummary {
             name: plan.name.clone(),
+            loadable: true,
+            error: None,
             inputs: io(&plan.inputs),
             outputs: io(&plan.outputs),
             operators: plan
@@ -280,7 +296,35 @@ impl MethodSummary {
         }
     }
 
+    /// A method whose plan fails validation: its name and why.
+    fn not_loadable(name: &str, error: String) -> Self {
+        MethodSummary {
+            name: name.to_owned(),
+            loadable: false,
+            error: Some(error),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            operators: Vec::new(),
+            operator_calls: Vec::new(),
+            instructions: 0,
+            values: 0,
+            memory_plan_bytes: Vec::new(),
+            memory_plan_total: 0,
+            constants_bytes: 0,
+            delegates: Vec::new(),
+        }
+    }
+
     fn render_text(&self, out: &mut String) {
+        if !self.loadable {
+            let _ = writeln!(
+                out,
+                "\nmethod {}: [not loadable] {}",
+                self.name,
+                self.error.as_deref().unwrap_or("")
+            );
+            return;
+        }
         let _ = writeln!(
             out,
             "\nmethod {}: {} value(s), {} instruction(s), planned memory {:?} = {} bytes, constants {} bytes",

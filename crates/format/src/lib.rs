@@ -1,8 +1,12 @@
 //! etch's format layer: `.pte` and `.ptd` bytes to a validated program.
 //!
 //! [`ProgramFile`] loads an ExecuTorch program with a hand-written, bounds-checked
-//! FlatBuffers reader (no `unsafe`, no generated code) and validates it eagerly at
-//! load, so that the runtime never meets an out-of-range index or offset:
+//! FlatBuffers reader (no `unsafe`, no generated code) and validates it before any
+//! of it is used, so that the runtime never meets an out-of-range index or offset.
+//! As upstream's `Program::load` and `load_method`, the program-level tables
+//! (headers, segments, constant, mutable and named data, the plans' names) are
+//! checked at load and each execution plan when its method is loaded
+//! ([`ProgramFile::load_plan`]), so that a method etch cannot read fails alone:
 //!
 //! * headers: the `ET12` identifier (`ET` with other digits is an incompatible
 //!   version), the optional `eh00` extended header, program and segment sizes

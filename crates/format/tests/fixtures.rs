@@ -9,6 +9,8 @@ use etch_format::inspect::ProgramSummary;
 fn every_fixture_loads() {
     for path in common::fixture_files() {
         let file = ProgramFile::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        file.load_all_plans()
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let mapped =
             ProgramFile::map(&path, false).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         assert_eq!(
@@ -23,7 +25,8 @@ fn every_fixture_loads() {
 /// Operator names of every plan, deduplicated in first-seen order.
 fn operators_of(file: &ProgramFile) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for plan in &file.program().execution_plans {
+    for (name, plan) in file.plans() {
+        let plan = plan.unwrap_or_else(|e| panic!("method {name}: {e}"));
         for op in &plan.operators {
             let name = op.qualified_name();
             if !out.contains(&name) {

@@ -132,3 +132,36 @@ fn channels_last_inputs_are_shown() {
     let json = serde_json::to_string(&s).unwrap();
     assert!(json.contains("\"dim_order\":[0,2,3,1]"), "{json}");
 }
+
+#[test]
+fn a_method_that_fails_validation_is_listed_and_marked() {
+    let mut p = common::program::sample_program();
+    common::program::tensor(&mut p, 1).scalar_type = 9;
+    let bytes = etch_memory::SharedBytes::from_vec_aligned(p.to_bytes()).unwrap();
+    let s = ProgramSummary::new(&ProgramFile::from_bytes(bytes).unwrap());
+    let names: Vec<(&str, bool)> = s
+        .methods
+        .iter()
+        .map(|m| (m.name.as_str(), m.loadable))
+        .collect();
+    assert_eq!(names, [("forward", false), ("get_n", true)]);
+    let forward = &s.methods[0];
+    let error = forward.error.as_deref().unwrap();
+    assert!(error.contains("unknown ScalarType 9"), "{error}");
+    assert!(forward.operators.is_empty() && forward.inputs.is_empty());
+    assert_eq!(s.methods[1].outputs[0].kind, "Int");
+
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["methods"][0]["loadable"], false);
+    assert_eq!(json["methods"][0]["error"], error);
+    assert_eq!(json["methods"][1]["loadable"], true);
+    assert!(json["methods"][1].get("error").is_none());
+
+    let text = s.render_text();
+    assert!(text.contains("2 method(s) (1 not loadable)"), "{text}");
+    assert!(
+        text.contains(&format!("method forward: [not loadable] {error}")),
+        "{text}"
+    );
+    assert!(text.contains("method get_n:"), "{text}");
+}

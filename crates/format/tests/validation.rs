@@ -6,8 +6,13 @@ mod common;
 use common::program::*;
 use etch_format::*;
 
+/// Loads the program and every method (each plan is validated when its method is
+/// loaded), so that any rule broken anywhere is an error.
 fn load(p: &ProgramB) -> Result<ProgramFile, FormatError> {
-    ProgramFile::from_bytes(etch_memory::SharedBytes::from_vec_aligned(p.to_bytes()).unwrap())
+    let file =
+        ProgramFile::from_bytes(etch_memory::SharedBytes::from_vec_aligned(p.to_bytes()).unwrap())?;
+    file.load_all_plans()?;
+    Ok(file)
 }
 
 /// Asserts that `p` fails to load at `path`, and returns the error.
@@ -654,4 +659,58 @@ fn limits_are_enforced() {
     p.plans.resize(limits::MAX_PLANS + 1, meta);
     let e = expect_err(&p, "execution_plan");
     assert!(matches!(e, FormatError::LimitExceeded { .. }), "{e}");
+}
+
+#[test]
+fn methods_load_independently() {
+    // `forward` has a tensor of an unknown dtype; `get_n` is fine.
+    let p = modified(|p| tensor(p, 1).scalar_type = 9);
+    let file =
+        ProgramFile::from_bytes(etch_memory::SharedBytes::from_vec_aligned(p.to_bytes()).unwrap())
+            .expect("the program-level tables are valid");
+    assert_eq!(
+        file.method_names().collect::<Vec<_>>(),
+        ["forward", "get_n"]
+    );
+    assert!(file.has_method("forward") && !file.has_method("missing"));
+    assert!(file.has_delegates(), "read from the plan headers");
+    assert_eq!(file.load_plan("get_n").unwrap().values, [Value::Int(7)]);
+    for _ in 0..2 {
+        let e = file.load_plan("forward").unwrap_err();
+        assert!(matches!(e, FormatError::UnknownTag { tag: 9, .. }), "{e}");
+        assert_eq!(
+            e.path(),
+            Some("execution_plan[0].values[1].tensor.scalar_type")
+        );
+    }
+    assert!(file.plan("forward").is_none());
+    let e = file.load_plan("missing").unwrap_err();
+    assert!(matches!(e, FormatError::NotFound { .. }), "{e}");
+    assert!(e.to_string().contains("\"missing\""), "{e}");
+    assert_eq!(
+        file.load_all_plans().unwrap_err().path(),
+        Some("execution_plan[0].values[1].tensor.scalar_type")
+    );
+    let plans: Vec<(&str, bool)> = file.plans().map(|(n, p)| (n, p.is_ok())).collect();
+    assert_eq!(plans, [("forward", false), ("get_n", true)]);
+}
+
+#[test]
+fn a_plan_is_parsed_once() {
+    let file = load(&sample_program()).unwrap();
+    let a: *const ExecutionPlan = file.load_plan("forward").unwrap();
+    let b: *const ExecutionPlan = file.load_plan("forward").unwrap();
+    assert_eq!(a, b);
+    // A clone keeps the loaded plans.
+    assert_eq!(file.clone().load_plan("forward").unwrap().values.len(), 15);
+}
+
+#[test]
+fn a_method_without_a_name_fails_the_program() {
+    // The name is what a method is asked for by: it is read at load.
+    let p = modified(|p| p.plans[1].name = None);
+    let e =
+        ProgramFile::from_bytes(etch_memory::SharedBytes::from_vec_aligned(p.to_bytes()).unwrap())
+            .unwrap_err();
+    assert_eq!(e.path(), Some("execution_plan[1].name"));
 }

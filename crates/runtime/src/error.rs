@@ -12,6 +12,14 @@ pub enum RuntimeError {
     Format(#[from] FormatError),
     #[error("program has no method named {name:?} (methods: {available})")]
     MethodNotFound { name: String, available: String },
+    /// The method's execution plan fails validation; the program's other methods may
+    /// still load.
+    #[error("method {method:?} cannot be loaded: {source}")]
+    InvalidMethod {
+        method: String,
+        #[source]
+        source: FormatError,
+    },
     #[error("method {method:?} uses operators etch does not implement: {}", missing.join(", "))]
     MissingOperators {
         method: String,

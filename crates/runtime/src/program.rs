@@ -352,9 +352,9 @@ impl Program {
         self.shared.file.method_names().collect()
     }
 
-    /// True when the program has a method of this name.
+    /// True when the program has a method of this name (whether or not it loads).
     pub fn has_method(&self, name: &str) -> bool {
-        self.shared.file.plan(name).is_some()
+        self.shared.file.has_method(name)
     }
 
     pub(crate) fn not_found(&self, name: &str) -> RuntimeError {
@@ -364,13 +364,10 @@ impl Program {
         }
     }
 
-    /// What a method takes and returns, without loading it.
+    /// What a method takes and returns, without planning it (its execution plan is
+    /// validated: a method that fails is [`RuntimeError::InvalidMethod`]).
     pub fn method_meta(&self, name: &str) -> Result<MethodMeta, RuntimeError> {
-        self.shared
-            .file
-            .plan(name)
-            .map(MethodMeta::from_plan)
-            .ok_or_else(|| self.not_found(name))
+        crate::method::file_plan(&self.shared.file, name).map(MethodMeta::from_plan)
     }
 
     /// The resolved plan of a method (kernels looked up, delegates initialised, constant

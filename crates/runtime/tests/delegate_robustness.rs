@@ -55,7 +55,8 @@ fn delegate_ranges(bytes: &[u8]) -> Vec<(usize, usize)> {
     let file = ProgramFile::from_bytes(SharedBytes::from_vec_aligned(bytes.to_vec()).unwrap())
         .expect("fixture loads");
     let mut ranges = Vec::new();
-    for plan in &file.program().execution_plans {
+    for (name, plan) in file.plans() {
+        let plan = plan.unwrap_or_else(|e| panic!("method {name}: {e}"));
         for d in &plan.delegates {
             let r = file.delegate_data(&d.processed).expect("delegate range");
             ranges.push((r.offset, r.len));

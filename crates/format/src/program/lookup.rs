@@ -167,11 +167,6 @@ impl Program {
         let entry = self.named_data.iter().find(|n| n.key == key)?;
         self.segments.get(entry.segment_index).copied()
     }
-
-    /// The first execution plan called `name`.
-    pub fn plan(&self, name: &str) -> Option<&ExecutionPlan> {
-        self.execution_plans.iter().find(|p| p.name == name)
-    }
 }
 
 /// `[segment.offset + offset, + len or to the end)` if it fits in the segment.

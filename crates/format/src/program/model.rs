@@ -35,13 +35,13 @@ pub struct ExtendedHeader {
     pub segment_data_size: u64,
 }
 
-/// Root table: the whole program.
+/// Root table: the program-level data every method shares. The execution plans are
+/// not here: [`crate::ProgramFile`] parses and validates each when its method is
+/// loaded ([`crate::ProgramFile::load_plan`]).
 #[derive(Debug, Clone, Default)]
 pub struct Program {
     /// `Program.version` (0 in files seen so far).
     pub version: u32,
-    /// One plan per method, in file order.
-    pub execution_plans: Vec<ExecutionPlan>,
     /// Deprecated inline constants (pre-0.7 files); index 0 is reserved.
     pub constant_buffers: Vec<ByteRange>,
     /// Inline delegate payloads.

@@ -4,6 +4,11 @@
 //! values, negative indices, tensor rank, dim order, size overflow, limits. Checks
 //! that relate fields to each other (an index against its table, a value's kind,
 //! planned memory ranges) are in [`super::validate`].
+//!
+//! As ExecuTorch's `Program::load` and `Program::load_method`, a program's load reads
+//! the program-level tables and only the name of each execution plan
+//! ([`parse_program`]); a plan is parsed when its method is loaded ([`parse_plan_at`]),
+//! so one method etch cannot read leaves the others usable.
 
 use crate::error::{FormatError, Result};
 use crate::flatbuf::{Buffer, FieldPath, Table, Tables};
@@ -74,7 +79,19 @@ mod instruction_args {
     pub const FREE_CALL: u8 = 5;
 }
 
-/// Parses the FlatBuffers program data `fb` (file bytes `[0, program_size)`).
+/// What a program's load reads of each execution plan: enough to list it and find it.
+#[derive(Debug, Clone)]
+pub(crate) struct PlanHeader {
+    /// The method name.
+    pub name: String,
+    /// True when the plan lists delegates (false where that list cannot be read: the
+    /// plan's own load then reports why).
+    pub has_delegates: bool,
+}
+
+/// Parses the program-level tables of the FlatBuffers program data `fb` (file bytes
+/// `[0, program_size)`) and the header of each execution plan; the plans themselves
+/// are parsed by [`parse_plan_at`] when their method is loaded.
 ///
 /// `segment_base_offset` and `file_len` turn segment offsets into absolute,
 /// bounds-checked file ranges.
@@ -82,7 +99,7 @@ pub(crate) fn parse_program(
     fb: &[u8],
     segment_base_offset: u64,
     file_len: usize,
-) -> Result<Program> {
+) -> Result<(Program, Vec<PlanHeader>)> {
     let buf = Buffer::new(fb);
     let root_path = FieldPath::Root;
     let root = buf.root(&root_path)?;
@@ -147,22 +164,49 @@ pub(crate) fn parse_program(
 
     let p = root_path.field("execution_plan");
     let tables = root.tables(id::program::EXECUTION_PLAN, MAX_PLANS, &p)?;
-    let mut execution_plans = Vec::with_capacity(tables.len());
+    let mut plans = Vec::with_capacity(tables.len());
     for i in 0..tables.len() {
         let ep = p.index(i);
-        execution_plans.push(parse_plan(&tables.get(i, &ep)?, &ep)?);
+        plans.push(parse_plan_header(&tables.get(i, &ep)?, &ep)?);
     }
 
-    Ok(Program {
+    let program = Program {
         version,
-        execution_plans,
         constant_buffers,
         backend_delegate_data,
         segments,
         constant_segment,
         mutable_data_segments,
         named_data,
+    };
+    Ok((program, plans))
+}
+
+/// The name of a plan (required: a method without one cannot be asked for) and
+/// whether it lists delegates.
+fn parse_plan_header(t: &Table<'_>, path: &FieldPath<'_>) -> Result<PlanHeader> {
+    let name = t
+        .required_string(id::plan::NAME, &path.field("name"))?
+        .to_owned();
+    let has_delegates = t
+        .tables(id::plan::DELEGATES, MAX_DELEGATES, &path.field("delegates"))
+        .is_ok_and(|d| !d.is_empty());
+    Ok(PlanHeader {
+        name,
+        has_delegates,
     })
+}
+
+/// Parses execution plan `index` of the program data `fb`, whose program-level
+/// tables [`parse_program`] has read.
+pub(crate) fn parse_plan_at(fb: &[u8], index: usize) -> Result<ExecutionPlan> {
+    let buf = Buffer::new(fb);
+    let root_path = FieldPath::Root;
+    let root = buf.root(&root_path)?;
+    let p = root_path.field("execution_plan");
+    let tables = root.tables(id::program::EXECUTION_PLAN, MAX_PLANS, &p)?;
+    let ep = p.index(index);
+    parse_plan(&tables.get(index, &ep)?, &ep)
 }
 
 /// `[DataSegment]` (id0 offset: u64, id1 size: u64) to absolute file ranges.

@@ -1,6 +1,8 @@
-//! Cross-reference checks over a parsed [`Program`] (brief §2.1–2.3).
+//! Cross-reference checks over a parsed [`Program`] (brief §2.1–2.3): its data tables
+//! at load ([`validate_program`]), each execution plan when its method is loaded
+//! ([`validate_plan`]).
 //!
-//! After this pass every index in the model is known to be in range, every value
+//! After these passes every index in the model is known to be in range, every value
 //! list refers to values of the right kind, and every byte range a tensor can
 //! resolve to lies inside its buffer, so the runtime can index without checks
 //! failing at execution time.
@@ -8,13 +10,9 @@
 use crate::error::{FormatError, Result};
 use crate::program::model::*;
 
-/// Validates the whole program.
+/// Validates the program-level tables, at load.
 pub(crate) fn validate_program(program: &Program) -> Result<()> {
-    validate_data_tables(program)?;
-    for (p, plan) in program.execution_plans.iter().enumerate() {
-        validate_plan(program, plan, &format!("execution_plan[{p}]"))?;
-    }
-    Ok(())
+    validate_data_tables(program)
 }
 
 fn check_index(
@@ -82,7 +80,9 @@ fn check_offsets(program: &Program, table: &SubsegmentOffsets, path: &str) -> Re
     Ok(())
 }
 
-fn validate_plan(program: &Program, plan: &ExecutionPlan, path: &str) -> Result<()> {
+/// Validates one execution plan against itself and the program's tables, when its
+/// method is loaded; `path` is the plan's, `execution_plan[i]`.
+pub(crate) fn validate_plan(program: &Program, plan: &ExecutionPlan, path: &str) -> Result<()> {
     let n_values = plan.values.len();
     for (field, list) in [("inputs", &plan.inputs), ("outputs", &plan.outputs)] {
         for (i, v) in list.iter().enumerate() {

@@ -200,6 +200,26 @@ impl Loader<'_> {
     }
 }
 
+/// The validated execution plan of method `name` (validated on its first load):
+/// [`RuntimeError::MethodNotFound`] when the program has none,
+/// [`RuntimeError::InvalidMethod`] when it fails validation.
+pub(crate) fn file_plan<'f>(
+    file: &'f ProgramFile,
+    name: &str,
+) -> Result<&'f ExecutionPlan, RuntimeError> {
+    if !file.has_method(name) {
+        return Err(RuntimeError::MethodNotFound {
+            name: name.to_string(),
+            available: file.method_names().collect::<Vec<_>>().join(", "),
+        });
+    }
+    file.load_plan(name)
+        .map_err(|source| RuntimeError::InvalidMethod {
+            method: name.to_string(),
+            source,
+        })
+}
+
 impl MethodPlan {
     /// Resolves method `name` of `file`: every operator against `registry` (all missing
     /// ones reported together) and every delegate against `backends`, whose `init` runs
@@ -214,12 +234,7 @@ impl MethodPlan {
         options: &PlanOptions,
     ) -> Result<MethodPlan, RuntimeError> {
         let budget = &options.budget;
-        let plan = file
-            .plan(name)
-            .ok_or_else(|| RuntimeError::MethodNotFound {
-                name: name.to_string(),
-                available: file.method_names().collect::<Vec<_>>().join(", "),
-            })?;
+        let plan = file_plan(file, name)?;
 
         // Resolve operators first: a program etch cannot run fails before any allocation.
         let operator_names: Vec<String> =
@@ -439,12 +454,7 @@ impl Method {
         budget: &MemoryBudget,
     ) -> Result<Method, RuntimeError> {
         let name = plan.name.as_str();
-        let file_plan = file
-            .plan(name)
-            .ok_or_else(|| RuntimeError::MethodNotFound {
-                name: name.to_string(),
-                available: file.method_names().collect::<Vec<_>>().join(", "),
-            })?;
+        let file_plan = file_plan(file, name)?;
         let planned_bytes = file_plan
             .non_const_buffer_sizes
             .iter()

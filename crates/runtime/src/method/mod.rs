@@ -15,6 +15,7 @@ use etch_memory::{AllocatorStats, MemoryAllocator, MemoryBudget, Storage};
 use crate::RuntimeError;
 
 pub use io::TensorView;
+pub(crate) use load::file_plan;
 
 /// The instructions folding at load removed from a method, by kind
 /// ([`MethodPlan::folded_steps`]).
