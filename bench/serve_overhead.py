@@ -13,23 +13,15 @@ token are in it). Prints medians and the overhead, `--json` for machines. Loopba
 the server is stopped at the end.
 """
 import argparse
-import http.client
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
-import sys
-import time
+
+from serve_client import etch_serve, stream
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bench_once(args):
@@ -42,29 +34,15 @@ def bench_once(args):
 
 
 def stream_once(port, ids, new):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    body = json.dumps({"prompt": ids, "max_tokens": new, "temperature": 0, "stream": True,
-                       "ignore_eos": True, "stream_options": {"include_usage": True}})
-    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-    r = conn.getresponse()
-    if r.status != 200:
-        sys.exit(f"serve answered {r.status}: {r.read()[:300]!r}")
-    first = last = None
-    usage = None
-    for raw in r:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        chunk = json.loads(line[6:])
-        if chunk.get("usage"):
-            usage = chunk["usage"]
+    body = {"prompt": ids, "max_tokens": new, "temperature": 0, "stream": True,
+            "ignore_eos": True, "stream_options": {"include_usage": True}}
+    first = last = usage = None
+    for now, chunk in stream(port, "/v1/completions", body):
+        usage = chunk.get("usage") or usage
         if chunk.get("choices") and chunk["choices"][0].get("text"):
-            now = time.perf_counter()
             first = first or now
             last = now
-    conn.close()
-    tokens = usage["completion_tokens"]
-    return (tokens - 1) / (last - first)
+    return (usage["completion_tokens"] - 1) / (last - first)
 
 
 def main():
@@ -78,24 +56,7 @@ def main():
     ap.add_argument("--etch", default=os.path.join(ROOT, "target/release/etch"))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    port = free_port()
-    server = subprocess.Popen(
-        [args.etch, "serve", "--model", args.model, "--tokenizer", args.tokenizer,
-         "--host", "127.0.0.1", "--port", str(port), "--threads", str(args.threads)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                c.request("GET", "/health")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline or server.poll() is not None:
-                sys.exit("etch serve did not come up: " + server.stderr.read().decode()[-2000:])
-            time.sleep(0.2)
+    with etch_serve(args.etch, args.model, args.tokenizer, args.threads) as port:
         rng = random.Random(1)
         ids = [rng.randrange(1000, 20000) for _ in range(args.prompt)]
         stream_once(port, ids, 8)  # warm-up
@@ -103,12 +64,6 @@ def main():
         for _ in range(args.rounds):
             bench.append(bench_once(args))
             served.append(stream_once(port, ids, args.new))
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
     b, s = statistics.median(bench), statistics.median(served)
     result = {
         "model": args.model, "prompt_tokens": args.prompt, "new_tokens": args.new,

@@ -13,13 +13,11 @@ first content chunk. Greedy, streamed. Prints medians and the prompt tokens reus
 """
 import argparse
 import http.client
-import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import time
+
+from serve_client import etch_serve, stream
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONG = ("Here are my notes on the history of the city, please keep them in mind. " * 24).strip()
@@ -30,25 +28,15 @@ def chat(port, messages, session=None, max_tokens=16):
             "stream_options": {"include_usage": True}}
     if session:
         body["session_id"] = session
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     start = time.perf_counter()
-    conn.request("POST", "/v1/chat/completions", json.dumps(body),
-                 {"Content-Type": "application/json"})
-    r = conn.getresponse()
     first, text, usage = None, [], None
-    for raw in r:
-        line = raw.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        chunk = json.loads(line[6:])
-        if chunk.get("usage"):
-            usage = chunk["usage"]
+    for now, chunk in stream(port, "/v1/chat/completions", body):
+        usage = chunk.get("usage") or usage
         for c in chunk.get("choices", []):
             piece = c.get("delta", {}).get("content")
             if piece:
-                first = first or time.perf_counter()
+                first = first or now
                 text.append(piece)
-    conn.close()
     return (first or time.perf_counter()) - start, "".join(text), usage
 
 
@@ -60,24 +48,7 @@ def main():
     ap.add_argument("-r", "--rounds", type=int, default=5)
     ap.add_argument("--etch", default=os.path.join(ROOT, "target/release/etch"))
     args = ap.parse_args()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [args.etch, "serve", "--model", args.model, "--tokenizer", args.tokenizer, "--host",
-         "127.0.0.1", "--port", str(port), "--threads", str(args.threads)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(600):
-            try:
-                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-                c.request("GET", "/health")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            sys.exit("etch serve did not come up")
+    with etch_serve(args.etch, args.model, args.tokenizer, args.threads) as port:
         warm, cold, reused, prompt = [], [], [], []
         for i in range(args.rounds):
             first = [{"role": "user", "content": LONG}]
@@ -93,9 +64,6 @@ def main():
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
             c.request("DELETE", f"/v1/sessions/s{i}")
             c.getresponse().read()
-    finally:
-        server.terminate()
-        server.wait(timeout=20)
     print(f"second turn: {statistics.median(prompt)} prompt tokens, "
           f"{statistics.median(reused)} reused in the session")
     print(f"time to first token, resumed  {statistics.median(warm):7.1f} ms  "

@@ -399,12 +399,7 @@ async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    state.metrics.requests.fetch_add(1, Ordering::Relaxed);
-    let response = match prepare(&state, &headers, body, Endpoint::Chat).await {
-        Ok(p) => run(&state, p).await,
-        Err(e) => Err(e),
-    };
-    respond(&state, response)
+    answer(&state, &headers, body, Endpoint::Chat).await
 }
 
 async fn completions(
@@ -412,12 +407,22 @@ async fn completions(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    answer(&state, &headers, body, Endpoint::Completion).await
+}
+
+/// Checks a request, runs it, and answers (an error in OpenAI's envelope if it fails).
+async fn answer(
+    state: &Arc<AppState>,
+    headers: &HeaderMap,
+    body: Body,
+    endpoint: Endpoint,
+) -> Response {
     state.metrics.requests.fetch_add(1, Ordering::Relaxed);
-    let response = match prepare(&state, &headers, body, Endpoint::Completion).await {
-        Ok(p) => run(&state, p).await,
+    let response = match prepare(state, headers, body, endpoint).await {
+        Ok(p) => run(state, p).await,
         Err(e) => Err(e),
     };
-    respond(&state, response)
+    respond(state, response)
 }
 
 fn respond(state: &AppState, response: Result<Response, ApiError>) -> Response {

@@ -1,0 +1,55 @@
+"""What the serving benchmarks share: an `etch serve` on a free loopback port, started
+and stopped, and a streamed request read chunk by chunk."""
+import contextlib
+import http.client
+import json
+import socket
+import subprocess
+import sys
+import time
+
+
+@contextlib.contextmanager
+def etch_serve(etch, model, tokenizer, threads):
+    """Runs `etch serve` on a free loopback port until the block ends; yields the port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [etch, "serve", "--model", model, "--tokenizer", tokenizer, "--host", "127.0.0.1",
+         "--port", str(port), "--threads", str(threads)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                c.request("GET", "/health")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline or server.poll() is not None:
+                sys.exit("etch serve did not come up: " + server.stderr.read().decode()[-2000:])
+            time.sleep(0.2)
+        yield port
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+def stream(port, path, body):
+    """POSTs a streamed request; yields (arrival time, chunk) for each JSON chunk."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    conn.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    if r.status != 200:
+        sys.exit(f"etch serve answered {r.status}: {r.read()[:300]!r}")
+    for raw in r:
+        line = raw.decode().strip()
+        if line.startswith("data: ") and line != "data: [DONE]":
+            yield time.perf_counter(), json.loads(line[6:])
+    conn.close()
