@@ -5,7 +5,9 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Instant;
 
-use etch_llm::{ChatTemplate, Generation, LlmError, Runner, RunnerOptions, SamplingConfig};
+use etch_llm::{
+    Generation, JinjaChatTemplate, LlmError, Runner, RunnerOptions, SamplingConfig,
+};
 use etch_runtime::Module;
 use pyo3::exceptions::{PyFileNotFoundError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -44,25 +46,23 @@ fn run_request(
         let ids = match request.prompt {
             Prompt::Ids(ids) => ids,
             Prompt::Text(text) if request.chat => {
-                let template = match &request.chat_template {
-                    Some(name) => ChatTemplate::from_name(name).ok_or_else(|| {
-                        LlmError::Model(format!(
-                            "unknown chat template {name:?} (use chatml or llama3)"
-                        ))
-                    })?,
-                    None => ChatTemplate::detect(runner.tokenizer()).ok_or_else(|| {
-                        LlmError::Model(
-                            "chat=True: the tokenizer has neither ChatML nor Llama 3 special tokens; pass chat_template"
-                                .to_string(),
-                        )
-                    })?,
-                };
-                runner.add_stop_tokens(template);
-                let system = request
-                    .system
-                    .clone()
-                    .or_else(|| ChatTemplate::default_system_beside(tokenizer_path));
-                runner.encode(&template.render(system.as_deref(), &text))?
+                let template = JinjaChatTemplate::select(
+                    request.chat_template.as_deref(),
+                    tokenizer_path,
+                    runner.tokenizer(),
+                )?;
+                runner.add_end_of_turn_tokens();
+                let mut messages = Vec::new();
+                if let Some(system) = &request.system {
+                    messages.push(serde_json::json!({"role": "system", "content": system}));
+                }
+                messages.push(serde_json::json!({"role": "user", "content": text}));
+                runner.encode(&template.render(
+                    &serde_json::Value::Array(messages),
+                    None,
+                    true,
+                    None,
+                )?)?
             }
             Prompt::Text(text) => runner.encode(&text)?,
         };
@@ -259,8 +259,9 @@ impl TextGenerator {
 
     /// Generates up to `max_new_tokens` after `prompt` (text, tokenised as given with no
     /// BOS added, or a list of token ids). `chat=True` wraps the text in the model's chat
-    /// template (detected from the tokenizer, or `chat_template`: "chatml", "llama3")
-    /// with `system` (default: the template's own). `temperature=0` is greedy.
+    /// template (`chat_template`: "chatml", "llama3" or a Jinja file; default the model's
+    /// own beside the tokenizer, else the format its special tokens show) with `system`
+    /// (default: the template's own). `temperature=0` is greedy.
     ///
     /// Returns `{"text", "prompt_token_ids", "generated_token_ids", "stop_reason",
     /// "stats"}`, as `etch generate --json` prints.

@@ -4,9 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
-use etch_llm::{
-    ChatTemplate, JinjaChatTemplate, Runner, RunnerOptions, SamplingConfig, SamplingDefaults,
-};
+use etch_llm::{JinjaChatTemplate, Runner, RunnerOptions, SamplingConfig, SamplingDefaults};
 
 /// The model, its tokenizer, and how to load them.
 #[derive(clap::Args)]
@@ -120,34 +118,16 @@ impl SamplingArgs {
     }
 }
 
-/// The chat template called `name`, or the one the tokenizer's special tokens show.
-pub fn chat_template(runner: &Runner, name: Option<&str>) -> anyhow::Result<ChatTemplate> {
-    use anyhow::Context;
-    match name {
-        Some(name) => ChatTemplate::from_name(name)
-            .with_context(|| format!("unknown chat template {name:?} (use chatml or llama3)")),
-        None => ChatTemplate::detect(runner.tokenizer()).context(
-            "the tokenizer has neither ChatML nor Llama 3 special tokens; pass --chat-template",
-        ),
-    }
-}
-
-/// The Jinja chat template for `name_or_file` (chatml, llama3, or a template file), else
-/// the model's own beside `tokenizer`, else the built-in format the tokenizer's special
-/// tokens show.
+/// The chat template for `--chat-template` (chatml, llama3, or a template file), else the
+/// model's own beside the tokenizer, else the built-in format the tokenizer shows.
 pub fn jinja_template(
     runner: &Runner,
     name_or_file: Option<&str>,
     tokenizer: &std::path::Path,
 ) -> anyhow::Result<JinjaChatTemplate> {
-    if let Some(given) = name_or_file {
-        if let Some(format) = ChatTemplate::from_name(given) {
-            return Ok(JinjaChatTemplate::builtin(format));
-        }
-        return Ok(JinjaChatTemplate::from_file(std::path::Path::new(given))?);
-    }
-    if let Some(own) = JinjaChatTemplate::beside_tokenizer(tokenizer)? {
-        return Ok(own);
-    }
-    Ok(JinjaChatTemplate::builtin(chat_template(runner, None)?))
+    Ok(JinjaChatTemplate::select(
+        name_or_file,
+        tokenizer,
+        runner.tokenizer(),
+    )?)
 }

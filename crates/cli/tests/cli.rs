@@ -329,6 +329,20 @@ fn generate_rejects_bad_prompts_and_tokenizers() {
     let o = etch(&[&base[..], &[missing.as_str(), "--prompt", "hi"]].concat());
     assert_fails_with(&o, "missing.json");
 
+    // A chat template that is not there, one that does not parse, and a tokenizer with
+    // neither a template beside it nor a built-in format's tokens.
+    let chat = [tok.as_str(), "--prompt", "hi", "--chat"];
+    let absent = dir.path().join("absent.jinja").display().to_string();
+    let o = etch(&[&base[..], &chat, &["--chat-template", absent.as_str()]].concat());
+    assert_fails_with(&o, "absent.jinja");
+    let broken = dir.path().join("broken.jinja");
+    std::fs::write(&broken, "{% for m in messages %}").unwrap();
+    let broken = broken.display().to_string();
+    let o = etch(&[&base[..], &chat, &["--chat-template", broken.as_str()]].concat());
+    assert_fails_with(&o, "broken.jinja");
+    let o = etch(&[&base[..], &chat].concat());
+    assert_fails_with(&o, "--chat-template");
+
     // 256 bytes + 5000 words: far more ids than the model's 256
     let big = byte_tokenizer(dir.path(), 5000).display().to_string();
     let o = etch(&[&base[..], &[big.as_str(), "--prompt", "hi"]].concat());

@@ -200,21 +200,11 @@ impl ActiveTurn {
 impl Engine {
     /// An engine over a loaded runner: its session becomes the scratch session; the
     /// template end-of-turn tokens the tokenizer has end turns as end-of-sequence does.
-    pub fn new(runner: Runner, options: EngineOptions) -> Self {
+    pub fn new(mut runner: Runner, options: EngineOptions) -> Self {
+        runner.add_end_of_turn_tokens();
         let (model, scratch) = runner.into_parts();
         let mut eos_ids = model.eos_ids.clone();
-        let tokenizer = &*model.tokenizer;
-        eos_ids.extend(
-            tokenizer
-                .eos_ids()
-                .into_iter()
-                .chain(
-                    END_OF_TURN_TOKENS
-                        .iter()
-                        .filter_map(|t| tokenizer.token_id(t)),
-                )
-                .map(u64::from),
-        );
+        eos_ids.extend(model.tokenizer.eos_ids().into_iter().map(u64::from));
         eos_ids.sort_unstable();
         eos_ids.dedup();
         Self {
@@ -263,6 +253,11 @@ impl Engine {
     /// Token ids that end a turn.
     pub fn eos_ids(&self) -> &[u64] {
         &self.eos_ids
+    }
+
+    /// Ids the model's logits cover (a prompt's ids must be below it).
+    pub fn vocab_size(&self) -> usize {
+        self.model.vocab
     }
 
     /// Sessions in all (the scratch session included).

@@ -87,8 +87,8 @@ impl JinjaChatTemplate {
             },
         );
         env.add_function("strftime_now", |format: String| -> String {
-            // No clock in templates: a fixed date keeps renders reproducible, and
-            // `strftime` formats are not parsed.
+            // No clock in templates: renders stay reproducible. The date is the one
+            // Llama 3.1's own template falls back to when `strftime_now` is missing.
             let _ = format;
             "26 Jul 2024".to_string()
         });
@@ -188,6 +188,34 @@ impl JinjaChatTemplate {
             Some(config) => Self::from_tokenizer_config(config, &config_path.display().to_string()),
             None => Ok(None),
         }
+    }
+
+    /// The template a chat uses: `name_or_file` (`chatml`, `llama3`, or a `.jinja` /
+    /// `tokenizer_config.json` file) if given, else the model's own beside the tokenizer
+    /// file `tokenizer_path`, else the built-in format whose special tokens `tokenizer`
+    /// has. Fails when none applies, naming what to pass.
+    pub fn select(
+        name_or_file: Option<&str>,
+        tokenizer_path: &Path,
+        tokenizer: &dyn crate::Tokenizer,
+    ) -> Result<Self, LlmError> {
+        if let Some(given) = name_or_file {
+            return match ChatTemplate::from_name(given) {
+                Some(format) => Ok(Self::builtin(format)),
+                None => Self::from_file(Path::new(given)),
+            };
+        }
+        if let Some(own) = Self::beside_tokenizer(tokenizer_path)? {
+            return Ok(own);
+        }
+        ChatTemplate::detect(tokenizer)
+            .map(Self::builtin)
+            .ok_or_else(|| {
+                LlmError::Template(format!(
+                    "{} has no chat template beside it and neither ChatML nor Llama 3 special tokens: pass one (--chat-template, or chat_template in Python: chatml, llama3, or a .jinja file)",
+                    tokenizer_path.display()
+                ))
+            })
     }
 
     /// Where the template came from.
@@ -336,12 +364,12 @@ mod tests {
         let t = JinjaChatTemplate::builtin(ChatTemplate::ChatMl);
         assert_eq!(
             t.render(&chat(), None, true, None).unwrap(),
-            ChatTemplate::ChatMl.render(Some("Be brief."), "Hi")
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
         );
         let t = JinjaChatTemplate::builtin(ChatTemplate::Llama3);
         assert_eq!(
             t.render(&chat(), None, true, None).unwrap(),
-            ChatTemplate::Llama3.render(Some("Be brief."), "Hi")
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"
         );
     }
 

@@ -3,10 +3,13 @@
 //! * [`Runner`]: reads the model's metadata methods, prefills the prompt in as few calls
 //!   as the program allows, decodes token by token, stops at EOS, at `max_new_tokens`
 //!   or when the context is full; every buffer is owned by the runner and reused.
-//! * [`Sampler`]: greedy, temperature, top-k, top-p, repetition penalty, seeded.
+//! * [`Session`] and [`Engine`]: one conversation's state on a loaded program, and named
+//!   sessions with warm resume, turns started then stepped token by token (the servers).
+//! * [`Sampler`]: greedy, temperature, top-k, top-p, min-p, repetition penalty, seeded.
 //! * [`Tokenizer`]: Hugging Face `tokenizer.json`, tiktoken files, llama2.c
 //!   `tokenizer.bin`; [`StreamDecoder`] for streaming text.
-//! * [`ChatTemplate`]: ChatML and Llama 3 prompts; [`Conversation`]: multi-turn chat on
+//! * [`JinjaChatTemplate`]: the model's own chat template (the built-in
+//!   [`ChatTemplate`] formats where it has none); [`Conversation`]: multi-turn chat on
 //!   one KV cache, each turn prefilling only its own tokens.
 //!
 //! # Heap allocations in the token loop

@@ -8,8 +8,8 @@ use std::sync::atomic::AtomicBool;
 
 use crate::session::{ForwardShape, Session};
 use crate::{
-    ChatTemplate, LlmError, LlmMetadata, Sampler, SamplingConfig, StreamDecoder, Tokenizer,
-    load_tokenizer, tokenizer::TokenBytes,
+    LlmError, LlmMetadata, Sampler, SamplingConfig, StreamDecoder, Tokenizer, load_tokenizer,
+    tokenizer::TokenBytes,
 };
 use etch_memory::counting::{CountingAllocator, count_allocations};
 use etch_runtime::{LoadMode, Method, Module};
@@ -312,15 +312,6 @@ impl Runner {
     pub fn add_eos_id(&mut self, id: u64) {
         if !self.eos_ids.contains(&id) {
             self.eos_ids.push(id);
-        }
-    }
-
-    /// Adds the end-of-turn tokens of `template` that the tokenizer knows as stop tokens.
-    pub fn add_stop_tokens(&mut self, template: ChatTemplate) {
-        for stop in template.stop_tokens() {
-            if let Some(id) = self.tokenizer.token_id(stop) {
-                self.add_eos_id(id as u64);
-            }
         }
     }
 

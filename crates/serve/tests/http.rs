@@ -261,6 +261,14 @@ fn bad_requests_get_openai_errors() {
     }
     let (status, e) = s.send(with_key("/v1/chat/completions"), &json!({"messages": "no"}));
     assert_eq!(status, 400, "{e}");
+    for prompt in [json!([1, 99999]), json!({"text": "x"}), json!("")] {
+        let (status, e) = s.send(
+            with_key("/v1/completions"),
+            &json!({"prompt": prompt, "max_tokens": 2}),
+        );
+        assert_eq!(status, 400, "{prompt}: {e}");
+        assert!(e["error"]["message"].is_string(), "{e}");
+    }
     let (status, _) = s.send(with_key("/v1/chat/completions"), &chat(hi, json!({})));
     assert_eq!(status, 200);
 }

@@ -71,6 +71,7 @@ pub struct AppState {
     template: JinjaChatTemplate,
     defaults: SamplingDefaults,
     context: usize,
+    vocab: usize,
     max_sessions: usize,
     model_id: String,
     api_key: Option<String>,
@@ -106,6 +107,7 @@ impl AppState {
         let metrics = Arc::new(Metrics::default());
         let tokenizer = engine.shared_tokenizer();
         let context = engine.metadata().max_context_len;
+        let vocab = engine.vocab_size();
         let max_sessions = engine.max_sessions();
         let handle = EngineHandle::spawn(engine, Arc::clone(&metrics))?;
         Ok(Arc::new(Self {
@@ -114,6 +116,7 @@ impl AppState {
             template,
             defaults: SamplingDefaults::beside(&options.tokenizer),
             context,
+            vocab,
             max_sessions,
             model_id: options.model_id.clone(),
             api_key: options.api_key.clone(),
@@ -505,10 +508,10 @@ async fn prepare(
     if prompt.is_empty() {
         return Err(ApiError::invalid_request("The prompt is empty."));
     }
-    let vocab = state.tokenizer.vocab_size() as u64;
-    if let Some(bad) = prompt.iter().find(|&&id| id >= vocab + 1024) {
+    if let Some(bad) = prompt.iter().find(|&&id| id >= state.vocab as u64) {
         return Err(ApiError::invalid_request(format!(
-            "Token id {bad} is outside the vocabulary."
+            "Token id {bad} is outside the model's vocabulary of {}.",
+            state.vocab
         )));
     }
     let n = prompt.len();
@@ -702,9 +705,9 @@ struct Streaming {
 
 impl Streaming {
     fn chunk(&self, choices: Value, usage: Option<Value>) -> Event {
-        let (object,) = match self.prepared.endpoint {
-            Endpoint::Chat => ("chat.completion.chunk",),
-            Endpoint::Completion => ("text_completion",),
+        let object = match self.prepared.endpoint {
+            Endpoint::Chat => "chat.completion.chunk",
+            Endpoint::Completion => "text_completion",
         };
         let mut body = json!({
             "id": self.id,
