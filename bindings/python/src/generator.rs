@@ -5,9 +5,7 @@ use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Instant;
 
-use etch_llm::{
-    Generation, JinjaChatTemplate, LlmError, Runner, RunnerOptions, SamplingConfig,
-};
+use etch_llm::{Generation, JinjaChatTemplate, LlmError, Runner, RunnerOptions, SamplingConfig};
 use etch_runtime::Module;
 use pyo3::exceptions::{PyFileNotFoundError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
