@@ -79,6 +79,8 @@ mod test_util;
 mod threadpool;
 
 pub use error::LinalgError;
-pub use gemm::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_with, output_clamp};
+pub use gemm::{
+    GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_rows_alone, gemm_f32_with, output_clamp,
+};
 pub use isa::{CpuSupport, Dispatch, Isa, dispatch};
 pub use threadpool::{GRAIN_SIZE, PIN_THREADS_ENV, ThreadPool, ThreadPoolError, default_threads};

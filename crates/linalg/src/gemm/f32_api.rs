@@ -64,6 +64,16 @@ impl GemmF32<'_> {
         }
     }
 
+    /// Scratch (f32 elements) that [`gemm_f32_rows_alone`] needs on `threads` threads.
+    pub fn rows_alone_scratch_len(&self, threads: usize) -> usize {
+        let isa = self.isa(dispatch().gemm);
+        let rows = match self.view(&[]) {
+            Ok(g) => super::rows_alone::rows_alone_scratch_len(isa, &g, threads),
+            Err(_) => 0,
+        };
+        rows.max(self.scratch_len(threads))
+    }
+
     /// The instruction set the product runs with: a packed `B` fixes its own.
     fn isa(&self, isa: Isa) -> Isa {
         match self.b {
@@ -178,6 +188,25 @@ pub fn gemm_f32_with(
         });
     }
     super::run(pool, isa, &g, src, out, scratch)
+}
+
+/// [`gemm_f32`] with every row of `A` computed as it is alone (bit for bit, on the same
+/// pool): several sessions' one-row products against the same weights in one pass over
+/// them (see `gemm::rows_alone`). `scratch` holds at least
+/// [`GemmF32::rows_alone_scratch_len`] values.
+pub fn gemm_f32_rows_alone(
+    pool: &ThreadPool,
+    p: &GemmF32<'_>,
+    out: &mut [f32],
+    scratch: &mut [f32],
+) -> Result<(), LinalgError> {
+    let isa = p.isa(dispatch().gemm);
+    let g = p.view(&[])?;
+    let src = match p.b {
+        RhsF32::Packed(pb) => super::RightSource::Packed(pb),
+        _ => super::RightSource::View,
+    };
+    super::rows_alone::run_rows_alone(pool, isa, &g, src, out, scratch)
 }
 
 /// A `k x n` matrix `B` packed for the GEMM micro-kernel of one instruction set:

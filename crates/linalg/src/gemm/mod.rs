@@ -24,6 +24,7 @@ mod f32_api;
 mod kernels;
 #[cfg(target_arch = "aarch64")]
 mod neon;
+mod rows_alone;
 mod split_depth;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -35,11 +36,12 @@ use etch_memory::{ColumnBlock, ColumnBlocks};
 use crate::conv_nchw::Im2col;
 use crate::copy::copy_floats;
 use crate::{GRAIN_SIZE, Isa, LinalgError, ThreadPool};
-pub use f32_api::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_with};
+pub use f32_api::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_rows_alone, gemm_f32_with};
 use kernels::{
     APanel, BPanel, BPanels, MAX_NR, Tile, TilePost, micro_kernel, micro_kernel_row, panel_dot,
 };
 pub use kernels::{WeightElem, dot_rows};
+pub use rows_alone::{gemm_rows_alone, rows_alone_scratch_len};
 pub use split_depth::{DepthSplitB, gemm_split_depth, split_depth_scratch_len};
 
 /// Depth of one packed block (k).
@@ -1469,14 +1471,18 @@ fn gemv_packed<O: OutElem>(
             }
         }
     };
-    let panels = n.div_ceil(nr);
-    if n * k >= GRAIN_SIZE && panels >= 2 && pool.threads() > 1 {
-        // One contiguous run of panels per thread.
-        let per = panels.div_ceil(pool.threads()) * nr;
-        pool.for_each_chunk_mut(out, per, 1, |ci, c| run(ci * per, c));
-    } else {
-        run(0, out);
+    match packed_gemv_split(n, k, nr, pool.threads()) {
+        Some(per) => pool.for_each_chunk_mut(out, per, 1, |ci, c| run(ci * per, c)),
+        None => run(0, out),
     }
+}
+
+/// How [`gemv_packed`] splits `n` outputs of depth `k` over `threads` threads: one
+/// contiguous run of `per` columns (whole panels of `nr`) per thread, or `None` (one
+/// task). [`rows_alone`] splits the same way.
+fn packed_gemv_split(n: usize, k: usize, nr: usize, threads: usize) -> Option<usize> {
+    let panels = n.div_ceil(nr);
+    (n * k >= GRAIN_SIZE && panels >= 2 && threads > 1).then(|| panels.div_ceil(threads) * nr)
 }
 
 /// Elements `offset + i * step` of `d` as f32 into `xs` (one copy for a contiguous f32
@@ -1518,9 +1524,9 @@ fn gemv_rows<O: OutElem>(
         (w.cs, w.offset)
     };
     let run = |first: usize, chunk: &mut [O]| {
-        let mut buf = [0f32; 64];
-        for (ci, piece) in chunk.chunks_mut(64).enumerate() {
-            let j0 = first + ci * 64;
+        let mut buf = [0f32; DOT_ROWS_BLOCK];
+        for (ci, piece) in chunk.chunks_mut(DOT_ROWS_BLOCK).enumerate() {
+            let j0 = first + ci * DOT_ROWS_BLOCK;
             let dots = &mut buf[..piece.len()];
             let start = base + j0 * ldw;
             match w.data {
@@ -1536,15 +1542,21 @@ fn gemv_rows<O: OutElem>(
             }
         }
     };
-    let work = rows * k;
-    if work >= GRAIN_SIZE && rows >= 8 && pool.threads() > 1 {
-        // A few chunks per thread for balance; each at least 4 rows.
-        let per = rows.div_ceil(pool.threads() * 4).max(4);
-        pool.for_each_chunk_mut(out, per, 1, |ci, c| run(ci * per, c));
-    } else {
-        run(0, out);
+    match dot_rows_split(rows, k, pool.threads()) {
+        Some(per) => pool.for_each_chunk_mut(out, per, 1, |ci, c| run(ci * per, c)),
+        None => run(0, out),
     }
     Ok(())
+}
+
+/// Weight rows one [`gemv_rows`] pass takes at a time (their dot products on the stack).
+const DOT_ROWS_BLOCK: usize = 64;
+
+/// How [`gemv_rows`] splits `rows` dot products of depth `k` over `threads` threads:
+/// runs of `per` rows, a few per thread for balance and each at least 4 rows, or
+/// `None` (one task). [`rows_alone`] splits the same way.
+fn dot_rows_split(rows: usize, k: usize, threads: usize) -> Option<usize> {
+    (rows * k >= GRAIN_SIZE && rows >= 8 && threads > 1).then(|| rows.div_ceil(threads * 4).max(4))
 }
 
 /// Output columns one [`gemv_axpy`] pass accumulates (on the stack, 16 KiB, in L1):

@@ -653,3 +653,107 @@ fn gemm_im2col_refuses_planes_that_do_not_fit() {
     assert!(gemm_im2col(&pool, isa, &wrong, &image, &mut out, &mut scratch).is_err());
     gemm_im2col(&pool, isa, &mm, &image, &mut out, &mut scratch).unwrap();
 }
+
+/// [`gemm_f32_rows_alone`] and [`gemm_rows_alone`]: `m` rows in one call give the bits
+/// each row gives alone through the ordinary product, for a packed B, a `[n, k]` B of
+/// f32 and bf16, and a `[k, n]` B (row by row), on 1 to 3 threads.
+#[test]
+fn rows_alone_give_the_bits_of_one_row() {
+    use crate::{GemmF32, PackedB, RhsF32, gemm_f32, gemm_f32_rows_alone};
+    let shapes = [
+        (4usize, 576usize, 576usize),
+        (3, 70, 1536),
+        (8, 33, 96),
+        (2, 200, 64),
+    ];
+    for (m, n, k) in shapes {
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 37 + 11) % 201) as f32 / 50.0 - 2.1)
+            .collect();
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 13 + 5) % 97) as f32 / 40.0 - 1.2)
+            .collect();
+        let bias: Vec<f32> = (0..n).map(|j| j as f32 / 10.0 - 0.3).collect();
+        let packed = PackedB::from_nk(&w, n, k).unwrap();
+        let w_bf16: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
+        for threads in [1, 2, 3] {
+            let pool = ThreadPool::new(threads).unwrap();
+            for rhs in [RhsF32::Packed(&packed), RhsF32::NK(&w), RhsF32::KN(&w)] {
+                let problem = |rows: usize, row: usize| GemmF32 {
+                    m: rows,
+                    n,
+                    k,
+                    a: &a[row * k..],
+                    lda: k,
+                    b: rhs,
+                    bias: Some(&bias),
+                    clamp: Some((-40.0, 40.0)),
+                };
+                let g = problem(m, 0);
+                let mut together = vec![0f32; m * n];
+                let mut scratch = vec![0f32; g.rows_alone_scratch_len(threads)];
+                gemm_f32_rows_alone(&pool, &g, &mut together, &mut scratch).unwrap();
+                for r in 0..m {
+                    let one = problem(1, r);
+                    let mut alone = vec![0f32; n];
+                    let mut scratch = vec![0f32; one.scratch_len(threads)];
+                    gemm_f32(&pool, &one, &mut alone, &mut scratch).unwrap();
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&together[r * n..(r + 1) * n]),
+                        bits(&alone),
+                        "{rhs:?} m{m} n{n} k{k} threads {threads}: row {r}"
+                    );
+                }
+            }
+            // A bf16 `[n, k]` weight into bf16 outputs (a half-precision linear).
+            let isa = crate::dispatch().gemm;
+            let problem = |rows: usize, offset: usize| Gemm {
+                a: MatRef {
+                    data: Elems::F32(&a),
+                    offset,
+                    rows,
+                    cols: k,
+                    rs: k,
+                    cs: 1,
+                },
+                b: MatRef {
+                    data: Elems::BF16(&w_bf16),
+                    offset: 0,
+                    rows: k,
+                    cols: n,
+                    rs: 1,
+                    cs: k,
+                },
+                alpha: 1.0,
+                addend: Some((
+                    MatRef {
+                        data: Elems::F32(&bias),
+                        offset: 0,
+                        rows,
+                        cols: n,
+                        rs: 0,
+                        cs: 1,
+                    },
+                    1.0,
+                )),
+                clamp: None,
+            };
+            let g = problem(m, 0);
+            let mut together = vec![bf16::ZERO; m * n];
+            let mut scratch = vec![0f32; rows_alone_scratch_len(isa, &g, threads)];
+            gemm_rows_alone(&pool, isa, &g, &mut together, &mut scratch).unwrap();
+            for r in 0..m {
+                let one = problem(1, r * k);
+                let mut alone = vec![bf16::ZERO; n];
+                let mut scratch = vec![0f32; scratch_len(isa, &one, threads)];
+                gemm(&pool, isa, &one, &mut alone, &mut scratch).unwrap();
+                assert_eq!(
+                    &together[r * n..(r + 1) * n],
+                    &alone[..],
+                    "bf16 m{m} row {r}"
+                );
+            }
+        }
+    }
+}

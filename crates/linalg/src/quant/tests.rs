@@ -259,3 +259,74 @@ fn nibble_bytes_pack_as_the_codes_they_hold() {
         assert!(Qd8Weights::from_int4_nibbles(n, k, group, &scales, &bytes[1..]).is_err());
     }
 }
+
+/// A row's result does not depend on the rows beside it: `m` rows in one call give the
+/// bits each row gives alone, on every instruction set and thread count (what lets
+/// several sessions share one pass over the weights, `etch-runtime`'s batched step).
+#[test]
+fn rows_give_the_bits_they_give_alone() {
+    for (m, n, k, group, eight) in [
+        (4usize, 576usize, 576usize, 32usize, false),
+        (8, 70, 96, 32, false),
+        (2, 33, 77, 77, false),
+        (40, 33, 96, 32, false),
+        (5, 20, 64, 64, true),
+    ] {
+        let x: Vec<f32> = (0..m * k)
+            .map(|i| ((i * 37 + 11) % 201) as f32 / 50.0 - 2.1)
+            .collect();
+        let groups = k.div_ceil(group);
+        let scales: Vec<f32> = (0..n * groups)
+            .map(|i| f32::from_bits(((i % 97 + 1) as f32 / 3001.0).to_bits() & 0xffff_0000))
+            .collect();
+        let w = if eight {
+            let v: Vec<i8> = (0..n * k).map(|i| ((i * 29) % 255) as i8).collect();
+            Qd8Weights::from_int8(n, k, &v, &scales).unwrap()
+        } else {
+            Qd8Weights::from_int4(n, k, group, &scales, |j, c| ((j * 7 + c * 5) % 16) as u8)
+                .unwrap()
+        };
+        let bias: Vec<f32> = (0..n).map(|j| j as f32 / 10.0 - 0.3).collect();
+        let stride = qd8_row_stride(k);
+        let mut q = vec![0i8; m * stride];
+        let mut params = vec![0f32; 2 * m];
+        quantize_qd8(&x, k, &mut q, &mut params).unwrap();
+        for threads in [1, 2, 3] {
+            let pool = ThreadPool::new(threads).unwrap();
+            for &isa in Isa::available() {
+                let run = |rows: usize, q: &[i8], params: &[f32]| {
+                    let a = Qd8Rows { m: rows, q, params };
+                    let mut out = vec![0f32; rows * n];
+                    let mut scratch = vec![0f32; gemm_qd8_scratch_len(rows, &w)];
+                    let bounds = (f32::NEG_INFINITY, f32::INFINITY);
+                    gemm_qd8_with(
+                        isa,
+                        &pool,
+                        &a,
+                        &w,
+                        Some(&bias),
+                        bounds,
+                        &mut out,
+                        &mut scratch,
+                    )
+                    .unwrap();
+                    out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+                };
+                let together = run(m, &q, &params);
+                for r in 0..m {
+                    let alone = run(
+                        1,
+                        &q[r * stride..(r + 1) * stride],
+                        &params[2 * r..2 * r + 2],
+                    );
+                    assert_eq!(
+                        &together[r * n..(r + 1) * n],
+                        &alone[..],
+                        "{} m{m} n{n} k{k} threads {threads}: row {r}",
+                        isa.name()
+                    );
+                }
+            }
+        }
+    }
+}
