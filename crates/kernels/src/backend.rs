@@ -11,7 +11,7 @@
 
 use etch_memory::SharedBytes;
 
-use crate::{Args, KernelContext, KernelError};
+use crate::{Args, Batch, Batched, KernelContext, KernelError};
 
 /// A compile option handed to a backend at init (`CompileSpec` upstream).
 #[derive(Debug, Clone, Copy)]
@@ -123,6 +123,22 @@ pub trait DelegateHandle: Send + Sync {
     /// order of the `DelegateCall` instruction. Outputs are resized to the shapes the
     /// delegate computes.
     fn execute(&self, ctx: &KernelContext<'_>, args: &mut Args<'_>) -> Result<(), KernelError>;
+
+    /// Runs the delegate for several sessions of one method at once (session `i` with
+    /// `ctxs[i]` and `args[i]`), each getting the outputs it gets alone. The default runs
+    /// them one after another; a backend overrides it to share a pass over its weights.
+    /// Returns [`Batched::Done`] when some of the work ran once for all sessions.
+    fn execute_batch(
+        &self,
+        ctxs: &Batch<KernelContext<'_>>,
+        args: &mut Batch<Args<'_>>,
+    ) -> Result<Batched, KernelError> {
+        for (i, a) in args.iter_mut().enumerate() {
+            let ctx = ctxs.get(i).ok_or_else(crate::batch::unpaired)?;
+            self.execute(ctx, a)?;
+        }
+        Ok(Batched::PerSession)
+    }
 
     /// Node counts and packed bytes.
     fn summary(&self) -> DelegateSummary;

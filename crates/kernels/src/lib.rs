@@ -8,6 +8,7 @@
 //! into a typed struct.
 
 pub mod backend;
+mod batch;
 mod context;
 mod error;
 pub mod ops;
@@ -18,6 +19,7 @@ pub mod testing;
 mod value;
 
 pub use backend::{Backend, BackendError, BackendInitContext, DelegateHandle, DelegateSummary};
+pub use batch::{Batch, BatchKernelFn, Batched, MAX_BATCH, unpaired};
 pub use context::{Epilogue, KernelContext};
 pub use error::{KernelError, ShapeError};
 pub use etch_base::{Bool8, Element, MAX_RANK, ScalarType, ShapeDynamism};

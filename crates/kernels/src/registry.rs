@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::{Args, KernelContext, KernelError};
+use crate::{Args, BatchKernelFn, KernelContext, KernelError};
 
 /// A kernel: reads its arguments, writes its outputs, returns a typed error.
 pub type KernelFn = fn(&KernelContext<'_>, &mut Args<'_>) -> Result<(), KernelError>;
@@ -11,6 +11,8 @@ pub type KernelFn = fn(&KernelContext<'_>, &mut Args<'_>) -> Result<(), KernelEr
 #[derive(Clone, Default)]
 pub struct Registry {
     kernels: HashMap<&'static str, KernelFn>,
+    /// Batched forms of some kernels (see [`crate::Batch`]).
+    batched: HashMap<&'static str, BatchKernelFn>,
 }
 
 impl Registry {
@@ -34,6 +36,17 @@ impl Registry {
     /// Adds (or replaces) a kernel.
     pub fn register(&mut self, name: &'static str, kernel: KernelFn) {
         self.kernels.insert(name, kernel);
+    }
+
+    /// Adds (or replaces) the batched form of a kernel: one instruction for several
+    /// sessions at once, sharing one pass over constant weights.
+    pub fn register_batched(&mut self, name: &'static str, kernel: BatchKernelFn) {
+        self.batched.insert(name, kernel);
+    }
+
+    /// The batched form of a kernel, where it has one.
+    pub fn get_batched(&self, name: &str) -> Option<BatchKernelFn> {
+        self.batched.get(name).copied()
     }
 
     /// The kernel for a qualified name.

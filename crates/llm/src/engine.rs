@@ -14,6 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use etch_runtime::{Batch, MAX_BATCH};
+
 use crate::runner::{LoadedModel, sample};
 use crate::{
     LlmError, LlmMetadata, PrefillPlan, ResumeReason, Runner, Sampler, SamplingConfig, Session,
@@ -456,6 +458,105 @@ impl Engine {
         turn: &mut ActiveTurn,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Option<Completion>, TurnError> {
+        let token = match self.advance(turn, on_text)? {
+            Advance::Finished(done) => return Ok(Some(done)),
+            Advance::Decode(token) => token,
+        };
+        self.slots[turn.slot].session.decode(token)?;
+        Ok(after_decode(turn, on_text))
+    }
+
+    /// One decode step of each of `turns`, their model steps run together as one
+    /// batched step over the weights ([`Session::decode_batch`]); each turn gets the
+    /// tokens it gets stepped alone ([`Engine::step`]). `on_text(i, text)` gets turn
+    /// `i`'s text and `on_done(i, result)` each turn that ended (its session is then
+    /// free again; the caller drops the turn). At most [`etch_runtime::MAX_BATCH`]
+    /// turns step together; more step in several batches.
+    pub fn step_batch(
+        &mut self,
+        turns: &mut [ActiveTurn],
+        on_text: &mut dyn FnMut(usize, &str),
+        on_done: &mut dyn FnMut(usize, Result<Completion, TurnError>),
+    ) {
+        for (base, group) in (0..turns.len())
+            .step_by(MAX_BATCH)
+            .zip(turns.chunks_mut(MAX_BATCH))
+        {
+            self.step_group(base, group, on_text, on_done);
+        }
+    }
+
+    fn step_group(
+        &mut self,
+        base: usize,
+        turns: &mut [ActiveTurn],
+        on_text: &mut dyn FnMut(usize, &str),
+        on_done: &mut dyn FnMut(usize, Result<Completion, TurnError>),
+    ) {
+        // Sample each turn; those that go on need a model step.
+        let mut tokens = [None::<u64>; MAX_BATCH];
+        for (i, turn) in turns.iter_mut().enumerate() {
+            let result = self.advance(turn, &mut |t| on_text(base + i, t));
+            match result {
+                Ok(Advance::Decode(token)) => tokens[i] = Some(token),
+                Ok(Advance::Finished(done)) => self.end_turn(turn, base + i, Ok(done), on_done),
+                Err(e) => self.end_turn(turn, base + i, Err(e), on_done),
+            }
+        }
+        let mut steps = Batch::new();
+        for (slot_index, slot) in self.slots.iter_mut().enumerate() {
+            let turn = turns
+                .iter()
+                .zip(&tokens)
+                .find(|(t, token)| t.slot == slot_index && token.is_some());
+            if let Some((_, Some(token))) = turn {
+                // At most MAX_BATCH turns, one per slot: `steps` holds them all.
+                let _ = steps.push((&mut slot.session, *token));
+            }
+        }
+        let result = Session::decode_batch(&mut steps);
+        // Every turn of a failed step ends with its error (the sessions are dirty).
+        let failure = result.err().map(|e| e.to_string());
+        for (i, turn) in turns.iter_mut().enumerate() {
+            if tokens[i].is_none() {
+                continue;
+            }
+            if let Some(message) = &failure {
+                let e = LlmError::Model(format!("batched decode step: {message}"));
+                self.end_turn(turn, base + i, Err(e.into()), on_done);
+                continue;
+            }
+            if let Some(done) = after_decode(turn, &mut |t| on_text(base + i, t)) {
+                self.end_turn(turn, base + i, Ok(done), on_done);
+            }
+        }
+    }
+
+    /// Frees a turn's session (dirty after an error) and reports the turn's end.
+    fn end_turn(
+        &mut self,
+        turn: &ActiveTurn,
+        i: usize,
+        result: Result<Completion, TurnError>,
+        on_done: &mut dyn FnMut(usize, Result<Completion, TurnError>),
+    ) {
+        if let Some(slot) = self.slots.get_mut(turn.slot) {
+            slot.busy = false;
+            if result.is_err() {
+                slot.session.set_dirty(true);
+            }
+        }
+        on_done(i, result);
+    }
+
+    /// A turn's step up to its model step: the cancel check, sampling, end of sequence,
+    /// the token's text and stop strings. Returns the token to step through the model,
+    /// or the turn's completion.
+    fn advance(
+        &mut self,
+        turn: &mut ActiveTurn,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Advance, TurnError> {
         let token_bytes = &self.model.token_bytes;
         let slot = &mut self.slots[turn.slot];
         let session = &mut slot.session;
@@ -463,12 +564,22 @@ impl Engine {
             // A cancel (now or during prefill) leaves what was said unsaid.
             flush(turn, on_text);
             session.set_dirty(true);
-            return Ok(Some(finish(turn, FinishReason::Stop, true, false)));
+            return Ok(Advance::Finished(finish(
+                turn,
+                FinishReason::Stop,
+                true,
+                false,
+            )));
         }
         let token = u64::from(sample(&mut turn.sampler, session));
         if !turn.ignore_eos && self.eos_ids.contains(&token) {
             flush(turn, on_text);
-            return Ok(Some(finish(turn, FinishReason::Stop, false, false)));
+            return Ok(Advance::Finished(finish(
+                turn,
+                FinishReason::Stop,
+                false,
+                false,
+            )));
         }
         turn.generated.push(token);
         let piece = turn.stream.push(token_bytes, token as u32)?;
@@ -478,14 +589,14 @@ impl Engine {
         }
         if hit {
             session.set_dirty(true);
-            return Ok(Some(finish(turn, FinishReason::Stop, false, true)));
+            return Ok(Advance::Finished(finish(
+                turn,
+                FinishReason::Stop,
+                false,
+                true,
+            )));
         }
-        session.decode(token)?;
-        if turn.generated.len() >= turn.max_new {
-            flush(turn, on_text);
-            return Ok(Some(finish(turn, FinishReason::Length, false, false)));
-        }
-        Ok(None)
+        Ok(Advance::Decode(token))
     }
 
     /// Runs a turn to its end (start, then steps), for callers that serve one request
@@ -511,6 +622,23 @@ impl Engine {
             slot.session.set_dirty(true);
         }
     }
+}
+
+/// Where a turn's step stands before its model step.
+enum Advance {
+    /// The turn ended.
+    Finished(Completion),
+    /// Step this token through the model.
+    Decode(u64),
+}
+
+/// A turn's step after its model step: ends it when it has all its tokens.
+fn after_decode(turn: &mut ActiveTurn, on_text: &mut dyn FnMut(&str)) -> Option<Completion> {
+    if turn.generated.len() >= turn.max_new {
+        flush(turn, on_text);
+        return Some(finish(turn, FinishReason::Length, false, false));
+    }
+    None
 }
 
 /// Releases the text held back for an incomplete character or a possible stop string.

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use etch_format::ScalarType;
-use etch_runtime::Method;
+use etch_runtime::{Batch, Method};
 use half::{bf16, f16};
 
 use crate::{LlmError, LlmMetadata};
@@ -240,9 +240,55 @@ impl Session {
         self.forward(&[token]).inspect_err(|_| self.dirty = true)
     }
 
+    /// One decode step for each `(session, token)` of `steps` (sessions of one
+    /// program), their forward calls run as one batched step
+    /// ([`Method::execute_batch`]: each weight read once for all of them). Each session's
+    /// logits are those [`Session::decode`] gives it alone. A failure leaves every
+    /// session of the batch dirty.
+    pub fn decode_batch(steps: &mut Batch<(&mut Session, u64)>) -> Result<(), LlmError> {
+        let result = Self::decode_batch_inner(steps);
+        if result.is_err() {
+            steps.iter_mut().for_each(|(s, _)| s.dirty = true);
+        }
+        result
+    }
+
+    fn decode_batch_inner(steps: &mut Batch<(&mut Session, u64)>) -> Result<(), LlmError> {
+        for (session, token) in steps.iter_mut() {
+            if session.position() >= session.shape.max_context_len {
+                return Err(LlmError::PromptTooLong {
+                    prompt_tokens: 1,
+                    context: session.shape.max_context_len,
+                    position: session.position(),
+                });
+            }
+            session.set_inputs(&[*token])?;
+        }
+        let mut methods = Batch::new();
+        for (session, _) in steps.iter_mut() {
+            // As many as `steps` holds: the same capacity.
+            let _ = methods.push(&mut session.method);
+        }
+        Method::execute_batch(&mut methods)?;
+        for (session, token) in steps.iter_mut() {
+            read_last_logits(&mut session.method, &mut session.logits)?;
+            session.resident.push(*token);
+        }
+        Ok(())
+    }
+
     /// One forward call on `tokens` at the current position; the last position's logits
     /// land in `self.logits`. Allocates nothing once `resident` has its capacity.
     fn forward(&mut self, tokens: &[u64]) -> Result<(), LlmError> {
+        self.set_inputs(tokens)?;
+        self.method.execute()?;
+        read_last_logits(&mut self.method, &mut self.logits)?;
+        self.resident.extend_from_slice(tokens);
+        Ok(())
+    }
+
+    /// Sets the method's inputs for `tokens` at the current position.
+    fn set_inputs(&mut self, tokens: &[u64]) -> Result<(), LlmError> {
         let n = tokens.len();
         let vocab = self.shape.vocab;
         self.token_buf.clear();
@@ -280,9 +326,6 @@ impl Session {
                 )?;
             }
         }
-        method.execute()?;
-        read_last_logits(method, &mut self.logits)?;
-        self.resident.extend_from_slice(tokens);
         Ok(())
     }
 }

@@ -121,6 +121,9 @@ pub enum RuntimeError {
         index: usize,
         what: String,
     },
+    /// Sessions that cannot run as one batched step.
+    #[error("batched step of method {method:?}: {what}")]
+    Batch { method: String, what: String },
     #[error("method {method:?}: input {index} has not been set")]
     InputNotSet { method: String, index: usize },
     #[error("method {method:?}: output index {index} out of range ({count} outputs)")]

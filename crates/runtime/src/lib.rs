@@ -36,4 +36,5 @@ pub use program::{
 /// Re-exports of the layers below, for users who need them.
 pub use etch_format as format;
 pub use etch_kernels as kernels;
+pub use etch_kernels::{Batch, MAX_BATCH};
 pub use etch_memory as memory;

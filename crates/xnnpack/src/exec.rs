@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use etch_format::ScalarType;
-use etch_kernels::{Args, KernelContext, KernelError};
+use etch_kernels::{Args, KernelContext, KernelError, ThreadPool};
 
 use crate::dims::{Dims, MAX_DIMS};
 use crate::nodes::call::{MAX_INPUTS, NodeCall, Scratch};
@@ -258,12 +258,39 @@ fn set_input_dims(
     Ok(())
 }
 
+/// One call's working state between its steps: every value's dims and arena offset,
+/// the arena, the nodes' scratch, and the call's own tensors that nodes read and write
+/// in place.
+pub(crate) struct Call<'a> {
+    pub(crate) shapes: &'a [Dims],
+    offsets: &'a [usize],
+    arena: &'a mut [f32],
+    scratch: &'a mut [f32],
+    im2col_len: usize,
+    direct: Direct<'a>,
+}
+
 /// Runs the plan on one call.
 pub fn execute(
     plan: &Plan,
     ctx: &KernelContext<'_>,
     args: &mut Args<'_>,
 ) -> Result<(), KernelError> {
+    let mut call = begin(plan, ctx, args)?;
+    for i in 0..plan.ops.len() {
+        run_node(plan, ctx.pool(), &mut call, i)?;
+    }
+    finish(plan, ctx, args, &call)
+}
+
+/// Binds the call's arguments: checks them, sets the input dims, infers every value's
+/// dims (or restores those of the last call with the same input dims), places the
+/// arena, and brings the inputs in. Everything comes from `ctx`'s scratch.
+pub(crate) fn begin<'a>(
+    plan: &Plan,
+    ctx: &'a KernelContext<'_>,
+    args: &mut Args<'_>,
+) -> Result<Call<'a>, KernelError> {
     if args.len() < plan.num_args {
         return Err(KernelError::ArgCount {
             expected: plan.num_args,
@@ -340,27 +367,93 @@ pub fn execute(
         let dst = dst.get_mut(..numel).ok_or_else(|| short("output"))?;
         direct.add_output(v, dst);
     }
-    for (i, op) in plan.ops.iter().enumerate() {
-        if shapes[op.output()].numel() == Some(0) {
-            continue;
-        }
-        let (out, ins) = operands(plan, offsets, arena, shapes, op, &direct)?;
-        let out = match direct.output(op.output()) {
-            Some(y) => y,
-            None => out,
-        };
-        let call = NodeCall {
-            pool: ctx.pool(),
-            shapes,
-            inputs: ins,
-            output: out,
-            scratch: Scratch::new(&mut *scratch, im2col_len),
-        };
-        op.run(call)
-            .map_err(|e| node_error(plan, i, &e.to_string()))?;
+    Ok(Call {
+        shapes,
+        offsets,
+        arena,
+        scratch,
+        im2col_len,
+        direct,
+    })
+}
+
+/// Runs node `i` of the plan on the call.
+pub(crate) fn run_node(
+    plan: &Plan,
+    pool: &ThreadPool,
+    call: &mut Call<'_>,
+    i: usize,
+) -> Result<(), KernelError> {
+    let op = &plan.ops[i];
+    let shapes = call.shapes;
+    if shapes[op.output()].numel() == Some(0) {
+        return Ok(());
     }
+    let (out, ins) = operands(plan, call.offsets, call.arena, shapes, op, &call.direct)?;
+    let out = match call.direct.output(op.output()) {
+        Some(y) => y,
+        None => out,
+    };
+    let node = NodeCall {
+        pool,
+        shapes,
+        inputs: ins,
+        output: out,
+        scratch: Scratch::new(&mut *call.scratch, call.im2col_len),
+    };
+    op.run(node)
+        .map_err(|e| node_error(plan, i, &e.to_string()))
+}
+
+/// The input slices of node `i` in the call (as [`run_node`] hands them over).
+pub(crate) fn node_inputs<'c>(
+    plan: &'c Plan,
+    call: &'c mut Call<'_>,
+    i: usize,
+) -> Result<[&'c [f32]; MAX_INPUTS], KernelError> {
+    let op = &plan.ops[i];
+    let (_, ins) = operands(
+        plan,
+        call.offsets,
+        call.arena,
+        call.shapes,
+        op,
+        &call.direct,
+    )?;
+    Ok(ins)
+}
+
+/// The output slice of node `i` in the call (as [`run_node`] hands it over).
+pub(crate) fn node_output<'c>(
+    plan: &'c Plan,
+    call: &'c mut Call<'_>,
+    i: usize,
+) -> Result<&'c mut [f32], KernelError> {
+    let op = &plan.ops[i];
+    let (out, _) = operands(
+        plan,
+        call.offsets,
+        call.arena,
+        call.shapes,
+        op,
+        &call.direct,
+    )?;
+    Ok(match call.direct.output(op.output()) {
+        Some(y) => y,
+        None => out,
+    })
+}
+
+/// Writes the call's outputs (those the nodes did not write in place) and their sizes.
+pub(crate) fn finish(
+    plan: &Plan,
+    ctx: &KernelContext<'_>,
+    args: &mut Args<'_>,
+    call: &Call<'_>,
+) -> Result<(), KernelError> {
+    let (shapes, offsets, arena) = (call.shapes, call.offsets, &*call.arena);
     for &(v, arg) in &plan.outputs {
-        if direct.has_output(v) {
+        if call.direct.has_output(v) {
             continue;
         }
         let d = shapes[v];

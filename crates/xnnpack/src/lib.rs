@@ -32,6 +32,7 @@
 //! `nodes::Node`; each node kind lives in its own file under `nodes/` with its field
 //! reading, planning, shape inference and execution, fp32 and int8 forms together.
 
+mod batch;
 mod call_cache;
 mod dims;
 mod exec;
@@ -144,6 +145,14 @@ impl XnnpackDelegate {
 impl DelegateHandle for XnnpackDelegate {
     fn execute(&self, ctx: &KernelContext<'_>, args: &mut Args<'_>) -> Result<(), KernelError> {
         exec::execute(&self.plan, ctx, args)
+    }
+
+    fn execute_batch(
+        &self,
+        ctxs: &etch_kernels::Batch<KernelContext<'_>>,
+        args: &mut etch_kernels::Batch<Args<'_>>,
+    ) -> Result<etch_kernels::Batched, KernelError> {
+        batch::execute_batch(&self.plan, ctxs, args)
     }
 
     fn summary(&self) -> DelegateSummary {

@@ -11,12 +11,15 @@ use super::same_dtype;
 use crate::ops::elementwise::broadcast::broadcast_shapes;
 use crate::ops::shape::common::{MAX_DIMS, broadcast_strides, require_contiguous, strided_offset};
 use crate::schema::{OpArgs, OutArg, op_args};
-use crate::{Args, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor};
+use crate::{
+    Args, Batch, Batched, KernelContext, KernelError, MAX_RANK, Registry, Scalar, Tensor, unpaired,
+};
 use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
 
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
     r.register("aten::linear.out", linear);
+    r.register_batched("aten::linear.out", linear_batched);
     r.register("aten::mm.out", |c, a| matrix_product(c, a, false));
     r.register("aten::addmm.out", addmm);
     r.register("aten::bmm.out", |c, a| matrix_product(c, a, true));
@@ -189,6 +192,104 @@ fn linear(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
         clamp: None,
     };
     run_products(ctx, &out, 1, m, n, 1.0, 1.0, |_| g)
+}
+
+/// `linear` for several sessions in one pass over the weight: when every session has
+/// one f32 row and reads the same weight and bias bytes (constants of the program they
+/// share), each row is computed as `linear` computes it alone
+/// (`gemm::gemm_rows_alone`), else [`Batched::PerSession`].
+fn linear_batched(
+    ctxs: &Batch<KernelContext<'_>>,
+    args: &mut Batch<Args<'_>>,
+) -> Result<Batched, KernelError> {
+    let (Some(ctx0), Some(first)) = (ctxs.get(0), args.get_mut(0)) else {
+        return Ok(Batched::PerSession);
+    };
+    let LinearArgs { weight, bias, .. } = LinearArgs::unpack(first)?;
+    if weight.rank() != 2 || weight.dtype() != ScalarType::Float {
+        return Ok(Batched::PerSession);
+    }
+    let (n, k) = (weight.sizes()[0], weight.sizes()[1]);
+    let shared = (
+        ctx0.read::<f32>(&weight)?,
+        bias.as_ref().map(|b| ctx0.read::<f32>(b)).transpose()?,
+    );
+    if shared.1.is_some_and(|b| b.len() != n) {
+        return Ok(Batched::PerSession);
+    }
+    let same = |a: &[f32], b: &[f32]| std::ptr::eq(a, b);
+    let sessions = args.len();
+    for (i, a) in args.iter_mut().enumerate() {
+        let ctx = ctxs.get(i).ok_or_else(unpaired)?;
+        let l = LinearArgs::unpack(a)?;
+        let rows = l
+            .input
+            .sizes()
+            .split_last()
+            .map(|(_, lead)| lead.iter().product::<usize>());
+        let f32s = [
+            Some(&l.input),
+            Some(&l.weight),
+            l.bias.as_ref(),
+            Some(&l.out.tensor()),
+        ]
+        .into_iter()
+        .flatten()
+        .all(|t| t.dtype() == ScalarType::Float);
+        if !f32s
+            || rows != Some(1)
+            || l.input.sizes().last() != Some(&k)
+            || !same(ctx.read::<f32>(&l.weight)?, shared.0)
+            || l.bias.is_some() != shared.1.is_some()
+        {
+            return Ok(Batched::PerSession);
+        }
+        if let (Some(b), Some(b0)) = (&l.bias, shared.1)
+            && !same(ctx.read::<f32>(b)?, b0)
+        {
+            return Ok(Batched::PerSession);
+        }
+    }
+    let isa = etch_linalg::dispatch().gemm;
+    let pool = ctx0.pool();
+    let xs = ctx0.scratch_dirty::<f32>(sessions * k)?;
+    for (i, (a, x)) in args.iter_mut().zip(xs.chunks_exact_mut(k)).enumerate() {
+        let ctx = ctxs.get(i).ok_or_else(unpaired)?;
+        let input = LinearArgs::unpack(a)?.input;
+        x.copy_from_slice(ctx.read::<f32>(&input)?.get(..k).ok_or_else(too_short)?);
+    }
+    let g = Gemm {
+        a: view(Elems::F32(xs), 0, sessions, k, k, 1),
+        b: view(Elems::F32(shared.0), 0, k, n, 1, k),
+        alpha: 1.0,
+        addend: shared
+            .1
+            .map(|b| (view(Elems::F32(b), 0, sessions, n, 0, 1), 1.0)),
+        clamp: None,
+    };
+    let ys = ctx0.scratch_dirty::<f32>(sessions * n)?;
+    let scratch =
+        ctx0.scratch_dirty::<f32>(gemm::rows_alone_scratch_len(isa, &g, pool.threads()))?;
+    gemm::gemm_rows_alone(pool, isa, &g, ys, scratch)?;
+    for (i, (a, y)) in args.iter_mut().zip(ys.chunks_exact(n)).enumerate() {
+        let ctx = ctxs.get(i).ok_or_else(unpaired)?;
+        let l = LinearArgs::unpack(a)?;
+        let rank = l.input.rank();
+        let mut sizes = [0usize; MAX_RANK];
+        sizes[..rank].copy_from_slice(l.input.sizes());
+        sizes[rank - 1] = n;
+        let out = l.out.resize(a, &sizes[..rank])?;
+        require_contiguous(&out, "out")?;
+        ctx.write::<f32>(&out)?
+            .get_mut(..n)
+            .ok_or_else(too_short)?
+            .copy_from_slice(y);
+    }
+    Ok(Batched::Done)
+}
+
+fn too_short() -> KernelError {
+    KernelError::invalid("batched linear: a tensor is shorter than its shape")
 }
 
 /// Checks a 2-d operand and returns its sizes.

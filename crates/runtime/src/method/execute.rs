@@ -74,6 +74,7 @@ impl Method {
                     op,
                     args,
                     epilogue,
+                    ..
                 } => {
                     let scope = TempScope::new(temp.as_deref().map(|t| t as &dyn MemoryAllocator));
                     let ctx =
@@ -102,13 +103,9 @@ impl Method {
                         source,
                     })
                 }
-                Step::Move { from, to } => match values.get(*from).cloned() {
-                    Some(v) if *to < values.len() => {
-                        values[*to] = v;
-                        Ok(())
-                    }
-                    _ => Err(instruction_error(name, pc, "move between invalid values")),
-                },
+                Step::Move { from, to } => {
+                    move_value(values, *from, *to).map_err(|what| instruction_error(name, pc, what))
+                }
                 Step::JumpFalse { cond, destination } => {
                     match condition(values.get(*cond), storage) {
                         Ok(true) => Ok(()),
@@ -119,13 +116,9 @@ impl Method {
                         Err(what) => Err(instruction_error(name, pc, what)),
                     }
                 }
-                Step::Free { value } => match values.get_mut(*value) {
-                    Some(EValue::Tensor(t)) => {
-                        t.set_data(None);
-                        Ok(())
-                    }
-                    _ => Err(instruction_error(name, pc, "free of a non-tensor value")),
-                },
+                Step::Free { value } => {
+                    free_value(values, *value).map_err(|what| instruction_error(name, pc, what))
+                }
             };
             if let (Some(p), Some((t0, c0))) = (profile.as_mut().and_then(|p| p.get_mut(pc)), probe)
             {
@@ -142,6 +135,42 @@ impl Method {
         stats.executions += 1;
         stats.instructions += executed as u64;
         Ok(())
+    }
+}
+
+impl Method {
+    /// Runs step `pc` when it moves or frees a value (for [`Method::execute_batch`],
+    /// which runs these session by session; a jump is not run here).
+    pub(super) fn run_plain_step(&mut self, pc: usize) -> Result<(), RuntimeError> {
+        let name = &self.plan.name;
+        let result = match self.plan.steps.get(pc) {
+            Some(Step::Move { from, to }) => move_value(&mut self.values, *from, *to),
+            Some(Step::Free { value }) => free_value(&mut self.values, *value),
+            _ => Err("not a move or free"),
+        };
+        result.map_err(|what| instruction_error(name, pc, what))
+    }
+}
+
+/// `values[to] = values[from]`.
+fn move_value(values: &mut [EValue], from: usize, to: usize) -> Result<(), &'static str> {
+    match values.get(from).cloned() {
+        Some(v) if to < values.len() => {
+            values[to] = v;
+            Ok(())
+        }
+        _ => Err("move between invalid values"),
+    }
+}
+
+/// Drops the data of tensor `value` (its memory may be reused).
+fn free_value(values: &mut [EValue], value: usize) -> Result<(), &'static str> {
+    match values.get_mut(value) {
+        Some(EValue::Tensor(t)) => {
+            t.set_data(None);
+            Ok(())
+        }
+        _ => Err("free of a non-tensor value"),
     }
 }
 

@@ -288,6 +288,7 @@ impl MethodPlan {
                         })?;
                         Step::Kernel {
                             kernel,
+                            batched: registry.get_batched(op_name),
                             op: *op_index,
                             args: args.clone().into_boxed_slice(),
                             epilogue: Epilogue::default(),

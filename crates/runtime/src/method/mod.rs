@@ -1,6 +1,7 @@
 //! One loaded method: its value table, the storage its tensors live in, and its
 //! instructions with kernels resolved at load.
 
+mod batch;
 mod execute;
 mod fold;
 mod io;
@@ -9,7 +10,9 @@ mod meta;
 
 use std::sync::Arc;
 
-use etch_kernels::{DelegateHandle, DelegateSummary, EValue, Epilogue, KernelFn, ThreadPool};
+use etch_kernels::{
+    BatchKernelFn, DelegateHandle, DelegateSummary, EValue, Epilogue, KernelFn, ThreadPool,
+};
 use etch_memory::{AllocatorStats, MemoryAllocator, MemoryBudget, Storage};
 
 use crate::RuntimeError;
@@ -44,6 +47,8 @@ pub const MAX_INSTRUCTIONS: usize = 10_000_000;
 pub(crate) enum Step {
     Kernel {
         kernel: KernelFn,
+        /// The kernel's batched form, where it has one (see [`Method::execute_batch`]).
+        batched: Option<BatchKernelFn>,
         /// Index into `MethodPlan::operator_names`.
         op: usize,
         args: Box<[usize]>,
@@ -213,6 +218,12 @@ pub struct MethodStats {
     pub peak_scratch_bytes: usize,
     /// Scratch requests the temp allocator could not serve (heap fallback).
     pub scratch_fallbacks: u64,
+    /// Executions that ran in a batched step with other sessions
+    /// ([`Method::execute_batch`]).
+    pub batched_executions: u64,
+    /// Instructions of those that ran once for the whole batch (a batched kernel, or a
+    /// delegate call that shared a pass over its weights).
+    pub shared_instructions: u64,
 }
 
 /// Per-instruction measurements, collected when profiling is on.

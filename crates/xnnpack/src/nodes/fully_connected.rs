@@ -9,9 +9,10 @@
 //!   (`etch_linalg::quant::qs8`).
 
 use etch_kernels::{BackendError, KernelError, ThreadPool};
+use etch_linalg::quant::qd8_row_stride;
 use etch_linalg::quant::qs8::{Qs8Requant, Qs8Rows, Qs8Weights, gemm_qs8_parallel};
 use etch_linalg::quant::{Qd8Rows, Qd8Weights, gemm_qd8, gemm_qd8_scratch_len_for};
-use etch_linalg::{GemmF32, PackedB, RhsF32, dispatch, gemm_f32};
+use etch_linalg::{GemmF32, PackedB, RhsF32, dispatch, gemm_f32, gemm_f32_rows_alone};
 
 use crate::dims::Dims;
 use crate::graph::{NodeDef, Quantization, invalid};
@@ -21,7 +22,7 @@ use crate::nodes::node_op::NodeOp;
 use crate::nodes::quantized::{int32_bias, requant, tensor_quant, touches_qint8};
 use crate::nodes::shapes::{ShapeResult, get, set};
 use crate::plan_builder::{Bias, Builder, f32_view};
-use crate::qd8_slot::code_words;
+use crate::qd8_slot::{code_words, slot_len};
 use crate::schema::{Datatype, FLAG_TRANSPOSE_WEIGHTS};
 
 /// The weights of an fp32 fully connected node.
@@ -363,6 +364,159 @@ impl NodeOp for FullyConnected {
     }
 }
 
+/// Several sessions' rows through one node in one pass over its weights (the
+/// runtime's batched step, `crate::batch`): the rows stacked in the input's layout,
+/// run once, the outputs handed back row block by row block. Each session gets the
+/// bits it gets alone: the qd8 GEMM computes every row on its own whatever the row
+/// count (the per-token quantization is the `Convert` node's, run per session); the
+/// fp32 GEMM orders its sums differently once it has more than one row, so fp32 nodes
+/// share a pass only when every session has one row, through
+/// `etch_linalg::gemm_f32_rows_alone`.
+impl FullyConnected {
+    /// Rows of the product in a call at `shapes`.
+    pub fn call_rows(&self, shapes: &[Dims]) -> usize {
+        let (_, k) = self.channels(shapes);
+        self.rows(shapes, k)
+    }
+
+    /// `(n, k)` when the weights are constants packed at init (the same for every
+    /// session) and the bias is not a run-time value; `None` otherwise.
+    fn shared_channels(&self) -> Option<(usize, usize)> {
+        match &self.weights {
+            Weights::F32 {
+                filter: Filter::Packed(p),
+                bias: Bias::None | Bias::Packed(_),
+                ..
+            } => Some((p.n(), p.k())),
+            Weights::Qd8 {
+                w,
+                bias: Bias::None | Bias::Packed(_),
+                ..
+            } => Some((w.n(), w.k())),
+            _ => None,
+        }
+    }
+
+    /// Whether sessions with `rows[i]` rows each can share one pass and each get what
+    /// it gets alone.
+    pub fn can_stack(&self, rows: &[usize]) -> bool {
+        let fits = |f32_rows: bool| rows.len() > 1 && (!f32_rows || rows.iter().all(|&r| r == 1));
+        match (&self.weights, self.shared_channels()) {
+            (Weights::F32 { .. }, Some(_)) => fits(true),
+            (Weights::Qd8 { .. }, Some(_)) => fits(false),
+            _ => false,
+        }
+    }
+
+    /// f32 words of the stacked input of `rows` rows: f32 rows, or a qdint8 slot.
+    pub fn stacked_input_len(&self, rows: usize) -> usize {
+        let k = self.shared_channels().map_or(0, |(_, k)| k);
+        match &self.weights {
+            Weights::Qd8 { .. } => slot_len(rows, k).unwrap_or(usize::MAX),
+            _ => rows.saturating_mul(k),
+        }
+    }
+
+    /// Outputs (f32) of `rows` stacked rows.
+    pub fn stacked_output_len(&self, rows: usize) -> usize {
+        rows.saturating_mul(self.shared_channels().map_or(0, |(n, _)| n))
+    }
+
+    /// Copies one session's `rows` input rows (`src`, in the input's arena layout) into
+    /// the stacked input of `total` rows from row `first` on.
+    pub fn stack_input(
+        &self,
+        (first, rows, total): (usize, usize, usize),
+        src: &[f32],
+        stacked: &mut [f32],
+    ) -> Result<(), KernelError> {
+        let (_, k) = self
+            .shared_channels()
+            .ok_or_else(|| short("stacked rows"))?;
+        let too_short = || short("stacked fully connected input");
+        if let Weights::Qd8 { .. } = &self.weights {
+            let stride = qd8_row_stride(k);
+            let (src_words, words) = (
+                code_words(rows, k).ok_or_else(too_short)?,
+                code_words(total, k).ok_or_else(too_short)?,
+            );
+            let (codes, params) = stacked.split_at_mut(words);
+            let from = int8(src.get(..src_words).ok_or_else(too_short)?)
+                .get(..rows * stride)
+                .ok_or_else(too_short)?;
+            int8_mut(codes)
+                .get_mut(first * stride..(first + rows) * stride)
+                .ok_or_else(too_short)?
+                .copy_from_slice(from);
+            let src_params = src
+                .get(src_words..src_words + 2 * rows)
+                .ok_or_else(too_short)?;
+            params
+                .get_mut(2 * first..2 * (first + rows))
+                .ok_or_else(too_short)?
+                .copy_from_slice(src_params);
+        } else {
+            stacked
+                .get_mut(first * k..(first + rows) * k)
+                .zip(src.get(..rows * k))
+                .map(|(d, s)| d.copy_from_slice(s))
+                .ok_or_else(too_short)?;
+        }
+        Ok(())
+    }
+
+    /// GEMM scratch of a stacked run of `rows` rows on `threads` threads.
+    pub fn stacked_scratch_len(&self, rows: usize, threads: usize) -> usize {
+        match &self.weights {
+            Weights::F32 { filter, .. } => {
+                let (n, k) = self.shared_channels().unwrap_or((0, 0));
+                let g = fc_gemm(rows, n, k, &[], filter.rhs(&[]), None, 0.0, 0.0);
+                g.rows_alone_scratch_len(threads)
+            }
+            Weights::Qd8 { w, .. } => gemm_qd8_scratch_len_for(rows, w, threads),
+            Weights::Int8 { .. } => 0,
+        }
+    }
+
+    /// Runs the node once over `rows` stacked rows (`x`, see [`Self::stack_input`])
+    /// into `out` (`rows * n`, row-major).
+    pub fn run_stacked(
+        &self,
+        pool: &ThreadPool,
+        rows: usize,
+        x: &[f32],
+        out: &mut [f32],
+        scratch: &mut [f32],
+    ) -> Result<(), KernelError> {
+        let (n, k) = self
+            .shared_channels()
+            .ok_or_else(|| short("stacked rows"))?;
+        match &self.weights {
+            Weights::F32 {
+                filter,
+                bias,
+                min,
+                max,
+            } => {
+                let bias = match bias {
+                    Bias::Packed(b) => Some(b.as_slice()),
+                    _ => None,
+                };
+                let g = fc_gemm(rows, n, k, x, filter.rhs(&[]), bias, *min, *max);
+                Ok(gemm_f32_rows_alone(pool, &g, out, scratch)?)
+            }
+            Weights::Qd8 { w, bias, min, max } => {
+                let bias = match bias {
+                    Bias::Packed(b) => Some(b.as_slice()),
+                    _ => None,
+                };
+                fully_connected_qd8(pool, rows, w, x, bias, (*min, *max), out, scratch)
+            }
+            Weights::Int8 { .. } => Err(short("stacked rows")),
+        }
+    }
+}
+
 /// `x[m, k] . w[n, k] + bias`, clamped to `[min, max]`, as a product of the shared GEMM
 /// (matrix-vector rows split over output columns for decode, the packed micro-kernel
 /// for prefill).
@@ -422,7 +576,6 @@ fn fully_connected_qd8(
 mod tests {
     use super::*;
     use crate::nodes::convert::quantize_rows;
-    use crate::qd8_slot::slot_len;
 
     #[test]
     fn quantized_product_approximates_the_float_one() {
