@@ -4,7 +4,13 @@
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
-use etch_llm::{GenerationStats, Runner, RunnerOptions, SamplingConfig};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+use etch_llm::{
+    Engine, EngineOptions, GenerationStats, Runner, RunnerOptions, SamplingConfig, TurnRequest,
+};
 
 /// Arguments of `etch bench`.
 #[derive(clap::Args)]
@@ -51,6 +57,18 @@ pub struct BenchArgs {
         value_name = "T,..."
     )]
     threads: Vec<usize>,
+    /// Concurrent sessions to measure, comma-separated (`1,2,4,8`): each prefills its
+    /// own prompt, then all decode together, one batched step over the weights per
+    /// token (as `etch serve` decodes its requests). Reports aggregate and per-session
+    /// decode tokens/s per thread count and session count. Without it: one session
+    /// through the text runner.
+    #[arg(
+        short = 's',
+        long = "sessions",
+        value_delimiter = ',',
+        value_name = "N,..."
+    )]
+    sessions: Vec<usize>,
     /// How to bring the .pte into memory.
     #[arg(long, value_enum, default_value_t = crate::load::LoadArg::Auto, value_name = "MODE")]
     load: crate::load::LoadArg,
@@ -156,6 +174,22 @@ struct ThreadResult {
     peak_rss_bytes: Option<u64>,
 }
 
+/// The figures of one thread count and session count (`--sessions`).
+#[derive(serde::Serialize)]
+struct SessionsResult {
+    threads: usize,
+    sessions: usize,
+    /// Decode tokens of all sessions together per second (mean over the repetitions).
+    aggregate_decode_tokens_per_second: f64,
+    aggregate_decode_tokens_per_second_stddev: f64,
+    /// Decode tokens per second each session sees (they step in lockstep).
+    per_session_decode_tokens_per_second: f64,
+    /// Mean time of one batched step (every session's token), milliseconds.
+    step_ms: f64,
+    aggregate_runs: Vec<f64>,
+    peak_rss_bytes: Option<u64>,
+}
+
 #[derive(serde::Serialize)]
 struct Report {
     etch_version: &'static str,
@@ -166,6 +200,9 @@ struct Report {
     repetitions: usize,
     warmup: usize,
     results: Vec<ThreadResult>,
+    /// With `--sessions`: one entry per thread count and session count.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    sessions_results: Vec<SessionsResult>,
 }
 
 /// Prompt ids that cover the vocabulary without favouring any id.
@@ -205,6 +242,104 @@ fn once(runner: &mut Runner, prompt: &[u64], decode: usize) -> anyhow::Result<Ge
     Ok(g.stats)
 }
 
+/// `sessions` named sessions each prefilling its own prompt (`prompt` rotated), then
+/// decoding `decode` tokens together through [`Engine::step_batch`]; returns the
+/// seconds of the decode.
+fn sessions_once(
+    engine: &mut Engine,
+    prompt: &[u64],
+    decode: usize,
+    sessions: usize,
+) -> anyhow::Result<f64> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let mut turns = Vec::with_capacity(sessions);
+    for i in 0..sessions {
+        let mut ids = prompt.to_vec();
+        let shift = i % ids.len().max(1);
+        ids.rotate_left(shift);
+        let request = TurnRequest {
+            session: Some(format!("bench-{i}")),
+            prompt: ids,
+            max_new_tokens: Some(decode),
+            sampling: SamplingConfig::default(),
+            stop: Vec::new(),
+            ignore_eos: true,
+        };
+        turns.push(engine.start(&request, Arc::clone(&cancel))?);
+    }
+    let started = Instant::now();
+    let mut failure = None;
+    while !turns.is_empty() {
+        let mut finished = Vec::new();
+        engine.step_batch(&mut turns, &mut |_, _| {}, &mut |i, result| {
+            if let Err(e) = result {
+                failure.get_or_insert(e);
+            }
+            finished.push(i);
+        });
+        if let Some(e) = failure.take() {
+            bail!("a session's turn failed: {e}");
+        }
+        for i in finished.into_iter().rev() {
+            turns.remove(i);
+        }
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// The `--sessions` measurements of one thread count.
+fn measure_sessions(
+    args: &BenchArgs,
+    threads: usize,
+    out: &mut Vec<SessionsResult>,
+) -> anyhow::Result<()> {
+    let most = args.sessions.iter().copied().max().unwrap_or(1);
+    let mut runner = load(args, threads)?;
+    runner.clear_eos_ids();
+    let prompt = prompt_ids(args.prompt_tokens, runner.vocab_size());
+    let mut engine = Engine::new(
+        runner,
+        EngineOptions {
+            max_sessions: most + 1,
+        },
+    );
+    for &n in &args.sessions {
+        for w in 0..args.warmup {
+            eprintln!(
+                "[bench] {threads} thread(s), {n} session(s): warm-up {}/{}",
+                w + 1,
+                args.warmup
+            );
+            sessions_once(&mut engine, &prompt, args.decode_tokens, n)?;
+        }
+        let mut aggregate = Vec::with_capacity(args.repetitions);
+        let mut seconds = Vec::with_capacity(args.repetitions);
+        for r in 0..args.repetitions {
+            eprintln!(
+                "[bench] {threads} thread(s), {n} session(s): repetition {}/{}",
+                r + 1,
+                args.repetitions
+            );
+            let s = sessions_once(&mut engine, &prompt, args.decode_tokens, n)?;
+            aggregate.push((n * args.decode_tokens) as f64 / s);
+            seconds.push(s);
+        }
+        let (mean, stddev) = mean_stddev(&aggregate);
+        let (step_s, _) = mean_stddev(&seconds);
+        out.push(SessionsResult {
+            threads,
+            sessions: n,
+            aggregate_decode_tokens_per_second: mean,
+            aggregate_decode_tokens_per_second_stddev: stddev,
+            per_session_decode_tokens_per_second: mean / n as f64,
+            step_ms: step_s * 1e3 / args.decode_tokens as f64,
+            aggregate_runs: aggregate,
+            peak_rss_bytes: etch_llm::peak_rss_bytes(),
+        });
+    }
+    Ok(())
+}
+
 pub fn main(args: BenchArgs) -> anyhow::Result<()> {
     if !args.model.exists() {
         bail!("model file {} does not exist", args.model.display());
@@ -224,11 +359,18 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
     if threads.contains(&0) {
         bail!("-t: a thread count must be at least 1");
     }
+    if args.sessions.contains(&0) {
+        bail!("--sessions: a session count must be at least 1");
+    }
+    if !args.sessions.is_empty() && args.decode_tokens == 0 {
+        bail!("--sessions measures decoding: -n must be at least 1");
+    }
     let bytes = std::fs::metadata(&args.model)
         .with_context(|| args.model.display().to_string())?
         .len();
     let mut model = None;
     let mut results = Vec::new();
+    let mut sessions_results = Vec::new();
     for &t in &threads {
         eprintln!("[bench] {} thread(s): loading {}", t, args.model.display());
         let mut runner = load(&args, t)?;
@@ -281,6 +423,10 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
             heap_allocations_per_decoded_token: last.heap_allocations_per_decoded_token,
             peak_rss_bytes: etch_llm::peak_rss_bytes(),
         });
+        drop(runner);
+        if !args.sessions.is_empty() {
+            measure_sessions(&args, t, &mut sessions_results)?;
+        }
     }
     let report = Report {
         etch_version: env!("CARGO_PKG_VERSION"),
@@ -291,6 +437,7 @@ pub fn main(args: BenchArgs) -> anyhow::Result<()> {
         repetitions: args.repetitions,
         warmup: args.warmup,
         results,
+        sessions_results,
     };
     let text = if args.json {
         serde_json::to_string_pretty(&report)? + "\n"
@@ -344,6 +491,25 @@ fn markdown(r: &Report) -> String {
                 t.decode_tokens_per_second,
                 t.decode_tokens_per_second_stddev,
                 t.load_ms
+            ));
+        }
+    }
+    if !r.sessions_results.is_empty() {
+        s.push_str(&format!(
+            "\nconcurrent sessions, decode tg{} each, batched in one step per token:\n\n",
+            r.decode_tokens
+        ));
+        s.push_str("| threads | sessions | aggregate t/s | per session t/s | step ms |\n");
+        s.push_str("|---:|---:|---:|---:|---:|\n");
+        for x in &r.sessions_results {
+            s.push_str(&format!(
+                "| {} | {} | {:.2} ± {:.2} | {:.2} | {:.2} |\n",
+                x.threads,
+                x.sessions,
+                x.aggregate_decode_tokens_per_second,
+                x.aggregate_decode_tokens_per_second_stddev,
+                x.per_session_decode_tokens_per_second,
+                x.step_ms
             ));
         }
     }

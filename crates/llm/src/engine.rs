@@ -180,6 +180,10 @@ pub struct ActiveTurn {
     started: Instant,
     decode_started: Instant,
     prefill_ms: f64,
+    /// The whole prompt, and how much of it the session holds: a long prompt is
+    /// prefilled one chunk per step, so that other turns decode in between.
+    prompt: Vec<u64>,
+    prefilled: usize,
 }
 
 impl ActiveTurn {
@@ -421,16 +425,34 @@ impl Engine {
             started,
             decode_started: started,
             prefill_ms: 0.0,
+            prompt: request.prompt.clone(),
+            prefilled: plan.reused,
         };
-        match session.prefill(&request.prompt[plan.reused..], &turn.cancel) {
-            // Delivered at the first step, as a cancelled turn.
-            Ok(_) | Err(LlmError::Cancelled) => {}
-            Err(e) => return Err(e.into()),
-        }
+        self.prefill_chunk(&mut turn)?;
         self.slots[slot].busy = true;
-        turn.prefill_ms = started.elapsed().as_secs_f64() * 1e3;
-        turn.decode_started = Instant::now();
         Ok(turn)
+    }
+
+    /// Prefills the next chunk of the turn's prompt (as many tokens as one forward call
+    /// of the program takes); a cancel leaves the session dirty, and the turn ends at
+    /// its next step.
+    fn prefill_chunk(&mut self, turn: &mut ActiveTurn) -> Result<(), LlmError> {
+        let session = &mut self.slots[turn.slot].session;
+        let chunk = session.shape().max_prefill_chunk.max(1);
+        let end = (turn.prefilled + chunk).min(turn.prompt.len());
+        if end > turn.prefilled {
+            match session.prefill(&turn.prompt[turn.prefilled..end], &turn.cancel) {
+                // Delivered at the next step, as a cancelled turn.
+                Ok(_) | Err(LlmError::Cancelled) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        turn.prefilled = end;
+        if end == turn.prompt.len() {
+            turn.prefill_ms = turn.started.elapsed().as_secs_f64() * 1e3;
+            turn.decode_started = Instant::now();
+        }
+        Ok(())
     }
 
     /// One decode step of `turn`: samples a token, hands its text (complete UTF-8,
@@ -460,6 +482,7 @@ impl Engine {
     ) -> Result<Option<Completion>, TurnError> {
         let token = match self.advance(turn, on_text)? {
             Advance::Finished(done) => return Ok(Some(done)),
+            Advance::Prefilled => return Ok(None),
             Advance::Decode(token) => token,
         };
         self.slots[turn.slot].session.decode(token)?;
@@ -471,19 +494,22 @@ impl Engine {
     /// tokens it gets stepped alone ([`Engine::step`]). `on_text(i, text)` gets turn
     /// `i`'s text and `on_done(i, result)` each turn that ended (its session is then
     /// free again; the caller drops the turn). At most [`etch_runtime::MAX_BATCH`]
-    /// turns step together; more step in several batches.
+    /// turns step together; more step in several batches. Returns how many turns ran a
+    /// model step.
     pub fn step_batch(
         &mut self,
         turns: &mut [ActiveTurn],
         on_text: &mut dyn FnMut(usize, &str),
         on_done: &mut dyn FnMut(usize, Result<Completion, TurnError>),
-    ) {
+    ) -> usize {
+        let mut decoded = 0;
         for (base, group) in (0..turns.len())
             .step_by(MAX_BATCH)
             .zip(turns.chunks_mut(MAX_BATCH))
         {
-            self.step_group(base, group, on_text, on_done);
+            decoded += self.step_group(base, group, on_text, on_done);
         }
+        decoded
     }
 
     fn step_group(
@@ -492,13 +518,14 @@ impl Engine {
         turns: &mut [ActiveTurn],
         on_text: &mut dyn FnMut(usize, &str),
         on_done: &mut dyn FnMut(usize, Result<Completion, TurnError>),
-    ) {
+    ) -> usize {
         // Sample each turn; those that go on need a model step.
         let mut tokens = [None::<u64>; MAX_BATCH];
         for (i, turn) in turns.iter_mut().enumerate() {
             let result = self.advance(turn, &mut |t| on_text(base + i, t));
             match result {
                 Ok(Advance::Decode(token)) => tokens[i] = Some(token),
+                Ok(Advance::Prefilled) => {}
                 Ok(Advance::Finished(done)) => self.end_turn(turn, base + i, Ok(done), on_done),
                 Err(e) => self.end_turn(turn, base + i, Err(e), on_done),
             }
@@ -514,6 +541,7 @@ impl Engine {
                 let _ = steps.push((&mut slot.session, *token));
             }
         }
+        let decoded = steps.len();
         let result = Session::decode_batch(&mut steps);
         // Every turn of a failed step ends with its error (the sessions are dirty).
         let failure = result.err().map(|e| e.to_string());
@@ -530,6 +558,7 @@ impl Engine {
                 self.end_turn(turn, base + i, Ok(done), on_done);
             }
         }
+        decoded
     }
 
     /// Frees a turn's session (dirty after an error) and reports the turn's end.
@@ -549,17 +578,15 @@ impl Engine {
         on_done(i, result);
     }
 
-    /// A turn's step up to its model step: the cancel check, sampling, end of sequence,
-    /// the token's text and stop strings. Returns the token to step through the model,
-    /// or the turn's completion.
+    /// A turn's step up to its model step: the cancel check, the next chunk of a prompt
+    /// not yet prefilled, or sampling, end of sequence, the token's text and stop
+    /// strings. Returns the token to step through the model, or the turn's completion.
     fn advance(
         &mut self,
         turn: &mut ActiveTurn,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Advance, TurnError> {
-        let token_bytes = &self.model.token_bytes;
-        let slot = &mut self.slots[turn.slot];
-        let session = &mut slot.session;
+        let session = &mut self.slots[turn.slot].session;
         if turn.cancel.load(Ordering::Relaxed) || session.is_dirty() {
             // A cancel (now or during prefill) leaves what was said unsaid.
             flush(turn, on_text);
@@ -571,6 +598,12 @@ impl Engine {
                 false,
             )));
         }
+        if turn.prefilled < turn.prompt.len() {
+            self.prefill_chunk(turn)?;
+            return Ok(Advance::Prefilled);
+        }
+        let token_bytes = &self.model.token_bytes;
+        let session = &mut self.slots[turn.slot].session;
         let token = u64::from(sample(&mut turn.sampler, session));
         if !turn.ignore_eos && self.eos_ids.contains(&token) {
             flush(turn, on_text);
@@ -628,6 +661,8 @@ impl Engine {
 enum Advance {
     /// The turn ended.
     Finished(Completion),
+    /// A chunk of the prompt was prefilled (no token this step).
+    Prefilled,
     /// Step this token through the model.
     Decode(u64),
 }

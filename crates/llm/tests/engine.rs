@@ -225,3 +225,43 @@ fn the_context_clamps_the_reply_and_a_full_prompt_is_refused() {
         Err(TurnError::ContextExceeded { .. })
     ));
 }
+
+/// A long prompt is prefilled one chunk per step, so the turns already decoding go on
+/// between its chunks; it then gives the tokens it gives alone.
+#[test]
+fn a_long_prompt_prefills_between_the_decode_steps_of_others() {
+    let long = prompt(45, 9); // two chunks of the fixture's 31-token forward
+    let mut alone = engine(3);
+    let want = alone
+        .run(&request(Some("b"), &long, 6), no_cancel(), &mut |_| {})
+        .unwrap()
+        .generated_token_ids
+        .unwrap();
+
+    let mut e = engine(3);
+    let a = e
+        .start(&request(Some("a"), &prompt(5, 1), 12), no_cancel())
+        .unwrap();
+    let mut turns = vec![a];
+    e.step_batch(&mut turns, &mut |_, _| {}, &mut |_, r| drop(r.unwrap()));
+    assert_eq!(turns[0].generated(), 1);
+    // The first chunk runs in `start`, the second in the next step, beside A's token.
+    turns.push(e.start(&request(Some("b"), &long, 6), no_cancel()).unwrap());
+    let decoded = e.step_batch(&mut turns, &mut |_, _| {}, &mut |_, r| drop(r.unwrap()));
+    assert_eq!(decoded, 1, "only A decodes while B prefills");
+    assert_eq!((turns[0].generated(), turns[1].generated()), (2, 0));
+    let mut got = None;
+    while got.is_none() {
+        let mut done = Vec::new();
+        e.step_batch(&mut turns, &mut |_, _| {}, &mut |i, r| {
+            done.push((i, r.unwrap()))
+        });
+        for (i, c) in done.into_iter().rev() {
+            if i == 1 {
+                got = c.generated_token_ids;
+            }
+            turns.remove(i);
+        }
+    }
+    assert_eq!(got.unwrap(), want);
+}

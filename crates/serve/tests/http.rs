@@ -352,3 +352,43 @@ fn mutated_bodies_and_worker_lines_never_panic() {
         }
     }
 }
+
+/// Continuous batching: greedy requests sent together, decoded in shared steps, get the
+/// answers they get sent one at a time.
+#[test]
+fn concurrent_requests_get_what_they_get_alone() {
+    let s = start("batched", 5, None);
+    let bodies: Vec<Value> = ["Hello", "What is two and two?", "Tell me a story", "Hi"]
+        .iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let mut body = chat(
+                json!([{"role": "user", "content": text}]),
+                json!({"session_id": format!("s{i}")}),
+            );
+            body["max_tokens"] = json!(24);
+            body
+        })
+        .collect();
+    let alone: Vec<String> = bodies
+        .iter()
+        .map(|b| content(&s.post("/v1/chat/completions", b).1))
+        .collect();
+    for round in 0..2 {
+        let together: Vec<String> = std::thread::scope(|scope| {
+            let handles: Vec<_> = bodies
+                .iter()
+                .map(|b| scope.spawn(|| content(&s.post("/v1/chat/completions", b).1)))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(together, alone, "round {round}");
+    }
+    let (_, metrics) = s.get("/metrics");
+    let batched = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("etch_batched_decode_steps_total "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    assert!(batched > 0.0, "no decode step was batched:\n{metrics}");
+}

@@ -1,8 +1,11 @@
 //! The engine's own thread: it owns the [`Engine`] (sessions, weights, tokenizer), takes
-//! requests from HTTP handlers through a channel, and steps every running turn one token
-//! at a time in turn, so that sessions generate side by side. Requests wait in arrival
-//! order for their session to be free (the scratch session serves anonymous requests
-//! one at a time).
+//! requests from HTTP handlers through a channel, and steps every running turn together
+//! (continuous batching): each engine step decodes one token of every generating turn
+//! in one batched pass over the weights ([`Engine::step_batch`]), and a turn whose
+//! prompt is still being prefilled advances one chunk, so a new long prompt does not
+//! stall the others for more than a chunk. Turns join and leave between steps;
+//! cancellation and stop strings act per turn. Requests wait in arrival order for their
+//! session to be free (the scratch session serves anonymous requests one at a time).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -124,17 +127,16 @@ struct Waiting {
     cancel: Arc<AtomicBool>,
 }
 
-struct Running {
-    turn: ActiveTurn,
-    events: tmpsc::UnboundedSender<TurnEvent>,
-}
-
 struct EngineLoop {
     commands: mpsc::Receiver<Command>,
     engine: Engine,
     metrics: Arc<Metrics>,
     waiting: VecDeque<Waiting>,
-    running: Vec<Running>,
+    /// The running turns, and beside each (same index) where its events go.
+    running: Vec<ActiveTurn>,
+    streams: Vec<tmpsc::UnboundedSender<TurnEvent>>,
+    /// The turns that ended in the last step (reused).
+    finished: Vec<(usize, Result<Completion, TurnError>)>,
     /// Sessions a close or reset waits on (they are running a turn), with the reply.
     deferred: Vec<(SessionOp, String, SessionReply)>,
 }
@@ -147,6 +149,8 @@ impl EngineLoop {
             metrics,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            streams: Vec::new(),
+            finished: Vec::new(),
             deferred: Vec::new(),
         }
     }
@@ -257,9 +261,9 @@ impl EngineLoop {
                 w.cancel.store(true, Ordering::Relaxed);
             }
         }
-        for r in &self.running {
-            if r.turn.session() == Some(id) {
-                r.turn.cancel_flag().store(true, Ordering::Relaxed);
+        for turn in &self.running {
+            if turn.session() == Some(id) {
+                turn.cancel_flag().store(true, Ordering::Relaxed);
             }
         }
     }
@@ -307,10 +311,8 @@ impl EngineLoop {
             match self.engine.start(&w.request, Arc::clone(&w.cancel)) {
                 Ok(turn) => {
                     let _ = w.events.send(TurnEvent::Started);
-                    self.running.push(Running {
-                        turn,
-                        events: w.events,
-                    });
+                    self.running.push(turn);
+                    self.streams.push(w.events);
                 }
                 Err(e) => {
                     let _ = w.events.send(TurnEvent::Failed(e));
@@ -319,31 +321,47 @@ impl EngineLoop {
         }
     }
 
-    /// One decode step of every running turn.
+    /// One step of every running turn, their model steps batched.
     fn step_all(&mut self) {
-        let mut i = 0;
-        while i < self.running.len() {
-            let r = &mut self.running[i];
-            if r.events.is_closed() {
+        for (turn, events) in self.running.iter().zip(&self.streams) {
+            if events.is_closed() {
                 // The client is gone: stop at this step.
-                r.turn.cancel_flag().store(true, Ordering::Relaxed);
+                turn.cancel_flag().store(true, Ordering::Relaxed);
             }
-            let events = &r.events;
-            let step = self.engine.step(&mut r.turn, &mut |text: &str| {
-                let _ = events.send(TurnEvent::Text(text.to_string()));
-            });
-            match step {
-                Ok(None) => i += 1,
-                Ok(Some(done)) => {
+        }
+        let streams = &self.streams;
+        let finished = &mut self.finished;
+        let decoded = self.engine.step_batch(
+            &mut self.running,
+            &mut |i, text| {
+                if let Some(events) = streams.get(i) {
+                    let _ = events.send(TurnEvent::Text(text.to_string()));
+                }
+            },
+            &mut |i, result| finished.push((i, result)),
+        );
+        if decoded > 1 {
+            self.metrics.batched_steps.fetch_add(1, Ordering::Relaxed);
+            self.metrics
+                .batched_tokens
+                .fetch_add(decoded as u64, Ordering::Relaxed);
+        }
+        // Highest index first: each swap_remove moves a turn that is not among the rest.
+        self.finished.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
+        for (i, result) in self.finished.drain(..) {
+            if i >= self.running.len() {
+                continue;
+            }
+            self.running.swap_remove(i);
+            let events = self.streams.swap_remove(i);
+            let event = match result {
+                Ok(done) => {
                     self.metrics.record(&done);
-                    let r = self.running.swap_remove(i);
-                    let _ = r.events.send(TurnEvent::Done(Box::new(done)));
+                    TurnEvent::Done(Box::new(done))
                 }
-                Err(e) => {
-                    let r = self.running.swap_remove(i);
-                    let _ = r.events.send(TurnEvent::Failed(e));
-                }
-            }
+                Err(e) => TurnEvent::Failed(e),
+            };
+            let _ = events.send(event);
         }
     }
 }

@@ -20,6 +20,10 @@ pub struct Metrics {
     pub sessions_in_use: AtomicUsize,
     /// Requests waiting for their session.
     pub queued: AtomicUsize,
+    /// Engine steps that decoded several turns in one batched pass over the weights,
+    /// and the turns' tokens those steps decoded.
+    pub batched_steps: AtomicU64,
+    pub batched_tokens: AtomicU64,
     /// Milliseconds spent prefilling and decoding, summed over turns.
     times: Mutex<(f64, f64)>,
 }
@@ -56,7 +60,7 @@ impl Metrics {
         };
         let prefilled = load(&self.prefilled_tokens);
         let completion = load(&self.completion_tokens);
-        let rows: [(&str, &str, &str, f64); 12] = [
+        let rows: [(&str, &str, &str, f64); 14] = [
             (
                 "etch_requests_total",
                 "counter",
@@ -128,6 +132,18 @@ impl Metrics {
                 "gauge",
                 "Requests waiting for their session.",
                 self.queued.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "etch_batched_decode_steps_total",
+                "counter",
+                "Decode steps that ran several turns in one pass over the weights.",
+                load(&self.batched_steps) as f64,
+            ),
+            (
+                "etch_batched_decode_tokens_total",
+                "counter",
+                "Tokens decoded in those steps, all turns together.",
+                load(&self.batched_tokens) as f64,
             ),
         ];
         let mut out = String::new();
