@@ -330,38 +330,3 @@ fn rows_give_the_bits_they_give_alone() {
         }
     }
 }
-
-#[test]
-#[ignore]
-fn tmp_timing() {
-    let (n, k) = (49152usize, 576usize);
-    let scales: Vec<f32> = (0..n * k / 32)
-        .map(|i| (i % 97 + 1) as f32 / 3001.0)
-        .collect();
-    let w = Qd8Weights::from_int4(n, k, 32, &scales, |j, c| ((j * 7 + c * 5) % 16) as u8).unwrap();
-    let pool = ThreadPool::new(2).unwrap();
-    for m in [1usize, 2, 4, 8, 16] {
-        let x: Vec<f32> = (0..m * k)
-            .map(|i| ((i * 37) % 201) as f32 / 50.0 - 2.1)
-            .collect();
-        let mut q = vec![0i8; m * qd8_row_stride(k)];
-        let mut params = vec![0f32; 2 * m];
-        quantize_qd8(&x, k, &mut q, &mut params).unwrap();
-        let rows = Qd8Rows {
-            m,
-            q: &q,
-            params: &params,
-        };
-        let mut out = vec![0f32; m * n];
-        let mut scratch = vec![0f32; gemm_qd8_scratch_len(m, &w)];
-        let bounds = (f32::NEG_INFINITY, f32::INFINITY);
-        for _ in 0..3 {
-            gemm_qd8(&pool, &rows, &w, None, bounds, &mut out, &mut scratch).unwrap();
-        }
-        let t = std::time::Instant::now();
-        for _ in 0..20 {
-            gemm_qd8(&pool, &rows, &w, None, bounds, &mut out, &mut scratch).unwrap();
-        }
-        eprintln!("m={m}: {:.3} ms", t.elapsed().as_secs_f64() * 1e3 / 20.0);
-    }
-}
