@@ -12,12 +12,19 @@ import time
 @contextlib.contextmanager
 def etch_serve(etch, model, tokenizer, threads):
     """Runs `etch serve` on a free loopback port until the block ends; yields the port."""
+    with etch_serve_process(etch, model, tokenizer, threads) as (port, _):
+        yield port
+
+
+@contextlib.contextmanager
+def etch_serve_process(etch, model, tokenizer, threads, extra=()):
+    """`etch_serve` with more flags; yields the port and the server's process."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(
         [etch, "serve", "--model", model, "--tokenizer", tokenizer, "--host", "127.0.0.1",
-         "--port", str(port), "--threads", str(threads)],
+         "--port", str(port), "--threads", str(threads), *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.time() + 120
@@ -32,7 +39,7 @@ def etch_serve(etch, model, tokenizer, threads):
             if time.time() > deadline or server.poll() is not None:
                 sys.exit("etch serve did not come up: " + server.stderr.read().decode()[-2000:])
             time.sleep(0.2)
-        yield port
+        yield port, server
     finally:
         server.terminate()
         try:
