@@ -3,6 +3,11 @@
 //! request's prefill then decode -- stepped one token at a time, so that a server can
 //! interleave them and stop any between steps.
 //!
+//! Anonymous requests run in scratch sessions, which start over every time: the first
+//! always exists; while the capacity is not taken by named sessions, more are made so
+//! that anonymous requests run side by side too (an idle one gives its room back to a
+//! named session that needs it).
+//!
 //! Token accounting follows the official LLM server's worker: a turn's prompt is
 //! prefilled (only its new suffix when it extends the session's resident tokens), then
 //! every generated token that is not an end-of-sequence token is emitted *and* stepped
@@ -149,7 +154,9 @@ fn per_second(count: usize, ms: f64) -> f64 {
 }
 
 struct Slot {
-    /// `None`: the scratch session.
+    /// Stable while other slots come and go (turns name their slot by it).
+    id: usize,
+    /// `None`: a scratch session (slot 0, and any made for anonymous requests).
     name: Option<String>,
     session: Session,
     busy: bool,
@@ -161,10 +168,12 @@ pub struct Engine {
     slots: Vec<Slot>,
     max_sessions: usize,
     eos_ids: Vec<u64>,
+    next_slot_id: usize,
 }
 
 /// A turn in progress: started by [`Engine::start`], advanced by [`Engine::step`].
 pub struct ActiveTurn {
+    /// The id of its session's slot.
     slot: usize,
     /// The named session's id (`None`: the scratch session).
     session: Option<String>,
@@ -216,12 +225,14 @@ impl Engine {
         Self {
             model,
             slots: vec![Slot {
+                id: 0,
                 name: None,
                 session: scratch,
                 busy: false,
             }],
             max_sessions: options.max_sessions.max(1),
             eos_ids,
+            next_slot_id: 1,
         }
     }
 
@@ -289,9 +300,73 @@ impl Engine {
     /// Whether the session a request would run in is free now.
     pub fn is_free(&self, session: Option<&str>) -> bool {
         match session {
-            None => !self.slots[0].busy,
-            Some(name) => self.find(name).is_none_or(|i| !self.slots[i].busy),
+            None => self.free_scratch().is_some() || self.slots.len() < self.max_sessions,
+            Some(name) => match self.find(name) {
+                Some(i) => !self.slots[i].busy,
+                // Opening it needs a slot: a free one, or an idle scratch session's (while
+                // busy scratch sessions hold every slot, the request waits); past the
+                // named capacity it is refused at once.
+                None => {
+                    self.named_sessions() >= self.max_named_sessions()
+                        || self.slots.len() < self.max_sessions
+                        || self.idle_extra_scratch().is_some()
+                }
+            },
         }
+    }
+
+    fn new_slot_id(&mut self) -> usize {
+        self.next_slot_id += 1;
+        self.next_slot_id - 1
+    }
+
+    /// The slot of a turn (a slot running a turn is never removed).
+    fn slot_of(&mut self, turn: &ActiveTurn) -> Result<&mut Slot, LlmError> {
+        self.slots
+            .iter_mut()
+            .find(|s| s.id == turn.slot)
+            .ok_or_else(|| LlmError::Model("the turn's session is gone".into()))
+    }
+
+    /// A scratch session that is not running a turn.
+    fn free_scratch(&self) -> Option<usize> {
+        self.slots.iter().position(|s| s.name.is_none() && !s.busy)
+    }
+
+    /// A scratch session beyond the first that is not running a turn.
+    fn idle_extra_scratch(&self) -> Option<usize> {
+        self.slots
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|(_, s)| s.name.is_none() && !s.busy)
+            .map(|(i, _)| i)
+    }
+
+    /// The scratch session an anonymous request runs in: a free one, or a new one while
+    /// there is room.
+    fn scratch_slot(&mut self) -> Result<usize, SessionError> {
+        if let Some(i) = self.free_scratch() {
+            return Ok(i);
+        }
+        if self.slots.len() >= self.max_sessions {
+            return Err(SessionError::Busy(String::new()));
+        }
+        let session = self
+            .model
+            .new_session()
+            .map_err(|e| SessionError::CapacityExhausted {
+                named: self.named_sessions(),
+                reason: e.to_string(),
+            })?;
+        let id = self.new_slot_id();
+        self.slots.push(Slot {
+            id,
+            name: None,
+            session,
+            busy: false,
+        });
+        Ok(self.slots.len() - 1)
     }
 
     fn find(&self, name: &str) -> Option<usize> {
@@ -316,6 +391,19 @@ impl Engine {
                 reason: format!("the engine holds at most {}", self.max_named_sessions()),
             });
         }
+        if self.slots.len() >= self.max_sessions {
+            // Scratch sessions made for anonymous requests hold the room: an idle one
+            // gives it back.
+            match self.idle_extra_scratch() {
+                Some(i) => drop(self.slots.remove(i)),
+                None => {
+                    return Err(SessionError::CapacityExhausted {
+                        named,
+                        reason: "every session is running a turn".into(),
+                    });
+                }
+            }
+        }
         let session = self
             .model
             .new_session()
@@ -323,7 +411,9 @@ impl Engine {
                 named,
                 reason: e.to_string(),
             })?;
+        let id = self.new_slot_id();
         self.slots.push(Slot {
+            id,
             name: Some(name.to_string()),
             session,
             busy: false,
@@ -388,7 +478,7 @@ impl Engine {
         };
         let sampler = Sampler::new(self.model.vocab, request.sampling)?;
         let slot = match &request.session {
-            None => 0,
+            None => self.scratch_slot()?,
             Some(name) => {
                 self.open(name)?;
                 self.find(name).unwrap_or(0)
@@ -398,9 +488,10 @@ impl Engine {
             let name = self.slots[slot].name.clone().unwrap_or_default();
             return Err(SessionError::Busy(name).into());
         }
+        let scratch = self.slots[slot].name.is_none();
         let session = &mut self.slots[slot].session;
-        // The scratch session always starts over.
-        let plan = if slot == 0 {
+        // A scratch session always starts over.
+        let plan = if scratch {
             session.reset()?;
             PrefillPlan {
                 reason: ResumeReason::New,
@@ -411,7 +502,7 @@ impl Engine {
         };
         let token_bytes = &self.model.token_bytes;
         let mut turn = ActiveTurn {
-            slot,
+            slot: self.slots[slot].id,
             session: request.session.clone(),
             sampler,
             stream: StreamDecoder::new(token_bytes),
@@ -437,7 +528,7 @@ impl Engine {
     /// of the program takes); a cancel leaves the session dirty, and the turn ends at
     /// its next step.
     fn prefill_chunk(&mut self, turn: &mut ActiveTurn) -> Result<(), LlmError> {
-        let session = &mut self.slots[turn.slot].session;
+        let session = &mut self.slot_of(turn)?.session;
         let chunk = session.shape().max_prefill_chunk.max(1);
         let end = (turn.prefilled + chunk).min(turn.prompt.len());
         if end > turn.prefilled {
@@ -465,7 +556,7 @@ impl Engine {
     ) -> Result<Option<Completion>, TurnError> {
         let result = self.step_inner(turn, on_text);
         if !matches!(result, Ok(None))
-            && let Some(slot) = self.slots.get_mut(turn.slot)
+            && let Ok(slot) = self.slot_of(turn)
         {
             slot.busy = false;
             if result.is_err() {
@@ -485,7 +576,7 @@ impl Engine {
             Advance::Prefilled => return Ok(None),
             Advance::Decode(token) => token,
         };
-        self.slots[turn.slot].session.decode(token)?;
+        self.slot_of(turn)?.session.decode(token)?;
         Ok(after_decode(turn, on_text))
     }
 
@@ -531,11 +622,11 @@ impl Engine {
             }
         }
         let mut steps = Batch::new();
-        for (slot_index, slot) in self.slots.iter_mut().enumerate() {
+        for slot in self.slots.iter_mut() {
             let turn = turns
                 .iter()
                 .zip(&tokens)
-                .find(|(t, token)| t.slot == slot_index && token.is_some());
+                .find(|(t, token)| t.slot == slot.id && token.is_some());
             if let Some((_, Some(token))) = turn {
                 // At most MAX_BATCH turns, one per slot: `steps` holds them all.
                 let _ = steps.push((&mut slot.session, *token));
@@ -569,7 +660,7 @@ impl Engine {
         result: Result<Completion, TurnError>,
         on_done: &mut dyn FnMut(usize, Result<Completion, TurnError>),
     ) {
-        if let Some(slot) = self.slots.get_mut(turn.slot) {
+        if let Ok(slot) = self.slot_of(turn) {
             slot.busy = false;
             if result.is_err() {
                 slot.session.set_dirty(true);
@@ -586,7 +677,7 @@ impl Engine {
         turn: &mut ActiveTurn,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Advance, TurnError> {
-        let session = &mut self.slots[turn.slot].session;
+        let session = &mut self.slot_of(turn)?.session;
         if turn.cancel.load(Ordering::Relaxed) || session.is_dirty() {
             // A cancel (now or during prefill) leaves what was said unsaid.
             flush(turn, on_text);
@@ -602,8 +693,10 @@ impl Engine {
             self.prefill_chunk(turn)?;
             return Ok(Advance::Prefilled);
         }
+        let index = self.slots.iter().position(|s| s.id == turn.slot);
+        let index = index.ok_or_else(|| LlmError::Model("the turn's session is gone".into()))?;
         let token_bytes = &self.model.token_bytes;
-        let session = &mut self.slots[turn.slot].session;
+        let session = &mut self.slots[index].session;
         let token = u64::from(sample(&mut turn.sampler, session));
         if !turn.ignore_eos && self.eos_ids.contains(&token) {
             flush(turn, on_text);
@@ -650,7 +743,7 @@ impl Engine {
 
     /// Abandons a turn (its client is gone): the session is free again and dirty.
     pub fn abandon(&mut self, turn: ActiveTurn) {
-        if let Some(slot) = self.slots.get_mut(turn.slot) {
+        if let Ok(slot) = self.slot_of(&turn) {
             slot.busy = false;
             slot.session.set_dirty(true);
         }

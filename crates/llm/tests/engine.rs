@@ -265,3 +265,66 @@ fn a_long_prompt_prefills_between_the_decode_steps_of_others() {
     }
     assert_eq!(got.unwrap(), want);
 }
+
+/// Anonymous requests run side by side in scratch sessions while the capacity is not
+/// taken by named ones; an idle one gives its room back to a named session; and slots
+/// that come and go under running turns leave those turns in their own sessions.
+#[test]
+fn anonymous_turns_run_side_by_side_and_slots_come_and_go_under_running_turns() {
+    let mut alone = engine(3);
+    let want = |e: &mut Engine, p: &[u64]| {
+        e.run(&request(None, p, 6), no_cancel(), &mut |_| {})
+            .unwrap()
+            .generated_token_ids
+            .unwrap()
+    };
+    let (p1, p2, p3) = (prompt(6, 1), prompt(9, 2), prompt(4, 3));
+    let (w1, w2, w3) = (
+        want(&mut alone, &p1),
+        want(&mut alone, &p2),
+        want(&mut alone, &p3),
+    );
+
+    let mut e = engine(3);
+    assert!(e.is_free(None));
+    let t1 = e.start(&request(None, &p1, 6), no_cancel()).unwrap();
+    assert!(e.is_free(None), "a second scratch session fits");
+    let t2 = e.start(&request(None, &p2, 6), no_cancel()).unwrap();
+    assert!(e.is_free(None), "a third fits: no named session is open");
+    let t3 = e.start(&request(None, &p3, 6), no_cancel()).unwrap();
+    assert!(!e.is_free(None), "three sessions in all");
+    // A named session must wait for a scratch session to finish.
+    assert!(!e.is_free(Some("a")));
+    let mut turns = vec![t1, t2, t3];
+    let mut got = vec![None, None, None];
+    let mut order = vec![0usize, 1, 2];
+    while !turns.is_empty() {
+        let mut done = Vec::new();
+        e.step_batch(&mut turns, &mut |_, _| {}, &mut |i, r| {
+            done.push((i, r.unwrap()))
+        });
+        for (i, c) in done.into_iter().rev() {
+            got[order[i]] = c.generated_token_ids;
+            turns.remove(i);
+            order.remove(i);
+        }
+    }
+    assert_eq!(got, vec![Some(w1.clone()), Some(w2), Some(w3)]);
+    // Idle scratch sessions give their room to named ones.
+    assert!(e.is_free(Some("a")));
+    e.open("a").unwrap();
+    e.open("b").unwrap();
+    assert_eq!(e.named_sessions(), 2);
+
+    // Close a session below a running turn's: the turn stays in its own session.
+    let run_b = e.start(&request(Some("b"), &p1, 6), no_cancel()).unwrap();
+    assert!(e.close("a").unwrap());
+    let mut turns = vec![run_b];
+    let mut result = None;
+    while result.is_none() {
+        e.step_batch(&mut turns, &mut |_, _| {}, &mut |_, r| {
+            result = Some(r.unwrap())
+        });
+    }
+    assert_eq!(result.unwrap().generated_token_ids, Some(w1));
+}

@@ -230,6 +230,13 @@ impl EngineLoop {
         id: String,
         reply: oneshot::Sender<Result<bool, SessionError>>,
     ) {
+        if op == SessionOp::Open && !self.engine.has_session(&id) && !self.engine.is_free(Some(&id))
+        {
+            // Scratch sessions running anonymous turns hold every slot: open once one
+            // of them is done rather than refuse.
+            self.deferred.push((op, id, reply));
+            return;
+        }
         let result = match op {
             SessionOp::Open => self.engine.open(&id).map(|()| true),
             SessionOp::Close => self.engine.close(&id),
