@@ -19,7 +19,9 @@ use etch_linalg::gemm::{self, Elems, Gemm, MatRef};
 /// Registers this family's kernels.
 pub fn register(r: &mut Registry) {
     r.register("aten::linear.out", linear);
-    r.register_batched("aten::linear.out", linear_batched);
+    r.register_batched("aten::linear.out", |c, a| batched_rows(c, a, linear_row));
+    r.register_batched("aten::mm.out", |c, a| batched_rows(c, a, mm_row));
+    r.register_batched("aten::addmm.out", |c, a| batched_rows(c, a, addmm_row));
     r.register("aten::mm.out", |c, a| matrix_product(c, a, false));
     r.register("aten::addmm.out", addmm);
     r.register("aten::bmm.out", |c, a| matrix_product(c, a, true));
@@ -194,77 +196,189 @@ fn linear(ctx: &KernelContext<'_>, a: &mut Args<'_>) -> Result<(), KernelError> 
     run_products(ctx, &out, 1, m, n, 1.0, 1.0, |_| g)
 }
 
-/// `linear` for several sessions in one pass over the weight: when every session has
-/// one f32 row and reads the same weight and bias bytes (constants of the program they
-/// share), each row is computed as `linear` computes it alone
-/// (`gemm::gemm_rows_alone`), else [`Batched::PerSession`].
-fn linear_batched(
+/// One session's one-row f32 product against weights the sessions may share: what
+/// the batched forms of `linear`, `mm` and `addmm` compute with.
+struct RowProduct {
+    x: Tensor,
+    /// `[n, k]` when `nk` (a linear weight), else `[k, n]`.
+    w: Tensor,
+    nk: bool,
+    /// Added to every row (`n` values, or one broadcast), scaled by `beta`.
+    addend: Option<Tensor>,
+    alpha: f32,
+    beta: f32,
+    out: OutArg,
+    out_sizes: [usize; MAX_RANK],
+    out_rank: usize,
+    k: usize,
+    n: usize,
+}
+
+impl RowProduct {
+    fn f32s(&self) -> bool {
+        [
+            Some(&self.x),
+            Some(&self.w),
+            self.addend.as_ref(),
+            Some(&self.out.tensor()),
+        ]
+        .into_iter()
+        .flatten()
+        .all(|t| t.dtype() == ScalarType::Float)
+    }
+
+    /// The addend's column step: 1 for a row of `n`, 0 for one broadcast value.
+    fn addend_step(&self) -> Option<usize> {
+        match &self.addend {
+            None => Some(0),
+            Some(c) if c.numel() == self.n && c.sizes().iter().rev().skip(1).all(|&d| d == 1) => {
+                Some(1)
+            }
+            Some(c) if c.numel() == 1 => Some(0),
+            Some(_) => None,
+        }
+    }
+}
+
+/// `linear` of one row: `x[.., k] · w[n, k] + bias`.
+fn linear_row(a: &mut Args<'_>) -> Result<Option<RowProduct>, KernelError> {
+    let l = LinearArgs::unpack(a)?;
+    let (rank, wr) = (l.input.rank(), l.weight.rank());
+    if rank == 0 || wr != 2 || l.input.numel() != l.input.sizes()[rank - 1] {
+        return Ok(None);
+    }
+    let (n, k) = (l.weight.sizes()[0], l.weight.sizes()[1]);
+    let mut out_sizes = [0usize; MAX_RANK];
+    out_sizes[..rank].copy_from_slice(l.input.sizes());
+    out_sizes[rank - 1] = n;
+    Ok(Some(RowProduct {
+        x: l.input,
+        w: l.weight,
+        nk: true,
+        addend: l.bias,
+        alpha: 1.0,
+        beta: 1.0,
+        out: l.out,
+        out_sizes,
+        out_rank: rank,
+        k,
+        n,
+    }))
+}
+
+/// `mm` of one row: `x[1, k] · w[k, n]`.
+fn mm_row(a: &mut Args<'_>) -> Result<Option<RowProduct>, KernelError> {
+    let p = MatrixProductArgs::unpack(a)?;
+    if p.input.rank() != 2 || p.mat2.rank() != 2 || p.input.sizes()[0] != 1 {
+        return Ok(None);
+    }
+    let (k, n) = (p.mat2.sizes()[0], p.mat2.sizes()[1]);
+    let mut out_sizes = [0usize; MAX_RANK];
+    out_sizes[..2].copy_from_slice(&[1, n]);
+    Ok(Some(RowProduct {
+        x: p.input,
+        w: p.mat2,
+        nk: false,
+        addend: None,
+        alpha: 1.0,
+        beta: 0.0,
+        out: p.out,
+        out_sizes,
+        out_rank: 2,
+        k,
+        n,
+    }))
+}
+
+/// `addmm` of one row: `beta · c + alpha · x[1, k] · w[k, n]`.
+fn addmm_row(a: &mut Args<'_>) -> Result<Option<RowProduct>, KernelError> {
+    let p = AddmmArgs::unpack(a)?;
+    if p.mat1.rank() != 2 || p.mat2.rank() != 2 || p.mat1.sizes()[0] != 1 || p.input.rank() > 2 {
+        return Ok(None);
+    }
+    let (k, n) = (p.mat2.sizes()[0], p.mat2.sizes()[1]);
+    let mut out_sizes = [0usize; MAX_RANK];
+    out_sizes[..2].copy_from_slice(&[1, n]);
+    Ok(Some(RowProduct {
+        x: p.mat1,
+        w: p.mat2,
+        nk: false,
+        addend: Some(p.input),
+        alpha: scalar_f64(p.alpha) as f32,
+        beta: scalar_f64(p.beta) as f32,
+        out: p.out,
+        out_sizes,
+        out_rank: 2,
+        k,
+        n,
+    }))
+}
+
+/// The batched form of a one-row product op (`describe` reads one session's
+/// arguments): when every session has one f32 row and reads the same weight and
+/// addend bytes (constants of the program they share) with the same scalars, the rows
+/// run in one pass over the weight, each computed as the op computes it alone
+/// (`gemm::gemm_rows_alone`); else [`Batched::PerSession`].
+fn batched_rows(
     ctxs: &Batch<KernelContext<'_>>,
     args: &mut Batch<Args<'_>>,
+    describe: fn(&mut Args<'_>) -> Result<Option<RowProduct>, KernelError>,
 ) -> Result<Batched, KernelError> {
     let (Some(ctx0), Some(first)) = (ctxs.get(0), args.get_mut(0)) else {
         return Ok(Batched::PerSession);
     };
-    let LinearArgs { weight, bias, .. } = LinearArgs::unpack(first)?;
-    if weight.rank() != 2 || weight.dtype() != ScalarType::Float {
+    let Some(p0) = describe(first)? else {
+        return Ok(Batched::PerSession);
+    };
+    let Some(step) = p0.addend_step() else {
+        return Ok(Batched::PerSession);
+    };
+    if !p0.f32s() || p0.w.rank() != 2 {
         return Ok(Batched::PerSession);
     }
-    let (n, k) = (weight.sizes()[0], weight.sizes()[1]);
-    let shared = (
-        ctx0.read::<f32>(&weight)?,
-        bias.as_ref().map(|b| ctx0.read::<f32>(b)).transpose()?,
-    );
-    if shared.1.is_some_and(|b| b.len() != n) {
-        return Ok(Batched::PerSession);
-    }
+    let (k, n) = (p0.k, p0.n);
+    let w = ctx0.read::<f32>(&p0.w)?;
+    let c = p0
+        .addend
+        .as_ref()
+        .map(|t| ctx0.read::<f32>(t))
+        .transpose()?;
     let same = |a: &[f32], b: &[f32]| std::ptr::eq(a, b);
-    let sessions = args.len();
     for (i, a) in args.iter_mut().enumerate() {
         let ctx = ctxs.get(i).ok_or_else(unpaired)?;
-        let l = LinearArgs::unpack(a)?;
-        let rows = l
-            .input
-            .sizes()
-            .split_last()
-            .map(|(_, lead)| lead.iter().product::<usize>());
-        let f32s = [
-            Some(&l.input),
-            Some(&l.weight),
-            l.bias.as_ref(),
-            Some(&l.out.tensor()),
-        ]
-        .into_iter()
-        .flatten()
-        .all(|t| t.dtype() == ScalarType::Float);
-        if !f32s
-            || rows != Some(1)
-            || l.input.sizes().last() != Some(&k)
-            || !same(ctx.read::<f32>(&l.weight)?, shared.0)
-            || l.bias.is_some() != shared.1.is_some()
-        {
+        let Some(p) = describe(a)? else {
             return Ok(Batched::PerSession);
-        }
-        if let (Some(b), Some(b0)) = (&l.bias, shared.1)
-            && !same(ctx.read::<f32>(b)?, b0)
+        };
+        let same_addend = match (&p.addend, c) {
+            (None, None) => true,
+            (Some(t), Some(c)) => same(ctx.read::<f32>(t)?, c),
+            _ => false,
+        };
+        let same_shape = (p.k, p.n, p.nk, p.alpha, p.beta) == (k, n, p0.nk, p0.alpha, p0.beta);
+        if !p.f32s()
+            || !same_shape
+            || p.x.numel() != k
+            || !same(ctx.read::<f32>(&p.w)?, w)
+            || !same_addend
         {
             return Ok(Batched::PerSession);
         }
     }
+    let sessions = args.len();
     let isa = etch_linalg::dispatch().gemm;
     let pool = ctx0.pool();
     let xs = ctx0.scratch_dirty::<f32>(sessions * k)?;
     for (i, (a, x)) in args.iter_mut().zip(xs.chunks_exact_mut(k)).enumerate() {
         let ctx = ctxs.get(i).ok_or_else(unpaired)?;
-        let input = LinearArgs::unpack(a)?.input;
-        x.copy_from_slice(ctx.read::<f32>(&input)?.get(..k).ok_or_else(too_short)?);
+        let p = describe(a)?.ok_or_else(too_short)?;
+        x.copy_from_slice(ctx.read::<f32>(&p.x)?.get(..k).ok_or_else(too_short)?);
     }
+    let (rs, cs) = if p0.nk { (1, k) } else { (n, 1) };
     let g = Gemm {
         a: view(Elems::F32(xs), 0, sessions, k, k, 1),
-        b: view(Elems::F32(shared.0), 0, k, n, 1, k),
-        alpha: 1.0,
-        addend: shared
-            .1
-            .map(|b| (view(Elems::F32(b), 0, sessions, n, 0, 1), 1.0)),
+        b: view(Elems::F32(w), 0, k, n, rs, cs),
+        alpha: p0.alpha,
+        addend: c.map(|c| (view(Elems::F32(c), 0, sessions, n, 0, step), p0.beta)),
         clamp: None,
     };
     let ys = ctx0.scratch_dirty::<f32>(sessions * n)?;
@@ -273,12 +387,8 @@ fn linear_batched(
     gemm::gemm_rows_alone(pool, isa, &g, ys, scratch)?;
     for (i, (a, y)) in args.iter_mut().zip(ys.chunks_exact(n)).enumerate() {
         let ctx = ctxs.get(i).ok_or_else(unpaired)?;
-        let l = LinearArgs::unpack(a)?;
-        let rank = l.input.rank();
-        let mut sizes = [0usize; MAX_RANK];
-        sizes[..rank].copy_from_slice(l.input.sizes());
-        sizes[rank - 1] = n;
-        let out = l.out.resize(a, &sizes[..rank])?;
+        let p = describe(a)?.ok_or_else(too_short)?;
+        let out = p.out.resize(a, &p.out_sizes[..p.out_rank])?;
         require_contiguous(&out, "out")?;
         ctx.write::<f32>(&out)?
             .get_mut(..n)
@@ -289,7 +399,7 @@ fn linear_batched(
 }
 
 fn too_short() -> KernelError {
-    KernelError::invalid("batched linear: a tensor is shorter than its shape")
+    KernelError::invalid("batched product: a tensor is shorter than its shape")
 }
 
 /// Checks a 2-d operand and returns its sizes.

@@ -1611,13 +1611,18 @@ fn gemv_axpy<O: OutElem>(
             finish_row(g, acc, 0, c0, piece);
         }
     };
-    if n * k >= GRAIN_SIZE && n >= 64 && pool.threads() > 1 {
-        let per = n.div_ceil(pool.threads()).next_multiple_of(16);
-        pool.for_each_chunk_mut(out, per, 1, |ci, c| run(ci * per, c));
-    } else {
-        run(0, out);
+    match axpy_split(n, k, pool.threads()) {
+        Some(per) => pool.for_each_chunk_mut(out, per, 1, |ci, c| run(ci * per, c)),
+        None => run(0, out),
     }
     Ok(())
+}
+
+/// How [`gemv_axpy`] splits `n` columns over `threads` threads when it does not split
+/// the depth: runs of `per` columns, or `None` (one task).
+fn axpy_split(n: usize, k: usize, threads: usize) -> Option<usize> {
+    (n * k >= GRAIN_SIZE && n >= 64 && threads > 1)
+        .then(|| n.div_ceil(threads).next_multiple_of(16))
 }
 
 /// Fewest rows of B per task when [`gemv_axpy`] splits its depth.

@@ -3,17 +3,23 @@
 //! (`etch-runtime`'s batched step). Each output row has the bits its row gives alone,
 //! which the ordinary product does not promise: with more than one row it packs A and
 //! runs the tiled micro-kernel, whose sums are ordered differently from the one-row
-//! paths (`gemv_packed`, `gemv_rows`). Here every row runs the one-row path's
+//! paths (`gemv_packed`, `gemv_rows`, `gemv_axpy`). Here every row runs the one-row path's
 //! arithmetic (the same panel dots or dot-product rows, the same split of the columns
 //! over the threads), one weight block at a time for all rows while the block is in
 //! cache.
 
 use super::kernels::{Tile, panel_dot};
 use super::{
-    DOT_ROWS_BLOCK, Elems, Gemm, MatRef, OutElem, PackedB, RightSource, dot_rows, dot_rows_split,
-    finish, gather, packed_gemv_split, run, scratch_len,
+    DOT_ROWS_BLOCK, Elems, Gemm, MatRef, OutElem, PackedB, RightSource, axpy_depth_tasks,
+    axpy_rows, axpy_split, dot_rows, dot_rows_split, finish, finish_row, gather, packed_gemv_split,
+    run, scratch_len,
 };
 use crate::{Isa, LinalgError, ThreadPool};
+
+/// Columns of B's rows one pass of [`axpy_blocks`] takes for all rows (`k` rows of them
+/// stay in L2 while every row reads them). A column's sum does not depend on the
+/// width: each column accumulates its own products in depth order.
+const AXPY_ROWS_ALONE_COLS: usize = 256;
 
 /// Scratch (f32 elements) that [`gemm_rows_alone`] needs for `g` on `threads`
 /// threads.
@@ -23,9 +29,11 @@ pub fn rows_alone_scratch_len(isa: Isa, g: &Gemm<'_>, threads: usize) -> usize {
     if m <= 1 {
         return one_row;
     }
-    // The gathered rows, then the outputs block by block (panels padded to whole tiles).
+    // The gathered rows, then the outputs block by block (panels padded to whole tiles),
+    // or each depth task's partial sums.
     let tmp = m * n.next_multiple_of(Tile::of(isa).nr.max(1));
-    one_row.max(m * k + tmp)
+    let partials = m * n * axpy_depth_tasks(n, k, threads);
+    one_row.max(m * k + tmp.max(partials))
 }
 
 /// `g` with every row of A computed as [`super::gemm`] computes it alone (bit for bit,
@@ -77,6 +85,13 @@ pub(super) fn run_rows_alone<O: OutElem>(
             packed_rows(pool, g, packed, xs, tmp);
             let nr = Tile::of(packed.isa()).nr;
             scatter(g, packed_gemv_split(n, k, nr, pool.threads()), tmp, out);
+            Ok(())
+        }
+        // B's columns contiguous (`[k, n]`, f32): the one-row product runs `gemv_axpy`.
+        RightSource::View if row_of(g, 0).is_row_times_rows() => {
+            let (xs, tmp) = scratch.split_at_mut(m * k);
+            gather_rows(&g.a, xs);
+            axpy_blocks(pool, isa, g, xs, tmp, out);
             Ok(())
         }
         // B's rows contiguous (`[n, k]`): the one-row product takes the dot-product rows.
@@ -190,6 +205,74 @@ fn scatter<O: OutElem>(g: &Gemm<'_>, per: Option<usize>, tmp: &[f32], out: &mut 
             for (o, &v) in out[r * n + first..][..width].iter_mut().zip(src) {
                 *o = O::from_f32(v);
             }
+        }
+    }
+}
+
+/// The outputs of an f32 `[k, n]` B, as `gemv_axpy` computes one row: each column's
+/// products added in depth order, by depth tasks whose partial sums are added in task
+/// order where it splits the depth, else by runs of columns. All rows share each block
+/// of B's rows while it is in cache.
+fn axpy_blocks<O: OutElem>(
+    pool: &ThreadPool,
+    isa: Isa,
+    g: &Gemm<'_>,
+    xs: &[f32],
+    tmp: &mut [f32],
+    out: &mut [O],
+) {
+    let (m, n, k) = g.dims();
+    let Elems::F32(b) = g.b.data else {
+        return;
+    };
+    let ld = g.b.rs;
+    // `acc[r * n + c]` += the products of depth `depth` for every row and column.
+    let accumulate =
+        |depth: std::ops::Range<usize>, c_first: usize, width: usize, acc: &mut [f32]| {
+            for c in (0..width).step_by(AXPY_ROWS_ALONE_COLS) {
+                let len = AXPY_ROWS_ALONE_COLS.min(width - c);
+                let start = g.b.offset + depth.start * ld + c_first + c;
+                for (r, x) in xs.chunks_exact(k).enumerate() {
+                    let row = &mut acc[r * width + c..][..len];
+                    axpy_rows(isa, &x[depth.clone()], b, start, ld, row);
+                }
+            }
+        };
+    let tasks = axpy_depth_tasks(n, k, pool.threads());
+    if tasks > 1 {
+        let per = k.div_ceil(tasks);
+        let partials = &mut tmp[..tasks * m * n];
+        pool.for_each_chunk_mut(partials, m * n, 1, |t, acc| {
+            acc.fill(0.0);
+            accumulate((t * per).min(k)..((t + 1) * per).min(k), 0, n, acc);
+        });
+        let (sum, rest) = partials.split_at_mut(m * n);
+        for part in rest.chunks_exact(m * n) {
+            for (s, &v) in sum.iter_mut().zip(part) {
+                *s += v;
+            }
+        }
+        for (r, row) in out.chunks_exact_mut(n).take(m).enumerate() {
+            finish_row(g, &sum[r * n..(r + 1) * n], r, 0, row);
+        }
+        return;
+    }
+    let per = axpy_split(n, k, pool.threads());
+    let tmp = &mut tmp[..m * n];
+    let run = |first: usize, block: &mut [f32]| {
+        let width = block.len() / m;
+        block.fill(0.0);
+        accumulate(0..k, first, width, block);
+    };
+    match per {
+        Some(per) => pool.for_each_chunk_mut(tmp, per * m, 1, |ci, blk| run(ci * per, blk)),
+        None => run(0, tmp),
+    }
+    let per = per.unwrap_or(n).max(1);
+    for (bi, block) in tmp.chunks(per * m).enumerate() {
+        let (first, width) = (bi * per, block.len() / m);
+        for (r, src) in block.chunks_exact(width).enumerate() {
+            finish_row(g, src, r, first, &mut out[r * n + first..][..width]);
         }
     }
 }
