@@ -7,7 +7,7 @@
 
 use etch_kernels::{Args, Batch, Batched, KernelContext, KernelError, MAX_BATCH, unpaired};
 
-use crate::exec::{Call, begin, finish, node_inputs, node_output, run_node};
+use crate::exec::{Call, begin, finish, node_operands, run_node};
 use crate::nodes::Node;
 use crate::nodes::fully_connected::FullyConnected;
 use crate::plan::Plan;
@@ -71,7 +71,7 @@ fn run_stacked(
     let x = ctx.scratch_dirty::<f32>(fc.stacked_input_len(total))?;
     let mut first = 0;
     for (call, &r) in calls.iter_mut().zip(rows) {
-        let src = node_inputs(plan, call, i)?[0];
+        let src = node_operands(plan, call, i)?.1[0];
         fc.stack_input((first, r, total), src, x)?;
         first += r;
     }
@@ -82,7 +82,7 @@ fn run_stacked(
     let per_row = n_out / total.max(1);
     let mut first = 0;
     for (call, &r) in calls.iter_mut().zip(rows) {
-        let dst = node_output(plan, call, i)?;
+        let dst = node_operands(plan, call, i)?.0;
         let src = &out[first * per_row..(first + r) * per_row];
         dst.get_mut(..src.len())
             .ok_or_else(|| crate::nodes::call::short("stacked fully connected output"))?

@@ -384,35 +384,35 @@ pub(crate) fn run_node(
     call: &mut Call<'_>,
     i: usize,
 ) -> Result<(), KernelError> {
-    let op = &plan.ops[i];
     let shapes = call.shapes;
-    if shapes[op.output()].numel() == Some(0) {
+    if shapes[plan.ops[i].output()].numel() == Some(0) {
         return Ok(());
     }
-    let (out, ins) = operands(plan, call.offsets, call.arena, shapes, op, &call.direct)?;
-    let out = match call.direct.output(op.output()) {
-        Some(y) => y,
-        None => out,
-    };
+    let im2col_len = call.im2col_len;
+    // The scratch is not among the operands: take it out of the call while they live.
+    let scratch = std::mem::take(&mut call.scratch);
+    let (out, ins) = node_operands(plan, call, i)?;
     let node = NodeCall {
         pool,
         shapes,
         inputs: ins,
         output: out,
-        scratch: Scratch::new(&mut *call.scratch, call.im2col_len),
+        scratch: Scratch::new(&mut *scratch, im2col_len),
     };
-    op.run(node)
-        .map_err(|e| node_error(plan, i, &e.to_string()))
+    let result = plan.ops[i].run(node);
+    call.scratch = scratch;
+    result.map_err(|e| node_error(plan, i, &e.to_string()))
 }
 
-/// The input slices of node `i` in the call (as [`run_node`] hands them over).
-pub(crate) fn node_inputs<'c>(
+/// The output slice and input slices of node `i` in the call: the output in the
+/// arena or, where the node writes one of the call's outputs in place, that tensor.
+pub(crate) fn node_operands<'c>(
     plan: &'c Plan,
     call: &'c mut Call<'_>,
     i: usize,
-) -> Result<[&'c [f32]; MAX_INPUTS], KernelError> {
+) -> Result<(&'c mut [f32], [&'c [f32]; MAX_INPUTS]), KernelError> {
     let op = &plan.ops[i];
-    let (_, ins) = operands(
+    let (out, ins) = operands(
         plan,
         call.offsets,
         call.arena,
@@ -420,28 +420,11 @@ pub(crate) fn node_inputs<'c>(
         op,
         &call.direct,
     )?;
-    Ok(ins)
-}
-
-/// The output slice of node `i` in the call (as [`run_node`] hands it over).
-pub(crate) fn node_output<'c>(
-    plan: &'c Plan,
-    call: &'c mut Call<'_>,
-    i: usize,
-) -> Result<&'c mut [f32], KernelError> {
-    let op = &plan.ops[i];
-    let (out, _) = operands(
-        plan,
-        call.offsets,
-        call.arena,
-        call.shapes,
-        op,
-        &call.direct,
-    )?;
-    Ok(match call.direct.output(op.output()) {
+    let out = match call.direct.output(op.output()) {
         Some(y) => y,
         None => out,
-    })
+    };
+    Ok((out, ins))
 }
 
 /// Writes the call's outputs (those the nodes did not write in place) and their sizes.

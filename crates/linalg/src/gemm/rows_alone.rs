@@ -37,8 +37,9 @@ pub fn rows_alone_scratch_len(isa: Isa, g: &Gemm<'_>, threads: usize) -> usize {
 }
 
 /// `g` with every row of A computed as [`super::gemm`] computes it alone (bit for bit,
-/// on the same pool): with B's rows contiguous (a `[n, k]` weight) all rows share each
-/// pass over B; any other layout runs row by row.
+/// on the same pool): with B's rows contiguous (a `[n, k]` weight) or an f32 B with
+/// contiguous columns (`[k, n]`) all rows share each pass over B; any other layout runs
+/// row by row.
 pub fn gemm_rows_alone<O: OutElem>(
     pool: &ThreadPool,
     isa: Isa,
