@@ -1,6 +1,7 @@
 //! `Method::execute_batch`: sessions of one program run in lockstep get the outputs
 //! each gets from `execute` alone, bit for bit; the products with constant weights
-//! (`addmm`, `mm` and `linear` of one row each) run once for all of them.
+//! (`addmm`, `mm`, `bmm` and the delegate's `BatchMatrixMultiply` of one row each) run
+//! once for all of them.
 
 use std::path::{Path, PathBuf};
 
@@ -96,5 +97,9 @@ fn batched_sessions_get_the_bits_they_get_alone() {
         batched_equals_alone("vision_resnet", threads, 1);
         // `mm` of two inputs: nothing to share, every session on its own.
         batched_equals_alone("matmul", threads, 0);
+        // One row per batch against a constant: portable `bmm`, XNNPACK's
+        // `BatchMatrixMultiply`.
+        batched_equals_alone("bmm_constant", threads, 1);
+        batched_equals_alone("xnn_bmm_constant", threads, 1);
     }
 }

@@ -8,8 +8,9 @@
 use etch_kernels::{Args, Batch, Batched, KernelContext, KernelError, MAX_BATCH, unpaired};
 
 use crate::exec::{Call, begin, finish, node_operands, run_node};
-use crate::nodes::Node;
+use crate::nodes::batch_matrix_multiply::BatchMatrixMultiply;
 use crate::nodes::fully_connected::FullyConnected;
+use crate::nodes::{Node, NodeOp};
 use crate::plan::Plan;
 
 /// Runs the plan for each session of `args` (session `i` with `ctxs[i]`):
@@ -32,6 +33,7 @@ pub fn execute_batch(
     for (i, op) in plan.ops.iter().enumerate() {
         let stacked = match op {
             Node::FullyConnected(fc) => run_stacked(plan, ctx0, fc, &mut calls, i)?,
+            Node::BatchMatrixMultiply(bmm) => run_stacked_bmm(plan, ctx0, bmm, &mut calls, i)?,
             _ => false,
         };
         if stacked {
@@ -88,6 +90,67 @@ fn run_stacked(
             .ok_or_else(|| crate::nodes::call::short("stacked fully connected output"))?
             .copy_from_slice(src);
         first += r;
+    }
+    Ok(true)
+}
+
+/// Runs batch matrix multiply node `i` once per batch over every session's row, when
+/// every session's `b` is the same bytes (a constant of the graph, or a constant of the
+/// program that the call passes in) and every session has the same shapes with one row
+/// of `a` per batch; false (nothing done) otherwise.
+fn run_stacked_bmm(
+    plan: &Plan,
+    ctx: &KernelContext<'_>,
+    bmm: &BatchMatrixMultiply,
+    calls: &mut Batch<Call<'_>>,
+    i: usize,
+) -> Result<bool, KernelError> {
+    let (a, b) = bmm.operands();
+    let y = plan.ops[i].output();
+    let Some(first) = calls.get(0) else {
+        return Ok(false);
+    };
+    let shapes0 = first.shapes;
+    let Some((batches, k, n)) = bmm.stackable(shapes0) else {
+        return Ok(false);
+    };
+    let same_shapes = calls
+        .iter()
+        .all(|c| (c.shapes[a], c.shapes[b], c.shapes[y]) == (shapes0[a], shapes0[b], shapes0[y]));
+    if calls.len() < 2 || !same_shapes {
+        return Ok(false);
+    }
+    let mut shared = None;
+    for call in calls.iter_mut() {
+        let w = node_operands(plan, call, i)?.1[1];
+        let at = (w.as_ptr() as usize, w.len());
+        if *shared.get_or_insert(at) != at {
+            return Ok(false);
+        }
+    }
+    let rows = calls.len();
+    let pool = ctx.pool();
+    let too_short = || crate::nodes::call::short("stacked batch matrix multiply");
+    let x = ctx.scratch_dirty::<f32>(rows * k)?;
+    let out = ctx.scratch_dirty::<f32>(rows * n)?;
+    let scratch = ctx.scratch_dirty::<f32>(bmm.stacked_scratch_len(rows, n, k, pool.threads()))?;
+    for bi in 0..batches {
+        let (ao, bo) = bmm.offsets(shapes0, bi);
+        for (call, row) in calls.iter_mut().zip(x.chunks_exact_mut(k)) {
+            let src = node_operands(plan, call, i)?.1[0];
+            row.copy_from_slice(src.get(ao..ao + k).ok_or_else(too_short)?);
+        }
+        let first = calls.get_mut(0).ok_or_else(too_short)?;
+        let w = node_operands(plan, first, i)?.1[1]
+            .get(bo..)
+            .ok_or_else(too_short)?;
+        bmm.run_stacked(pool, (rows, n, k), x, w, out, scratch)?;
+        for (call, row) in calls.iter_mut().zip(out.chunks_exact(n)) {
+            let dst = node_operands(plan, call, i)?.0;
+            dst.get_mut(bi * n..(bi + 1) * n)
+                .ok_or_else(too_short)?
+                .copy_from_slice(row);
+        }
     }
     Ok(true)
 }

@@ -22,6 +22,7 @@ pub fn register(r: &mut Registry) {
     r.register_batched("aten::linear.out", |c, a| batched_rows(c, a, linear_row));
     r.register_batched("aten::mm.out", |c, a| batched_rows(c, a, mm_row));
     r.register_batched("aten::addmm.out", |c, a| batched_rows(c, a, addmm_row));
+    r.register_batched("aten::bmm.out", bmm_batched);
     r.register("aten::mm.out", |c, a| matrix_product(c, a, false));
     r.register("aten::addmm.out", addmm);
     r.register("aten::bmm.out", |c, a| matrix_product(c, a, true));
@@ -400,6 +401,94 @@ fn batched_rows(
 
 fn too_short() -> KernelError {
     KernelError::invalid("batched product: a tensor is shorter than its shape")
+}
+/// `bmm` for several sessions: when every session has one f32 row per batch
+/// (`[b, 1, k]`) against the same constant `[b, k, n]` bytes, each batch's rows of all
+/// sessions run in one pass over that batch of the weight, each computed as `bmm`
+/// computes it alone (`gemm::gemm_rows_alone`); else [`Batched::PerSession`].
+fn bmm_batched(
+    ctxs: &Batch<KernelContext<'_>>,
+    args: &mut Batch<Args<'_>>,
+) -> Result<Batched, KernelError> {
+    let (Some(ctx0), Some(first)) = (ctxs.get(0), args.get_mut(0)) else {
+        return Ok(Batched::PerSession);
+    };
+    let p0 = MatrixProductArgs::unpack(first)?;
+    let dims = |x: &Tensor, y: &Tensor| -> Option<(usize, usize, usize)> {
+        let f32s = x.dtype() == ScalarType::Float && y.dtype() == ScalarType::Float;
+        let (xs, ys) = (x.sizes(), y.sizes());
+        (f32s && xs.len() == 3 && ys.len() == 3 && xs[1] == 1 && xs[0] == ys[0] && xs[2] == ys[1])
+            .then(|| (xs[0], xs[2], ys[2]))
+    };
+    let Some((batches, k, n)) = dims(&p0.input, &p0.mat2) else {
+        return Ok(Batched::PerSession);
+    };
+    let w = ctx0.read::<f32>(&p0.mat2)?;
+    for (i, a) in args.iter_mut().enumerate() {
+        let ctx = ctxs.get(i).ok_or_else(unpaired)?;
+        let p = MatrixProductArgs::unpack(a)?;
+        if dims(&p.input, &p.mat2) != Some((batches, k, n))
+            || p.out.tensor().dtype() != ScalarType::Float
+            || !std::ptr::eq(ctx.read::<f32>(&p.mat2)?, w)
+        {
+            return Ok(Batched::PerSession);
+        }
+    }
+    let sessions = args.len();
+    let isa = etch_linalg::dispatch().gemm;
+    let pool = ctx0.pool();
+    // Each session's rows and outputs, taken once (a tensor is borrowed once per call).
+    let mut rows: Batch<&[f32]> = Batch::new();
+    let mut outs: Batch<&mut [f32]> = Batch::new();
+    for (i, a) in args.iter_mut().enumerate() {
+        let ctx = ctxs.get(i).ok_or_else(unpaired)?;
+        let p = MatrixProductArgs::unpack(a)?;
+        let out = p.out.resize(a, &[batches, 1, n])?;
+        require_contiguous(&out, "out")?;
+        let x = ctx
+            .read::<f32>(&p.input)?
+            .get(..batches * k)
+            .ok_or_else(too_short)?;
+        let y = ctx
+            .write::<f32>(&out)?
+            .get_mut(..batches * n)
+            .ok_or_else(too_short)?;
+        if rows.push(x).is_err() || outs.push(y).is_err() {
+            return Err(unpaired());
+        }
+    }
+    let xs = ctx0.scratch_dirty::<f32>(sessions * k)?;
+    let ys = ctx0.scratch_dirty::<f32>(sessions * n)?;
+    fn problem<'a>(
+        xs: &'a [f32],
+        w: &'a [f32],
+        (bi, rows, k, n): (usize, usize, usize, usize),
+    ) -> Result<Gemm<'a>, KernelError> {
+        let wb = w.get(bi * k * n..).ok_or_else(too_short)?;
+        Ok(product(
+            view(Elems::F32(xs), 0, rows, k, k, 1),
+            view(Elems::F32(wb), 0, k, n, n, 1),
+        ))
+    }
+    let need =
+        gemm::rows_alone_scratch_len(isa, &problem(xs, w, (0, sessions, k, n))?, pool.threads());
+    let scratch = ctx0.scratch_dirty::<f32>(need)?;
+    for bi in 0..batches {
+        for (x, row) in xs.chunks_exact_mut(k).zip(rows.iter()) {
+            x.copy_from_slice(&row[bi * k..(bi + 1) * k]);
+        }
+        gemm::gemm_rows_alone(
+            pool,
+            isa,
+            &problem(xs, w, (bi, sessions, k, n))?,
+            ys,
+            scratch,
+        )?;
+        for (y, out) in ys.chunks_exact(n).zip(outs.iter_mut()) {
+            out[bi * n..(bi + 1) * n].copy_from_slice(y);
+        }
+    }
+    Ok(Batched::Done)
 }
 
 /// Checks a 2-d operand and returns its sizes.

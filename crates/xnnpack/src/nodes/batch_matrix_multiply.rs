@@ -3,7 +3,7 @@
 //! shared GEMM.
 
 use etch_kernels::{BackendError, KernelError, ThreadPool};
-use etch_linalg::{GemmF32, RhsF32, gemm_f32};
+use etch_linalg::{GemmF32, RhsF32, gemm_f32, gemm_f32_rows_alone};
 
 use crate::dims::{Dims, MAX_DIMS};
 use crate::graph::NodeDef;
@@ -124,30 +124,12 @@ fn batch_matmul(
     out: &mut [f32],
     scratch: &mut [f32],
 ) -> Result<(), KernelError> {
-    let (ar, br, yr) = (ad.rank(), bd.rank(), yd.rank());
+    let (ar, yr) = (ad.rank(), yd.rank());
     let (m, k) = (ad.get(ar - 2), ad.get(ar - 1));
     let n = yd.get(yr - 1);
-    let batch_rank = yr - 2;
-    let batches = yd.product(0..batch_rank);
-    let mut idx = [0usize; MAX_DIMS];
+    let batches = yd.product(0..yr - 2);
     for bi in 0..batches {
-        // Batch index -> offsets in a and b (broadcast dims of size 1 stay at 0).
-        let mut rem = bi;
-        for d in (0..batch_rank).rev() {
-            idx[d] = rem % yd.get(d).max(1);
-            rem /= yd.get(d).max(1);
-        }
-        let offset = |dims: &Dims, rank: usize| {
-            let lead = rank - 2;
-            let mut off = 0usize;
-            for d in 0..lead {
-                let size = dims.get(d);
-                let i = idx[batch_rank - lead + d];
-                off = off * size + if size == 1 { 0 } else { i };
-            }
-            off
-        };
-        let (ao, bo) = (offset(ad, ar) * m * k, offset(bd, br) * k * n);
+        let (ao, bo) = batch_offsets(ad, bd, yd, bi);
         let dst = out
             .get_mut(bi * m * n..(bi + 1) * m * n)
             .ok_or_else(|| short("batch matmul"))?;
@@ -162,6 +144,81 @@ fn batch_matmul(
         gemm_f32(pool, &p, dst, scratch)?;
     }
     Ok(())
+}
+
+/// Element offsets in `a` and `b` of batch `bi` of the output (broadcast dims of size 1
+/// stay at 0).
+fn batch_offsets(ad: &Dims, bd: &Dims, yd: &Dims, bi: usize) -> (usize, usize) {
+    let (ar, br, yr) = (ad.rank(), bd.rank(), yd.rank());
+    let batch_rank = yr - 2;
+    let mut idx = [0usize; MAX_DIMS];
+    let mut rem = bi;
+    for d in (0..batch_rank).rev() {
+        idx[d] = rem % yd.get(d).max(1);
+        rem /= yd.get(d).max(1);
+    }
+    let offset = |dims: &Dims, rank: usize| {
+        let lead = rank - 2;
+        let mut off = 0usize;
+        for d in 0..lead {
+            let size = dims.get(d);
+            let i = idx[batch_rank - lead + d];
+            off = off * size + if size == 1 { 0 } else { i };
+        }
+        off
+    };
+    let (m, k) = (ad.get(ar - 2), ad.get(ar - 1));
+    let n = yd.get(yr - 1);
+    (offset(ad, ar) * m * k, offset(bd, br) * k * n)
+}
+
+/// Several sessions through one node whose `b` is a constant (the runtime's batched
+/// step, `crate::batch`): for each batch of the output, every session's row of `a`
+/// stacked and multiplied in one pass over that batch of `b`, each row with the bits
+/// of its one-row product alone (`etch_linalg::gemm_f32_rows_alone`: the ordinary
+/// product orders its sums differently once it has more than one row).
+impl BatchMatrixMultiply {
+    /// `(a, b)`: the node's input values.
+    pub fn operands(&self) -> (usize, usize) {
+        (self.a, self.b)
+    }
+
+    /// `(batches, k, n)` when sessions with these shapes can share the pass (one row
+    /// of `a` per batch); `None` otherwise.
+    pub fn stackable(&self, shapes: &[Dims]) -> Option<(usize, usize, usize)> {
+        let (ad, yd) = (&shapes[self.a], &shapes[self.y]);
+        let (ar, yr) = (ad.rank(), yd.rank());
+        if ar < 2 || yr < 2 || ad.get(ar - 2) != 1 {
+            return None;
+        }
+        Some((yd.product(0..yr - 2), ad.get(ar - 1), yd.get(yr - 1)))
+    }
+
+    /// Element offsets in `a` and `b` of output batch `bi` at `shapes`.
+    pub fn offsets(&self, shapes: &[Dims], bi: usize) -> (usize, usize) {
+        batch_offsets(&shapes[self.a], &shapes[self.b], &shapes[self.y], bi)
+    }
+
+    /// GEMM scratch of `rows` stacked rows on `threads` threads.
+    pub fn stacked_scratch_len(&self, rows: usize, n: usize, k: usize, threads: usize) -> usize {
+        bmm_gemm(rows, n, k, &[], &[], self.transpose_b).rows_alone_scratch_len(threads)
+    }
+
+    /// `rows` stacked rows `x` (`rows * k`) times batch `b` (from its offset) into
+    /// `out` (`rows * n`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_stacked(
+        &self,
+        pool: &ThreadPool,
+        (rows, n, k): (usize, usize, usize),
+        x: &[f32],
+        b: &[f32],
+        out: &mut [f32],
+        scratch: &mut [f32],
+    ) -> Result<(), KernelError> {
+        let p = bmm_gemm(rows, n, k, x, b, self.transpose_b);
+        Ok(gemm_f32_rows_alone(pool, &p, out, scratch)?)
+    }
 }
 
 /// One batch of a batched matrix product: `b` is `[n, k]` when `transpose_b`, else
