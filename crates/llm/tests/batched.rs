@@ -1,6 +1,6 @@
 //! Several sessions decoded as one batched step give each session what it gets alone,
-//! on the tiny-llama fixtures of the three recipes (portable fp32, XNNPACK fp32,
-//! XNNPACK 8da4w): the same greedy tokens, logits within 1e-5, a session that joins
+//! on the tiny-llama fixtures of the recipes (portable fp32, XNNPACK fp32, XNNPACK
+//! 8da4w, weight-only int8, 4-bit embedding): the same greedy tokens, logits within 1e-5, a session that joins
 //! mid-way included; and a batched step allocates nothing after warm-up. One binary
 //! with the counting allocator, the tests in one function so that no other test's
 //! allocations are counted.
@@ -22,10 +22,14 @@ use etch_runtime::{Batch, LoadMode, Module};
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
-const FIXTURES: [&str; 3] = [
+const FIXTURES: [&str; 5] = [
     "tiny_llama_fp32",
     "tiny_llama_xnnpack",
     "tiny_llama_8da4w_xnnpack",
+    // Weight-only int8 (dequantized constants folded at load into the linears' weights)
+    // and a 4-bit quantized embedding.
+    "tiny_llama_int8",
+    "tiny_llama_emb4",
 ];
 
 fn module(name: &str, threads: usize) -> Module {
