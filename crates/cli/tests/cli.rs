@@ -1204,3 +1204,41 @@ fn inspect_marks_a_method_that_cannot_load_and_the_others_run() {
     let o = etch(&["run", &pte, "--method", "other", "--output-dir", &out]);
     assert_fails_with(&o, "method \"other\" cannot be loaded");
 }
+
+#[test]
+fn bench_measures_concurrent_sessions() {
+    let xnn = fixture_arg("tiny_llama_8da4w_xnnpack.pte");
+    let o = etch(&[
+        "bench", "--model", &xnn, "-p", "6", "-n", "4", "-r", "2", "-t", "1", "-s", "1,3", "--json",
+    ]);
+    let v = json_stdout(&o);
+    let rows = v["sessions_results"].as_array().expect("sessions_results");
+    assert_eq!(rows.len(), 2, "{v}");
+    for (r, sessions) in rows.iter().zip([1, 3]) {
+        assert_eq!(
+            (r["threads"].as_u64(), r["sessions"].as_u64()),
+            (Some(1), Some(sessions))
+        );
+        let aggregate = r["aggregate_decode_tokens_per_second"]
+            .as_f64()
+            .unwrap_or(0.0);
+        let per = r["per_session_decode_tokens_per_second"]
+            .as_f64()
+            .unwrap_or(0.0);
+        assert!(aggregate > 0.0 && (per * sessions as f64 - aggregate).abs() < 1e-6 * aggregate);
+        assert_eq!(r["aggregate_runs"].as_array().map(Vec::len), Some(2));
+    }
+    // The markdown table has a row per session count.
+    let o = etch(&[
+        "bench", "--model", &xnn, "-p", "6", "-n", "4", "-r", "1", "-t", "1", "-s", "2",
+    ]);
+    assert_ok(&o);
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        table.contains("| 1 | 2 |") && table.contains("aggregate t/s"),
+        "{table}"
+    );
+    // A session count of 0 is refused.
+    let o = etch(&["bench", "--model", &xnn, "-s", "0"]);
+    assert!(!o.status.success());
+}
