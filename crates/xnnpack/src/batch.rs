@@ -1,11 +1,14 @@
 //! The delegate run for several sessions at once (`DelegateHandle::execute_batch`):
 //! every session binds its own call (its arena, from its own scratch), the nodes run
 //! in order, each for every session, and a `FullyConnected` node with weights packed
-//! at init runs once over all sessions' rows, so its weights stream from memory once
-//! per step rather than once per session. Each session gets the bits it gets alone
-//! (see `FullyConnected::can_stack`).
+//! at init, or a `BatchMatrixMultiply` whose `b` every session shares, runs once over
+//! all sessions' rows, so its weights stream from memory once per step rather than once
+//! per session. Each session gets the bits it gets alone (see
+//! `FullyConnected::can_stack`, `BatchMatrixMultiply::stackable`).
 
-use etch_kernels::{Args, Batch, Batched, KernelContext, KernelError, MAX_BATCH, unpaired};
+use etch_kernels::{
+    Args, Batch, Batched, KernelContext, KernelError, MAX_BATCH, ThreadPool, unpaired,
+};
 
 use crate::exec::{Call, begin, finish, node_operands, run_node};
 use crate::nodes::batch_matrix_multiply::BatchMatrixMultiply;
@@ -29,17 +32,19 @@ pub fn execute_batch(
             return Err(unpaired());
         }
     }
+    let mut work = StackedScratch::new(plan, ctx0, &calls)?;
     let mut shared = Batched::PerSession;
     for (i, op) in plan.ops.iter().enumerate() {
         let stacked = match op {
-            Node::FullyConnected(fc) => run_stacked(plan, ctx0, fc, &mut calls, i)?,
-            Node::BatchMatrixMultiply(bmm) => run_stacked_bmm(plan, ctx0, bmm, &mut calls, i)?,
+            Node::FullyConnected(fc) => run_stacked(plan, pool, &mut work, fc, &mut calls, i)?,
+            Node::BatchMatrixMultiply(bmm) => {
+                run_stacked_bmm(plan, pool, &mut work, bmm, &mut calls, i)?
+            }
             _ => false,
         };
         if stacked {
             shared = Batched::Done;
-        }
-        if !stacked {
+        } else {
             for call in calls.iter_mut() {
                 run_node(plan, pool, call, i)?;
             }
@@ -51,26 +56,94 @@ pub fn execute_batch(
     Ok(shared)
 }
 
-/// Runs fully connected node `i` once over every session's rows, when it can give each
-/// session its own bits; false (nothing done) when it cannot. Scratch: `ctx`'s.
-fn run_stacked(
-    plan: &Plan,
-    ctx: &KernelContext<'_>,
-    fc: &FullyConnected,
-    calls: &mut Batch<Call<'_>>,
-    i: usize,
-) -> Result<bool, KernelError> {
+/// Scratch of the stacked nodes of one batched call: the stacked input, the stacked
+/// output and the GEMM scratch, taken once for the largest node (the temp allocator is
+/// reset per delegate call, not per node, so one take per node would hold them all).
+struct StackedScratch<'a> {
+    x: &'a mut [f32],
+    out: &'a mut [f32],
+    gemm: &'a mut [f32],
+}
+
+impl<'a> StackedScratch<'a> {
+    fn new(
+        plan: &Plan,
+        ctx: &'a KernelContext<'_>,
+        calls: &Batch<Call<'_>>,
+    ) -> Result<Self, KernelError> {
+        let threads = ctx.pool().threads();
+        let (mut x, mut out, mut gemm) = (0, 0, 0);
+        for op in &plan.ops {
+            let lens = match op {
+                Node::FullyConnected(fc) => {
+                    let (rows, count) = stack_rows(fc, calls);
+                    let rows = &rows[..count];
+                    let total: usize = rows.iter().sum();
+                    fc.can_stack(rows).then(|| {
+                        (
+                            fc.stacked_input_len(total),
+                            fc.stacked_output_len(total),
+                            fc.stacked_scratch_len(total, threads),
+                        )
+                    })
+                }
+                Node::BatchMatrixMultiply(bmm) => calls.get(0).and_then(|c| {
+                    let (_, k, n) = bmm.stackable(c.shapes)?;
+                    let rows = calls.len();
+                    Some((
+                        rows * k,
+                        rows * n,
+                        bmm.stacked_scratch_len(rows, n, k, threads),
+                    ))
+                }),
+                _ => None,
+            };
+            if let Some((a, b, c)) = lens {
+                (x, out, gemm) = (x.max(a), out.max(b), gemm.max(c));
+            }
+        }
+        Ok(Self {
+            x: ctx.scratch_dirty::<f32>(x)?,
+            out: ctx.scratch_dirty::<f32>(out)?,
+            gemm: ctx.scratch_dirty::<f32>(gemm)?,
+        })
+    }
+}
+
+/// Each session's rows of fully connected node `fc`, and the number of sessions.
+fn stack_rows(fc: &FullyConnected, calls: &Batch<Call<'_>>) -> ([usize; MAX_BATCH], usize) {
     let mut rows = [0usize; MAX_BATCH];
     for (r, call) in rows.iter_mut().zip(calls.iter()) {
         *r = fc.call_rows(call.shapes);
     }
-    let rows = &rows[..calls.len()];
+    (rows, calls.len())
+}
+
+/// The first `len` elements of a stacked buffer.
+fn part<'b>(buffer: &'b mut [f32], len: usize, what: &str) -> Result<&'b mut [f32], KernelError> {
+    buffer
+        .get_mut(..len)
+        .ok_or_else(|| crate::nodes::call::short(what))
+}
+
+/// Runs fully connected node `i` once over every session's rows, when it can give each
+/// session its own bits; false (nothing done) when it cannot.
+fn run_stacked(
+    plan: &Plan,
+    pool: &ThreadPool,
+    work: &mut StackedScratch<'_>,
+    fc: &FullyConnected,
+    calls: &mut Batch<Call<'_>>,
+    i: usize,
+) -> Result<bool, KernelError> {
+    let (rows, count) = stack_rows(fc, calls);
+    let rows = &rows[..count];
     if !fc.can_stack(rows) {
         return Ok(false);
     }
     let total: usize = rows.iter().sum();
-    let pool = ctx.pool();
-    let x = ctx.scratch_dirty::<f32>(fc.stacked_input_len(total))?;
+    let what = "stacked fully connected";
+    let x = part(work.x, fc.stacked_input_len(total), what)?;
     let mut first = 0;
     for (call, &r) in calls.iter_mut().zip(rows) {
         let src = node_operands(plan, call, i)?.1[0];
@@ -78,8 +151,12 @@ fn run_stacked(
         first += r;
     }
     let n_out = fc.stacked_output_len(total);
-    let out = ctx.scratch_dirty::<f32>(n_out)?;
-    let scratch = ctx.scratch_dirty::<f32>(fc.stacked_scratch_len(total, pool.threads()))?;
+    let out = part(work.out, n_out, what)?;
+    let scratch = part(
+        work.gemm,
+        fc.stacked_scratch_len(total, pool.threads()),
+        what,
+    )?;
     fc.run_stacked(pool, total, x, out, scratch)?;
     let per_row = n_out / total.max(1);
     let mut first = 0;
@@ -100,7 +177,8 @@ fn run_stacked(
 /// of `a` per batch; false (nothing done) otherwise.
 fn run_stacked_bmm(
     plan: &Plan,
-    ctx: &KernelContext<'_>,
+    pool: &ThreadPool,
+    work: &mut StackedScratch<'_>,
     bmm: &BatchMatrixMultiply,
     calls: &mut Batch<Call<'_>>,
     i: usize,
@@ -129,11 +207,15 @@ fn run_stacked_bmm(
         }
     }
     let rows = calls.len();
-    let pool = ctx.pool();
-    let too_short = || crate::nodes::call::short("stacked batch matrix multiply");
-    let x = ctx.scratch_dirty::<f32>(rows * k)?;
-    let out = ctx.scratch_dirty::<f32>(rows * n)?;
-    let scratch = ctx.scratch_dirty::<f32>(bmm.stacked_scratch_len(rows, n, k, pool.threads()))?;
+    let what = "stacked batch matrix multiply";
+    let too_short = || crate::nodes::call::short(what);
+    let x = part(work.x, rows * k, what)?;
+    let out = part(work.out, rows * n, what)?;
+    let scratch = part(
+        work.gemm,
+        bmm.stacked_scratch_len(rows, n, k, pool.threads()),
+        what,
+    )?;
     for bi in 0..batches {
         let (ao, bo) = bmm.offsets(shapes0, bi);
         for (call, row) in calls.iter_mut().zip(x.chunks_exact_mut(k)) {

@@ -44,11 +44,7 @@ impl Method {
                 });
             }
         }
-        let has_jumps = plan
-            .steps
-            .iter()
-            .any(|s| matches!(s, Step::JumpFalse { .. }));
-        if sessions.len() == 1 || has_jumps {
+        if sessions.len() == 1 || plan.has_jumps {
             return sessions.iter_mut().try_for_each(|s| s.execute());
         }
         let pool = Arc::clone(&first.pool);

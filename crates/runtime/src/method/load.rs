@@ -335,9 +335,11 @@ impl MethodPlan {
             .skip(1)
             .map(|&s| s as usize)
             .sum();
+        let has_jumps = steps.iter().any(|s| matches!(s, Step::JumpFalse { .. }));
         Ok(MethodPlan {
             name: name.to_string(),
             meta: MethodMeta::from_plan(plan),
+            has_jumps,
             steps,
             operator_names,
             delegates,

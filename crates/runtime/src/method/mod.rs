@@ -131,6 +131,8 @@ pub struct MethodPlan {
     name: String,
     meta: MethodMeta,
     steps: Vec<Step>,
+    /// Whether any step jumps (such a method runs batched sessions one by one).
+    has_jumps: bool,
     operator_names: Vec<String>,
     delegates: Vec<LoadedDelegate>,
     inputs: Vec<usize>,

@@ -320,14 +320,11 @@ impl NodeOp for FullyConnected {
                 min,
                 max,
             } => {
-                let bias = match bias {
-                    Bias::None => None,
-                    Bias::Packed(b) => Some(b.as_slice()),
-                    Bias::Value(_) => Some(match filter {
-                        Filter::Value { .. } => ins[2],
-                        Filter::Packed(_) => ins[1],
-                    }),
+                let value = match filter {
+                    Filter::Value { .. } => ins[2],
+                    Filter::Packed(_) => ins[1],
                 };
+                let bias = bias_of(bias, value);
                 let g = fc_gemm(m, n, k, ins[0], filter.rhs(ins[1]), bias, *min, *max);
                 let need = g.scratch_len(pool.threads());
                 let gemm = gemm
@@ -339,11 +336,7 @@ impl NodeOp for FullyConnected {
                 Ok(gemm_f32(pool, &g, out, gemm)?)
             }
             Weights::Qd8 { w, bias, min, max } => {
-                let bias = match bias {
-                    Bias::None => None,
-                    Bias::Packed(b) => Some(b.as_slice()),
-                    Bias::Value(_) => Some(ins[1]),
-                };
+                let bias = bias_of(bias, ins[1]);
                 fully_connected_qd8(pool, m, w, ins[0], bias, (*min, *max), out, gemm)
             }
             Weights::Int8 { w, rq } => {
@@ -498,22 +491,28 @@ impl FullyConnected {
                 min,
                 max,
             } => {
-                let bias = match bias {
-                    Bias::Packed(b) => Some(b.as_slice()),
-                    _ => None,
-                };
+                // No run-time bias here (`shared_channels`).
+                let bias = bias_of(bias, &[]);
                 let g = fc_gemm(rows, n, k, x, filter.rhs(&[]), bias, *min, *max);
                 Ok(gemm_f32_rows_alone(pool, &g, out, scratch)?)
             }
             Weights::Qd8 { w, bias, min, max } => {
-                let bias = match bias {
-                    Bias::Packed(b) => Some(b.as_slice()),
-                    _ => None,
-                };
+                // No run-time bias here (`shared_channels`).
+                let bias = bias_of(bias, &[]);
                 fully_connected_qd8(pool, rows, w, x, bias, (*min, *max), out, scratch)
             }
             Weights::Int8 { .. } => Err(short("stacked rows")),
         }
+    }
+}
+
+/// The bias to add: none, the one packed at init, or `value` (its elements in this call)
+/// for a run-time value.
+fn bias_of<'a>(bias: &'a Bias, value: &'a [f32]) -> Option<&'a [f32]> {
+    match bias {
+        Bias::None => None,
+        Bias::Packed(b) => Some(b),
+        Bias::Value(_) => Some(value),
     }
 }
 
