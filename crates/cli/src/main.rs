@@ -80,7 +80,49 @@ fn main() {
         }
     };
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", report(&e));
         std::process::exit(1);
+    }
+}
+
+/// The error and its causes joined by `: `, leaving out a cause whose text the message
+/// already ends with (library errors that print their source in their own message and
+/// also expose it as the source would otherwise say it twice).
+fn report(e: &anyhow::Error) -> String {
+    let mut message = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if message.ends_with(&text) {
+            continue;
+        }
+        if !message.is_empty() {
+            message.push_str(": ");
+        }
+        message.push_str(&text);
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::report;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("bytes 0..4 are borrowed")]
+    struct Inner;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("instruction 3: {source}")]
+    struct Outer {
+        #[source]
+        source: Inner,
+    }
+
+    #[test]
+    fn a_cause_the_message_already_ends_with_is_said_once() {
+        let e = anyhow::Error::new(Outer { source: Inner }).context("call 0");
+        assert_eq!(report(&e), "call 0: instruction 3: bytes 0..4 are borrowed");
+        let plain = anyhow::anyhow!("no such file").context("model.pte");
+        assert_eq!(report(&plain), "model.pte: no such file");
     }
 }

@@ -135,6 +135,11 @@ impl<'a> Direct<'a> {
         true
     }
 
+    /// True when no further output can be written in place.
+    fn outputs_full(&self) -> bool {
+        self.n_outputs == Direct::MAX
+    }
+
     fn input(&self, v: usize) -> Option<&'a [f32]> {
         self.inputs[..self.n_inputs]
             .iter()
@@ -357,7 +362,9 @@ pub(crate) fn begin<'a>(
     for (&(v, arg), &in_place) in plan.outputs.iter().zip(&plan.outputs_in_place) {
         let d = shapes[v];
         let t = args.tensor(arg)?;
-        if !in_place || t.rank() == 0 {
+        // Past the in-place slots, the output goes through the arena and `finish`
+        // (borrowing it here as well would hold it twice).
+        if !in_place || t.rank() == 0 || direct.outputs_full() {
             continue;
         }
         check_rank("output", arg, t.rank(), d.rank())?;
