@@ -242,11 +242,16 @@ fn set_input_dims(
 ) -> Result<(), KernelError> {
     for &(v, arg) in &plan.inputs {
         let t = args.tensor(arg)?;
-        if t.dtype() != ScalarType::Float {
-            return Err(KernelError::DtypeMismatch {
-                expected: ScalarType::Float,
-                found: t.dtype(),
-            });
+        let expected = if plan.values[v].int8 {
+            ScalarType::Char
+        } else {
+            ScalarType::Float
+        };
+        if t.dtype() != expected {
+            return Err(KernelError::invalid(format!(
+                "XNNPACK delegate: input argument {arg} is {}, the graph's value {v} is {expected}",
+                t.dtype()
+            )));
         }
         let serialized = plan.values[v].dims;
         if t.rank() == 0 && serialized.as_slice() == [1] {
@@ -348,6 +353,21 @@ pub(crate) fn begin<'a>(
     let mut direct = Direct::new();
     for &(v, arg) in &plan.inputs {
         let t = args.tensor(arg)?;
+        if plan.values[v].int8 {
+            // A qint8 value at the boundary (another delegate's output, a quantized
+            // constant the program passes in): its bytes, four to an arena word.
+            let src = ctx.read::<i8>(&t)?;
+            let r = arena_range(plan, offsets, v, shapes)?;
+            let words = arena.get_mut(r).ok_or_else(|| short("arena"))?;
+            let bytes: &mut [i8] = bytemuck::cast_slice_mut(words);
+            let n = shapes[v].numel().unwrap_or(0);
+            let (dst, src) = bytes
+                .get_mut(..n)
+                .zip(src.get(..n))
+                .ok_or_else(|| short("input"))?;
+            dst.copy_from_slice(src);
+            continue;
+        }
         let src = ctx.read::<f32>(&t)?;
         let r = arena_range(plan, offsets, v, shapes)?;
         let n = r.len();
@@ -448,6 +468,10 @@ pub(crate) fn finish(
         }
         let d = shapes[v];
         let t = args.tensor(arg)?;
+        if plan.values[v].int8 {
+            finish_int8(plan, ctx, args, call, v, arg)?;
+            continue;
+        }
         if t.rank() == 0 && d.numel() == Some(1) {
             let dst = ctx.write::<f32>(&t)?;
             let r = arena_range(plan, offsets, v, shapes)?;
@@ -467,6 +491,36 @@ pub(crate) fn finish(
             .ok_or_else(|| short("output"))?
             .copy_from_slice(src);
     }
+    Ok(())
+}
+
+/// Writes the qint8 output value `v` to the call's int8 tensor `arg`.
+fn finish_int8(
+    plan: &Plan,
+    ctx: &KernelContext<'_>,
+    args: &mut Args<'_>,
+    call: &Call<'_>,
+    v: usize,
+    arg: usize,
+) -> Result<(), KernelError> {
+    let d = call.shapes[v];
+    let t = args.tensor(arg)?;
+    let t = if t.rank() == 0 && d.numel() == Some(1) {
+        t
+    } else {
+        check_rank("output", arg, t.rank(), d.rank())?;
+        args.resize_tensor(arg, &physical_sizes(&t, &d)[..d.rank()])?
+    };
+    let dst = ctx.write::<i8>(&t)?;
+    let r = arena_range(plan, call.offsets, v, call.shapes)?;
+    let words = call.arena.get(r).ok_or_else(|| short("arena"))?;
+    let bytes: &[i8] = bytemuck::cast_slice(words);
+    let n = d.numel().unwrap_or(0);
+    let (dst, src) = dst
+        .get_mut(..n)
+        .zip(bytes.get(..n))
+        .ok_or_else(|| short("output"))?;
+    dst.copy_from_slice(src);
     Ok(())
 }
 
