@@ -55,6 +55,11 @@ pub struct ValueDef {
     pub constant: Option<Vec<u8>>,
     /// Quantization parameters.
     pub quant: Option<Quantization>,
+    /// A qdint8 value that only convolutions read (the dynamically quantized
+    /// convolutions of PT2E dynamic exports), rewritten at parse as fp32 values rounded
+    /// through int8 per row of its trailing `n` dims: what the convolutions' integer
+    /// arithmetic sees, computed in fp32 (see [`crate::parse`]).
+    pub qd8_round_trip: Option<usize>,
 }
 
 /// Convolution and pooling geometry (`_XNNNodeConv`, `_XNNPooling2D`).

@@ -87,8 +87,10 @@ pub fn parse_graph(
             ));
         }
     }
+    let mut values = values;
     let nodes = parse_nodes(&root, &values, &index_of)?;
     check_dataflow(&values, &nodes)?;
+    round_trip_dynamic_conv_inputs(&mut values, &nodes)?;
     let num_args = values
         .iter()
         .filter_map(|v| v.external.map(|e| e.arg + 1))
@@ -250,6 +252,7 @@ fn parse_values(
             external,
             constant,
             quant,
+            qd8_round_trip: None,
         });
     }
     Ok(values)
@@ -562,6 +565,43 @@ fn parse_nodes(
         nodes.push(node);
     }
     Ok(nodes)
+}
+
+/// Dynamically quantized convolutions (`Conv2d` of a qdint8 input, a `Convert` of its
+/// fp32 input per image, and a qcint8 filter) run as fp32 convolutions: the qdint8
+/// value becomes fp32 values rounded through int8 with its per-row parameters
+/// (`(q - zero point) / scale`, exactly what the integer product weighs), and the
+/// filter is dequantized when the node is planned. Every reader of such a value must be
+/// a convolution.
+fn round_trip_dynamic_conv_inputs(
+    values: &mut [ValueDef],
+    nodes: &[NodeDef],
+) -> Result<(), BackendError> {
+    for (i, node) in nodes.iter().enumerate() {
+        let Some(&Some(x)) = node.inputs.first() else {
+            continue;
+        };
+        if node.kind != NodeKind::Conv2d || values[x].datatype != Datatype::QdInt8 {
+            continue;
+        }
+        let Some(Quantization::PerTokenDynamic { num_nonbatch_dims }) = values[x].quant else {
+            continue;
+        };
+        let other_reader = nodes
+            .iter()
+            .position(|n| n.kind != NodeKind::Conv2d && n.inputs.iter().flatten().any(|&v| v == x));
+        if let Some(j) = other_reader {
+            return Err(BackendError::Unsupported(format!(
+                "XNNPACK node {} (xnodes[{j}]) reads the dynamically quantized input of Conv2d (xnodes[{i}])",
+                nodes[j].kind.name()
+            )));
+        }
+        let v = &mut values[x];
+        v.datatype = Datatype::Fp32;
+        v.quant = None;
+        v.qd8_round_trip = Some(num_nonbatch_dims.max(1));
+    }
+    Ok(())
 }
 
 /// Values are defined in order and nodes run in order: every input must be an external

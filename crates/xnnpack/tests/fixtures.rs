@@ -80,6 +80,10 @@ fn single_delegate_fixtures_match_the_official_runtime() {
                 let Some(Value::Tensor(t)) = plan.values.get(a) else {
                     return Err("non-tensor arg".into());
                 };
+                if t.scalar_type != ScalarType::Float {
+                    // int8 at the boundary: the runtime's conformance test runs these.
+                    return Ok(format!("{} argument: skipped", t.scalar_type));
+                }
                 if let Some(k) = plan.inputs.iter().position(|&i| i == a) {
                     let (shape, data) =
                         npy(&dirp.join(&name).join(format!("call0.in{k}.npy"))).ok_or("npy")?;

@@ -6,12 +6,13 @@ use etch_kernels::BackendError;
 use etch_linalg::quant::qs8::Qs8Requant;
 
 use crate::dims::Dims;
-use crate::graph::{NodeDef, Params, Window, invalid};
+use crate::graph::{NodeDef, Params, Quantization, Window, invalid};
 use crate::node_reader::NodeReader;
 use crate::nodes::quantized::{int32_bias, requant, tensor_quant};
 use crate::nodes::shapes::{ShapeResult, get, set};
 use crate::nodes::window::{output_height, output_width};
 use crate::plan_builder::{Bias, Builder};
+use crate::schema::Datatype;
 use crate::schema::NodeKind;
 
 /// Reads a convolution node.
@@ -210,4 +211,41 @@ pub fn infer_shape(
     let d = [xd.get(0), oh, ow, out_c];
     set(shapes, y, Dims::new(&d).unwrap_or_default());
     Ok(())
+}
+
+/// The per-output-channel scales of a qcint8 filter (channel dim 0), or `None` for an
+/// fp32 one.
+pub fn per_channel_int8_scales<'g>(b: &Builder<'g>, node: &NodeDef) -> Option<&'g [f32]> {
+    let fv = node.inputs.get(1).copied().flatten()?;
+    let value = &b.graph.values[fv];
+    match (&value.datatype, &value.quant) {
+        (
+            Datatype::QcInt8,
+            Some(Quantization::PerChannel {
+                channel_dim: 0,
+                scales,
+            }),
+        ) => Some(scales),
+        _ => None,
+    }
+}
+
+/// An OHWI int8 filter as fp32: each output channel's values times its scale (a
+/// channel past the scales given gets 0).
+pub fn dequantize_per_output_channel(bytes: &[u8], scales: &[f32]) -> Vec<f32> {
+    let per_channel = bytes.len() / scales.len().max(1);
+    let mut out = vec![0.0f32; bytes.len()];
+    if per_channel == 0 {
+        return out;
+    }
+    for ((ys, qs), &s) in out
+        .chunks_exact_mut(per_channel)
+        .zip(bytes.chunks_exact(per_channel))
+        .zip(scales)
+    {
+        for (y, &q) in ys.iter_mut().zip(qs) {
+            *y = f32::from(q as i8) * s;
+        }
+    }
+    out
 }

@@ -1,10 +1,12 @@
 //! `Convert`: fp32 -> qdint8 per token (the dynamically quantized linear layers of
 //! 8da4w / 8da8w exports, XNNPACK's arithmetic in `etch_linalg::quant`), fp32 -> qint8
-//! and qint8 -> fp32 (the edges of a static int8 graph), and fp32 -> fp32 (a copy).
+//! and qint8 -> fp32 (the edges of a static int8 graph), fp32 -> qdint8 per image for
+//! dynamically quantized convolutions (rounded through int8 and kept in fp32), and
+//! fp32 -> fp32 (a copy).
 
 use etch_kernels::{BackendError, KernelError};
 use etch_linalg::quant::qs8::{dequantize_qs8, quantize_qs8};
-use etch_linalg::quant::quantize_qd8;
+use etch_linalg::quant::{qd8_params, quantize_qd8};
 
 use crate::dims::Dims;
 use crate::graph::{NodeDef, Quantization};
@@ -28,6 +30,9 @@ pub enum Conversion {
     ToInt8 { inv_scale: f32, zero_point: i32 },
     /// qint8 -> fp32.
     FromInt8 { scale: f32, zero_point: i32 },
+    /// fp32 -> qdint8 read only by convolutions, which compute in fp32: each row of the
+    /// trailing `row_dims` dims rounded through int8 with its dynamic parameters.
+    RoundTripQd8 { row_dims: usize },
     /// fp32 -> fp32.
     Copy,
 }
@@ -50,7 +55,9 @@ pub fn plan(b: &mut Builder<'_>, i: usize, node: &NodeDef) -> Result<Convert, Ba
     let x = node.inputs.first().copied().flatten().unwrap_or(0);
     let y = b.output(node);
     let output = &b.graph.values[y];
-    let conversion = if output.datatype == Datatype::QdInt8 {
+    let conversion = if let Some(row_dims) = output.qd8_round_trip {
+        Conversion::RoundTripQd8 { row_dims }
+    } else if output.datatype == Datatype::QdInt8 {
         let row_dims = match output.quant {
             Some(Quantization::PerTokenDynamic { num_nonbatch_dims }) => num_nonbatch_dims.max(1),
             _ => 1,
@@ -102,6 +109,12 @@ impl NodeOp for Convert {
                 let row = d.product(d.rank().saturating_sub(row_dims)..d.rank());
                 quantize_rows(row, x, out)?
             }
+            Conversion::RoundTripQd8 { row_dims } => {
+                let row = d.product(d.rank().saturating_sub(row_dims)..d.rank());
+                let x = x.get(..n).ok_or_else(|| short("convert"))?;
+                let out = out.get_mut(..n).ok_or_else(|| short("convert"))?;
+                round_trip_rows(row, x, out);
+            }
             Conversion::ToInt8 {
                 inv_scale,
                 zero_point,
@@ -121,6 +134,27 @@ impl NodeOp for Convert {
             }
         }
         Ok(())
+    }
+}
+
+/// Rounds each row of `row` values of `x` through int8 with the row's dynamic qd8
+/// parameters, as the integer product sees them: `(q - zero point) / scale`.
+fn round_trip_rows(row: usize, x: &[f32], out: &mut [f32]) {
+    if row == 0 {
+        return;
+    }
+    for (xs, ys) in x.chunks_exact(row).zip(out.chunks_exact_mut(row)) {
+        let (lo, hi) = xs
+            .iter()
+            .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| {
+                (a.min(v), b.max(v))
+            });
+        let (scale, zp) = qd8_params(lo, hi);
+        let inv_scale = 1.0 / scale;
+        for (y, &v) in ys.iter_mut().zip(xs) {
+            let q = ((v * scale).round_ties_even() + zp).clamp(-128.0, 127.0);
+            *y = (q - zp) * inv_scale;
+        }
     }
 }
 

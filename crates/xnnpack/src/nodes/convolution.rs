@@ -104,7 +104,11 @@ pub fn plan(b: &mut Builder<'_>, i: usize, node: &NodeDef) -> Result<Convolution
         }
     } else {
         let bias = f32_bias(b, i, node, out_c)?;
-        let filter = f32_data(f.bytes);
+        let filter = match conv_filter::per_channel_int8_scales(b, node) {
+            // A dynamically quantized convolution: its qcint8 filter, dequantized.
+            Some(scales) => conv_filter::dequantize_per_output_channel(f.bytes, scales),
+            None => f32_data(f.bytes),
+        };
         let per_group = w.group_out * patch;
         let mut packed = Vec::with_capacity(w.groups);
         for grp in 0..w.groups {

@@ -1,7 +1,8 @@
 //! Which datatypes each node kind accepts, checked at init: fp32 values everywhere, plus
 //! the quantized patterns real exports produce: the dynamically quantized linear layers
 //! of 8da4w / 8da8w (`Convert` fp32 -> qdint8 per token, `FullyConnected` qdint8 x
-//! qbint4 / qcint4 / qcint8) and the static int8 nodes of PT2E-quantized CNNs (qint8
+//! qbint4 / qcint4 / qcint8), the dynamically quantized convolutions (`Conv2d` qdint8
+//! per image x qcint8) and the static int8 nodes of PT2E-quantized CNNs (qint8
 //! activations, qcint8 weights, qcint32 biases). Anything else is a
 //! [`BackendError::Unsupported`] naming the node.
 
@@ -57,12 +58,12 @@ fn dynamic_quant_pattern(
     match node.kind {
         NodeKind::Convert if out.datatype == Datatype::QdInt8 => {
             let input = v(0).ok_or_else(unsupported)?;
+            // One row per token (linear layers) or per image (convolutions).
             let ok = is_fp32(input)
                 && matches!(
                     out.quant,
-                    Some(Quantization::PerTokenDynamic {
-                        num_nonbatch_dims: 1
-                    })
+                    Some(Quantization::PerTokenDynamic { num_nonbatch_dims })
+                        if (1..=out.dims.rank()).contains(&num_nonbatch_dims)
                 )
                 && out.dims.rank() == input.dims.rank();
             if ok { Ok(true) } else { Err(unsupported()) }
@@ -86,6 +87,17 @@ fn dynamic_quant_pattern(
                 && filter.dims.rank() == 2
                 && node.flags == 0
                 && is_fp32(out);
+            if ok { Ok(true) } else { Err(unsupported()) }
+        }
+        NodeKind::Conv2d if v(0).is_some_and(|x| x.datatype == Datatype::QdInt8) => {
+            let filter = v(1).ok_or_else(unsupported)?;
+            let filter_ok = filter.datatype == Datatype::QcInt8
+                && matches!(
+                    filter.quant,
+                    Some(Quantization::PerChannel { channel_dim: 0, .. })
+                )
+                && filter.constant.is_some();
+            let ok = filter_ok && v(2).is_none_or(is_fp32) && is_fp32(out);
             if ok { Ok(true) } else { Err(unsupported()) }
         }
         _ => Ok(false),
