@@ -10,7 +10,7 @@ use etch_kernels::{
     Args, Batch, Batched, KernelContext, KernelError, MAX_BATCH, ThreadPool, unpaired,
 };
 
-use crate::exec::{Call, begin, finish, node_operands, run_node};
+use crate::exec::{Call, begin, finish, node_operands, run_node, store_output};
 use crate::nodes::batch_matrix_multiply::BatchMatrixMultiply;
 use crate::nodes::fully_connected::FullyConnected;
 use crate::nodes::{Node, NodeOp};
@@ -44,6 +44,9 @@ pub fn execute_batch(
         };
         if stacked {
             shared = Batched::Done;
+            for call in calls.iter_mut() {
+                store_output(plan, call, i)?;
+            }
         } else {
             for call in calls.iter_mut() {
                 run_node(plan, pool, call, i)?;

@@ -244,6 +244,8 @@ fn set_input_dims(
         let t = args.tensor(arg)?;
         let expected = if plan.values[v].int8 {
             ScalarType::Char
+        } else if plan.values[v].half {
+            ScalarType::Half
         } else {
             ScalarType::Float
         };
@@ -368,6 +370,16 @@ pub(crate) fn begin<'a>(
             dst.copy_from_slice(src);
             continue;
         }
+        if plan.values[v].half {
+            let src = ctx.read::<half::f16>(&t)?;
+            let r = arena_range(plan, offsets, v, shapes)?;
+            let dst = arena.get_mut(r).ok_or_else(|| short("arena"))?;
+            let src = src.get(..dst.len()).ok_or_else(|| short("input"))?;
+            for (d, s) in dst.iter_mut().zip(src) {
+                *d = s.to_f32();
+            }
+            continue;
+        }
         let src = ctx.read::<f32>(&t)?;
         let r = arena_range(plan, offsets, v, shapes)?;
         let n = r.len();
@@ -428,7 +440,18 @@ pub(crate) fn run_node(
     };
     let result = plan.ops[i].run(node);
     call.scratch = scratch;
-    result.map_err(|e| node_error(plan, i, &e.to_string()))
+    result.map_err(|e| node_error(plan, i, &e.to_string()))?;
+    store_output(plan, call, i)
+}
+
+/// Stores what node `i` wrote as its value's type: an fp16 value is rounded to half
+/// precision (nothing to do for the others).
+pub(crate) fn store_output(plan: &Plan, call: &mut Call<'_>, i: usize) -> Result<(), KernelError> {
+    if plan.values[plan.ops[i].output()].half {
+        let (out, _) = node_operands(plan, call, i)?;
+        round_to_half(out);
+    }
+    Ok(())
 }
 
 /// The output slice and input slices of node `i` in the call: the output in the
@@ -470,6 +493,10 @@ pub(crate) fn finish(
         let t = args.tensor(arg)?;
         if plan.values[v].int8 {
             finish_int8(plan, ctx, args, call, v, arg)?;
+            continue;
+        }
+        if plan.values[v].half {
+            finish_half(plan, ctx, args, call, v, arg)?;
             continue;
         }
         if t.rank() == 0 && d.numel() == Some(1) {
@@ -522,6 +549,40 @@ fn finish_int8(
         .ok_or_else(|| short("output"))?;
     dst.copy_from_slice(src);
     Ok(())
+}
+
+/// Writes the fp16 output value `v` (held as fp32) to the call's half tensor `arg`.
+fn finish_half(
+    plan: &Plan,
+    ctx: &KernelContext<'_>,
+    args: &mut Args<'_>,
+    call: &Call<'_>,
+    v: usize,
+    arg: usize,
+) -> Result<(), KernelError> {
+    let d = call.shapes[v];
+    let t = args.tensor(arg)?;
+    let t = if t.rank() == 0 && d.numel() == Some(1) {
+        t
+    } else {
+        check_rank("output", arg, t.rank(), d.rank())?;
+        args.resize_tensor(arg, &physical_sizes(&t, &d)[..d.rank()])?
+    };
+    let dst = ctx.write::<half::f16>(&t)?;
+    let r = arena_range(plan, call.offsets, v, call.shapes)?;
+    let src = call.arena.get(r).ok_or_else(|| short("arena"))?;
+    let dst = dst.get_mut(..src.len()).ok_or_else(|| short("output"))?;
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = half::f16::from_f32(s);
+    }
+    Ok(())
+}
+
+/// Rounds every value of `x` to the nearest half-precision number.
+fn round_to_half(x: &mut [f32]) {
+    for v in x {
+        *v = half::f16::from_f32(*v).to_f32();
+    }
 }
 
 /// GEMM scratch the nodes need at the current shapes: the largest of them (they run one

@@ -60,6 +60,11 @@ pub struct ValueDef {
     /// through int8 per row of its trailing `n` dims: what the convolutions' integer
     /// arithmetic sees, computed in fp32 (see [`crate::parse`]).
     pub qd8_round_trip: Option<usize>,
+    /// Serialized as fp16: held as fp32 (its constant widened at parse, `datatype`
+    /// Fp32), every value a node writes rounded to half precision, converted at the
+    /// call's boundary. XNNPACK's f16 operators likewise compute in f32 on x86 and store
+    /// halves.
+    pub half: bool,
 }
 
 /// Convolution and pooling geometry (`_XNNNodeConv`, `_XNNPooling2D`).

@@ -232,6 +232,13 @@ fn parse_values(
             )?;
             Some(bytes)
         };
+        // fp16 values are held as fp32 (see `ValueDef::half`).
+        let half = datatype == Datatype::Fp16 && quant_table.is_none();
+        let (datatype, constant) = if half {
+            (Datatype::Fp32, constant.map(|bytes| widen_f16(&bytes)))
+        } else {
+            (datatype, constant)
+        };
         let quant = match quant_table {
             None => None,
             Some((qtag, qtable)) => Some(parse_quant(
@@ -253,6 +260,7 @@ fn parse_values(
             constant,
             quant,
             qd8_round_trip: None,
+            half,
         });
     }
     Ok(values)
@@ -565,6 +573,18 @@ fn parse_nodes(
         nodes.push(node);
     }
     Ok(nodes)
+}
+
+/// fp16 constant bytes as fp32 bytes.
+fn widen_f16(bytes: &[u8]) -> Vec<u8> {
+    bytes
+        .chunks_exact(2)
+        .flat_map(|b| {
+            half::f16::from_le_bytes([b[0], b[1]])
+                .to_f32()
+                .to_le_bytes()
+        })
+        .collect()
 }
 
 /// Dynamically quantized convolutions (`Conv2d` of a qdint8 input, a `Convert` of its

@@ -42,6 +42,8 @@ pub struct ValuePlan {
     pub row_dims: usize,
     /// A qint8 value: int8 bytes, four to an arena word.
     pub int8: bool,
+    /// An fp16 value held as fp32 (see `ValueDef::half`).
+    pub half: bool,
 }
 
 impl ValuePlan {
@@ -137,6 +139,7 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
             loc,
             row_dims,
             int8: def.datatype == Datatype::QInt8,
+            half: def.half,
         });
     }
 
@@ -264,7 +267,7 @@ fn output_in_place(
     let computed = ops.iter().any(|op| op.output() == v);
     computed
         && !read
-        && values.get(v).is_some_and(|x| !x.int8)
+        && values.get(v).is_some_and(|x| !x.int8 && !x.half)
         && !inputs.iter().any(|&(u, _)| u == v)
         && outputs.iter().filter(|&&(u, _)| u == v).count() == 1
 }
