@@ -24,8 +24,14 @@
 //! `FullyConnected`, `Add`, `Multiply`, `Clamp`, `MaxPooling2d`, `GlobalAvgPooling2d`
 //! and the data-movement nodes (`StaticTranspose`, `StaticReshape`, `Copy`,
 //! `StaticSlice`, `Concatenate*`), with XNNPACK's integer arithmetic so outputs match
-//! the official runtime's. Other datatypes and quantizations are reported as
-//! [`BackendError::Unsupported`] naming the node.
+//! the official runtime's; qint8 values may cross the call's boundary as int8 tensors
+//! (one delegate handing the next an activation, quantized constants passed in). A
+//! `Conv2d` of a dynamically quantized image (qdint8 per image x qcint8) runs as the
+//! fp32 convolution of the image rounded through int8 and the dequantized filter. fp16
+//! values (models converted to half before lowering, `dtype_override=fp16` LLMs) are
+//! held as fp32, rounded to half at every node's output and converted at the boundary.
+//! Other datatypes and quantizations are reported as [`BackendError::Unsupported`]
+//! naming the node.
 //!
 //! Layout: the stages (`parse`: flatbuffer to validated graph; `plan`: nodes planned,
 //! weights packed, memory planned; `exec`: the interpreter) dispatch on one enum,
