@@ -42,6 +42,12 @@ pub struct RunArgs {
     /// Where outputs are written: out0.npy, out1.npy, ... (step0.out0.npy, ... with --then).
     #[arg(long, default_value = ".", value_name = "DIR")]
     output_dir: PathBuf,
+    /// The dtype of the written outputs. NumPy has no bfloat16, so with `as-is` a bf16
+    /// output is written as its raw 16-bit words (`<u2`; `np.load(f).view(ml_dtypes.bfloat16)`
+    /// or `torch.from_numpy(a).view(torch.bfloat16)` reads it back); `f32` widens every
+    /// floating-point output (bf16, f16, f64) to f32.
+    #[arg(long, value_enum, default_value_t = OutputDtype::AsIs, value_name = "DTYPE")]
+    output_dtype: OutputDtype,
     /// Runs each call N times, its inputs set again before each, and reports the median
     /// time, with the fastest and slowest run (outputs are from the last run).
     #[arg(long, default_value_t = 1, value_name = "N")]
@@ -338,7 +344,10 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
                     format!("out{j}.npy")
                 };
                 let path = args.output_dir.join(name);
-                write_npy_file(&path, t)?;
+                match args.output_dtype {
+                    OutputDtype::AsIs => write_npy_file(&path, t)?,
+                    OutputDtype::F32 => write_npy_file(&path, &widened_to_f32(t))?,
+                }
                 written.push((k, j, path));
             }
         }
@@ -555,5 +564,34 @@ fn output_json(v: &Value, path: Option<&PathBuf>) -> serde_json::Value {
         Value::Bool(b) => json!({ "bool": b }),
         Value::String(s) => json!({ "string": s }),
         Value::None => json!(null),
+    }
+}
+
+/// The dtype `etch run` writes its outputs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputDtype {
+    /// Each output's own dtype (bf16 as raw 16-bit words).
+    AsIs,
+    /// Floating-point outputs widened (or narrowed, for f64) to f32; others as they are.
+    F32,
+}
+
+/// `t` as f32 when it is a floating-point tensor of another width.
+fn widened_to_f32(t: &HostTensor) -> std::borrow::Cow<'_, HostTensor> {
+    let values: Option<Vec<f32>> = match t.dtype {
+        ScalarType::BFloat16 => t
+            .as_slice::<half::bf16>()
+            .map(|v| v.iter().map(|x| x.to_f32()).collect()),
+        ScalarType::Half => t
+            .as_slice::<half::f16>()
+            .map(|v| v.iter().map(|x| x.to_f32()).collect()),
+        ScalarType::Double => t
+            .as_slice::<f64>()
+            .map(|v| v.iter().map(|&x| x as f32).collect()),
+        _ => None,
+    };
+    match values {
+        Some(v) => std::borrow::Cow::Owned(HostTensor::from_slice(&t.sizes, &v)),
+        None => std::borrow::Cow::Borrowed(t),
     }
 }

@@ -160,6 +160,53 @@ fn run_writes_outputs() {
     assert!(dir.path().join("out0.npy").exists());
 }
 
+/// bf16 outputs are raw 16-bit words as they are, f32 with `--output-dtype f32`.
+#[test]
+fn run_writes_half_outputs_as_f32_on_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().display().to_string();
+    let (a, b) = (
+        fixture_arg("half_arith/call0.in0.npy"),
+        fixture_arg("half_arith/call0.in1.npy"),
+    );
+    let pte = fixture_arg("half_arith.pte");
+    let header = |name: &str| {
+        let bytes = std::fs::read(dir.path().join(name)).unwrap();
+        String::from_utf8_lossy(&bytes[..bytes.len().min(128)]).into_owned()
+    };
+    assert_ok(&etch(&[
+        "run",
+        &pte,
+        "--input",
+        &a,
+        "--input",
+        &b,
+        "--output-dir",
+        &out,
+    ]));
+    assert!(
+        header("out1.npy").contains("'<u2'"),
+        "{}",
+        header("out1.npy")
+    );
+    let o = etch(&[
+        "run",
+        &pte,
+        "--input",
+        &a,
+        "--input",
+        &b,
+        "--output-dir",
+        &out,
+        "--output-dtype",
+        "f32",
+    ]);
+    assert_ok(&o);
+    for name in ["out0.npy", "out1.npy", "out2.npy"] {
+        assert!(header(name).contains("'<f4'"), "{name}: {}", header(name));
+    }
+}
+
 /// With `--repeat`, a call reports its median time with the fastest and slowest run,
 /// in the JSON and in the text.
 #[test]
