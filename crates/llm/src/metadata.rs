@@ -59,17 +59,21 @@ impl LlmMetadata {
             Some(v) => positive("get_max_context_len", v)?,
             None => max_seq_len,
         };
-        let eos_ids = if module.has_method("get_eos_ids") {
-            module
-                .execute("get_eos_ids", &[])?
+        // export_llama writes `get_eos_ids`; optimum-executorch writes `get_eos_id`
+        // (one id, or several).
+        let eos_method = ["get_eos_ids", "get_eos_id"]
+            .into_iter()
+            .find(|name| module.has_method(name));
+        let eos_ids = match eos_method {
+            Some(name) => module
+                .execute(name, &[])?
                 .into_iter()
                 .filter_map(|v| match v {
                     Value::Int(i) => u64::try_from(i).ok(),
                     _ => None,
                 })
-                .collect()
-        } else {
-            Vec::new()
+                .collect(),
+            None => Vec::new(),
         };
         let meta = module.method_meta(method)?;
         let (max_prefill_chunk, dynamic_tokens) = match meta.inputs.first() {

@@ -1,0 +1,58 @@
+//! The runner on programs Hugging Face's optimum-executorch exports (XNNPACK, 8da4w
+//! linears, 4-bit embedding, custom SDPA and KV cache): a `[S]` cache-position input,
+//! `[1, S, vocab]` logits, `get_eos_id` and `get_max_seq_len` without
+//! `get_max_context_len`. The greedy chain equals the official runtime's.
+
+mod common;
+
+use std::time::Instant;
+
+use common::{ByteTokenizer, fixtures, tokens};
+use etch_llm::{Runner, SamplingConfig};
+use etch_runtime::{LoadMode, Module};
+
+const DECODE_STEPS: usize = 8;
+
+#[test]
+fn optimum_exports_generate_the_official_tokens() {
+    for name in ["optimum_qwen3"] {
+        let dir = fixtures().join(name);
+        let prompt = tokens(&dir.join("call0.in0.npy"));
+        let official: Vec<u64> = (1..=DECODE_STEPS)
+            .flat_map(|k| tokens(&dir.join(format!("call{k}.in0.npy"))))
+            .collect();
+        let module = Module::from_path(fixtures().join(format!("{name}.pte")))
+            .load_mode(LoadMode::Read)
+            .threads(1)
+            .build()
+            .expect("fixture loads");
+        let mut r = Runner::from_parts(module, Box::new(ByteTokenizer), "forward", Instant::now())
+            .expect("runner");
+        let meta = r.metadata().clone();
+        assert_eq!(meta.eos_ids, vec![2], "{name}: get_eos_id");
+        assert_eq!(
+            meta.max_context_len, 64,
+            "{name}: the cache is get_max_seq_len long"
+        );
+        assert!(
+            meta.position_is_vector,
+            "{name}: cache_position is a vector"
+        );
+        let g = r
+            .generate(
+                &prompt,
+                DECODE_STEPS,
+                SamplingConfig::default(),
+                &mut |_| {},
+            )
+            .expect("generation");
+        assert_eq!(g.stats.prefill_calls, 1, "{name}");
+        let n = official.len().min(g.generated_token_ids.len());
+        assert_eq!(
+            &g.generated_token_ids[..n],
+            &official[..n],
+            "{name}: greedy tokens"
+        );
+        assert!(n >= DECODE_STEPS - 1 || g.generated_token_ids.last() == Some(&2));
+    }
+}
