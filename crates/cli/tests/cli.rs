@@ -174,7 +174,7 @@ fn run_writes_half_outputs_as_f32_on_request() {
         let bytes = std::fs::read(dir.path().join(name)).unwrap();
         String::from_utf8_lossy(&bytes[..bytes.len().min(128)]).into_owned()
     };
-    assert_ok(&etch(&[
+    let run = [
         "run",
         &pte,
         "--input",
@@ -183,24 +183,14 @@ fn run_writes_half_outputs_as_f32_on_request() {
         &b,
         "--output-dir",
         &out,
-    ]));
+    ];
+    assert_ok(&etch(&run));
     assert!(
         header("out1.npy").contains("'<u2'"),
         "{}",
         header("out1.npy")
     );
-    let o = etch(&[
-        "run",
-        &pte,
-        "--input",
-        &a,
-        "--input",
-        &b,
-        "--output-dir",
-        &out,
-        "--output-dtype",
-        "f32",
-    ]);
+    let o = etch(&[&run[..], &["--output-dtype", "f32"]].concat());
     assert_ok(&o);
     for name in ["out0.npy", "out1.npy", "out2.npy"] {
         assert!(header(name).contains("'<f4'"), "{name}: {}", header(name));

@@ -5,12 +5,9 @@
 
 mod common;
 
-use std::time::Instant;
-
-use common::{ByteTokenizer, fixtures, tokens};
-use etch_llm::{Runner, SamplingConfig};
+use common::{fixture_runner, fixtures, tokens};
+use etch_llm::SamplingConfig;
 use etch_memory::counting::CountingAllocator;
-use etch_runtime::{LoadMode, Module};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -23,13 +20,7 @@ fn delegated_decode_matches_the_official_tokens_and_does_not_allocate() {
         let official: Vec<u64> = (1..=4)
             .flat_map(|k| tokens(&dir.join(format!("call{k}.in0.npy"))))
             .collect();
-        let module = Module::from_path(fixtures().join(format!("{name}.pte")))
-            .load_mode(LoadMode::Read)
-            .threads(1)
-            .build()
-            .expect("fixture loads");
-        let mut r = Runner::from_parts(module, Box::new(ByteTokenizer), "forward", Instant::now())
-            .expect("runner");
+        let mut r = fixture_runner(name, 1);
         let g = r
             .generate(&prompt, 24, SamplingConfig::default(), &mut |_| {})
             .expect("generation");

@@ -7,11 +7,8 @@
 
 mod common;
 
-use std::time::Instant;
-
-use common::{ByteTokenizer, fixtures, tokens};
-use etch_llm::{Runner, SamplingConfig};
-use etch_runtime::{LoadMode, Module};
+use common::{fixture_runner, fixtures, tokens};
+use etch_llm::SamplingConfig;
 
 const DECODE_STEPS: usize = 8;
 
@@ -28,13 +25,7 @@ fn optimum_exports_generate_the_official_tokens() {
         let official: Vec<u64> = (1..=DECODE_STEPS)
             .flat_map(|k| tokens(&dir.join(format!("call{k}.in0.npy"))))
             .collect();
-        let module = Module::from_path(fixtures().join(format!("{name}.pte")))
-            .load_mode(LoadMode::Read)
-            .threads(1)
-            .build()
-            .expect("fixture loads");
-        let mut r = Runner::from_parts(module, Box::new(ByteTokenizer), "forward", Instant::now())
-            .expect("runner");
+        let mut r = fixture_runner(name, 1);
         let meta = r.metadata().clone();
         assert_eq!(meta.eos_ids, eos, "{name}: get_eos_id");
         assert_eq!(

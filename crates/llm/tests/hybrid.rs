@@ -8,12 +8,9 @@
 
 mod common;
 
-use std::time::Instant;
-
-use common::{ByteTokenizer, fixtures, tokens};
-use etch_llm::{Runner, SamplingConfig};
+use common::{fixture_runner, fixtures, tokens};
+use etch_llm::SamplingConfig;
 use etch_memory::counting::CountingAllocator;
-use etch_runtime::{LoadMode, Module};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -33,13 +30,7 @@ fn hybrid_programs_prefill_token_by_token_and_match_the_official_tokens() {
         let official: Vec<u64> = (PROMPT_LEN..PROMPT_LEN + DECODE_STEPS)
             .flat_map(|k| tokens(&dir.join(format!("call{k}.in0.npy"))))
             .collect();
-        let module = Module::from_path(fixtures().join(format!("{name}.pte")))
-            .load_mode(LoadMode::Read)
-            .threads(1)
-            .build()
-            .expect("fixture loads");
-        let mut r = Runner::from_parts(module, Box::new(ByteTokenizer), "forward", Instant::now())
-            .expect("runner");
+        let mut r = fixture_runner(name, 1);
         let first = r
             .generate(
                 &prompt,

@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use etch_format::ScalarType;
-use etch_kernels::{Args, KernelContext, KernelError, ThreadPool};
+use etch_kernels::{Args, KernelContext, KernelError, Tensor, ThreadPool};
 
 use crate::dims::{Dims, MAX_DIMS};
 use crate::nodes::call::{MAX_INPUTS, NodeCall, Scratch};
@@ -521,6 +521,23 @@ pub(crate) fn finish(
     Ok(())
 }
 
+/// The call's output tensor `arg` resized to value `v`'s dims (a 0-d tensor holding a
+/// one-element value stays as it is).
+fn resized_output(
+    args: &mut Args<'_>,
+    call: &Call<'_>,
+    v: usize,
+    arg: usize,
+) -> Result<Tensor, KernelError> {
+    let d = call.shapes[v];
+    let t = args.tensor(arg)?;
+    if t.rank() == 0 && d.numel() == Some(1) {
+        return Ok(t);
+    }
+    check_rank("output", arg, t.rank(), d.rank())?;
+    args.resize_tensor(arg, &physical_sizes(&t, &d)[..d.rank()])
+}
+
 /// Writes the qint8 output value `v` to the call's int8 tensor `arg`.
 fn finish_int8(
     plan: &Plan,
@@ -531,13 +548,7 @@ fn finish_int8(
     arg: usize,
 ) -> Result<(), KernelError> {
     let d = call.shapes[v];
-    let t = args.tensor(arg)?;
-    let t = if t.rank() == 0 && d.numel() == Some(1) {
-        t
-    } else {
-        check_rank("output", arg, t.rank(), d.rank())?;
-        args.resize_tensor(arg, &physical_sizes(&t, &d)[..d.rank()])?
-    };
+    let t = resized_output(args, call, v, arg)?;
     let dst = ctx.write::<i8>(&t)?;
     let r = arena_range(plan, call.offsets, v, call.shapes)?;
     let words = call.arena.get(r).ok_or_else(|| short("arena"))?;
@@ -560,14 +571,7 @@ fn finish_half(
     v: usize,
     arg: usize,
 ) -> Result<(), KernelError> {
-    let d = call.shapes[v];
-    let t = args.tensor(arg)?;
-    let t = if t.rank() == 0 && d.numel() == Some(1) {
-        t
-    } else {
-        check_rank("output", arg, t.rank(), d.rank())?;
-        args.resize_tensor(arg, &physical_sizes(&t, &d)[..d.rank()])?
-    };
+    let t = resized_output(args, call, v, arg)?;
     let dst = ctx.write::<half::f16>(&t)?;
     let r = arena_range(plan, call.offsets, v, call.shapes)?;
     let src = call.arena.get(r).ok_or_else(|| short("arena"))?;

@@ -56,7 +56,12 @@ pub fn tokens(file: &Path) -> Vec<u64> {
 }
 
 pub fn runner(threads: usize) -> Runner {
-    let module = Module::from_path(fixtures().join("tiny_llama_fp32.pte"))
+    fixture_runner("tiny_llama_fp32", threads)
+}
+
+/// A runner on fixture `name` (`tests/fixtures/<name>.pte`) with the byte tokenizer.
+pub fn fixture_runner(name: &str, threads: usize) -> Runner {
+    let module = Module::from_path(fixtures().join(format!("{name}.pte")))
         .load_mode(LoadMode::Read)
         .threads(threads)
         .build()

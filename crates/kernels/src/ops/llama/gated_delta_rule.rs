@@ -47,21 +47,6 @@ op_args! {
     } returns 1
 }
 
-op_args! {
-    /// `channelwise_gated_delta_rule.out(...)`: the deprecated name of
-    /// `gated_delta_rule.out`, with the same arguments.
-    struct ChannelwiseGatedDeltaRuleArgs = "llama::channelwise_gated_delta_rule.out" {
-        query: Tensor,
-        key: Tensor,
-        value: Tensor,
-        decay: Tensor,
-        beta: Tensor,
-        initial_state: Tensor,
-        out: OutArg,
-        final_state_out: OutArg,
-    } returns 1
-}
-
 /// The validated problem.
 #[derive(Debug, Clone, Copy)]
 struct Recurrence {
@@ -177,6 +162,9 @@ fn check(
     })
 }
 
+/// The kernel of `gated_delta_rule.out` and of its deprecated name
+/// `channelwise_gated_delta_rule.out`, whose arguments are the same (an error names
+/// the current one).
 pub(crate) fn gated_delta_rule_out(
     ctx: &KernelContext<'_>,
     a: &mut Args<'_>,
@@ -191,29 +179,6 @@ pub(crate) fn gated_delta_rule_out(
         out,
         final_state_out,
     } = GatedDeltaRuleArgs::unpack(a)?;
-    run(
-        ctx,
-        a,
-        [&query, &key, &value, &decay, &beta, &initial_state],
-        out,
-        final_state_out,
-    )
-}
-
-pub(crate) fn channelwise_gated_delta_rule_out(
-    ctx: &KernelContext<'_>,
-    a: &mut Args<'_>,
-) -> Result<(), KernelError> {
-    let ChannelwiseGatedDeltaRuleArgs {
-        query,
-        key,
-        value,
-        decay,
-        beta,
-        initial_state,
-        out,
-        final_state_out,
-    } = ChannelwiseGatedDeltaRuleArgs::unpack(a)?;
     run(
         ctx,
         a,

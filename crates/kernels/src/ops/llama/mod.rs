@@ -43,7 +43,7 @@ pub fn register(r: &mut Registry) {
     );
     r.register(
         "llama::channelwise_gated_delta_rule.out",
-        gated_delta_rule::channelwise_gated_delta_rule_out,
+        gated_delta_rule::gated_delta_rule_out,
     );
     r.register(
         "llama::fast_hadamard_transform.out",
