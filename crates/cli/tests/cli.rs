@@ -347,6 +347,78 @@ fn generate_json_has_the_promised_fields() {
     }
 }
 
+/// The last token id of a fixture's recorded input `call{k}.in0.npy` (a `[1, S]` i64
+/// token tensor).
+fn recorded_token(name: &str, call: usize) -> u64 {
+    let t = etch_runtime::npy::read_npy_file(&fixture(&format!("{name}/call{call}.in0.npy")))
+        .expect("fixture npy");
+    let ids = t.as_slice::<i64>().expect("i64 tokens");
+    u64::try_from(*ids.last().expect("a token")).expect("a token id")
+}
+
+/// `etch generate` end to end on the families issue 52 added, greedy: Qwen3.5's
+/// static-shape hybrid program (its prompt fed one token per call, 32 new tokens) and
+/// Hugging Face's Gemma 3 export (which meets its EOS): the official runtime's tokens.
+#[test]
+fn generate_runs_hybrid_and_hugging_face_programs_with_the_official_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let tok = byte_tokenizer(dir.path(), 0).display().to_string();
+    // (fixture, calls that feed the prompt, one prompt token per call, new tokens)
+    let cases: [(&str, usize, bool, usize); 2] = [
+        ("tiny_qwen3_5_xnnpack", 7, true, 32),
+        ("optimum_gemma3", 1, false, 8),
+    ];
+    for (name, prompt_calls, one_per_call, new_tokens) in cases {
+        let prompt: Vec<u64> = if one_per_call {
+            (0..prompt_calls).map(|k| recorded_token(name, k)).collect()
+        } else {
+            let t = etch_runtime::npy::read_npy_file(&fixture(&format!("{name}/call0.in0.npy")))
+                .expect("fixture npy");
+            t.as_slice::<i64>()
+                .unwrap()
+                .iter()
+                .map(|&v| v as u64)
+                .collect()
+        };
+        let official: Vec<u64> = (prompt_calls..prompt_calls + new_tokens)
+            .map(|k| recorded_token(name, k))
+            .collect();
+        let ids = prompt
+            .iter()
+            .map(u64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let pte = fixture_arg(&format!("{name}.pte"));
+        let n = new_tokens.to_string();
+        let v = json_stdout(&etch(&[
+            "generate",
+            "--model",
+            &pte,
+            "--tokenizer",
+            &tok,
+            "--prompt-token-ids",
+            &ids,
+            "--max-new-tokens",
+            &n,
+            "--temperature",
+            "0",
+            "--json",
+        ]));
+        let got: Vec<u64> = v["generated_token_ids"]
+            .as_array()
+            .expect("generated_token_ids")
+            .iter()
+            .filter_map(serde_json::Value::as_u64)
+            .collect();
+        assert!(!got.is_empty(), "{name}: {v}");
+        assert_eq!(got[..], official[..got.len()], "{name}: greedy tokens");
+        if got.len() < new_tokens {
+            // Gemma's chain meets its EOS (2) at the fifth token.
+            assert_eq!(got.last(), Some(&2), "{name}: stopped early without an EOS");
+        }
+    }
+}
+
 #[test]
 fn generate_rejects_bad_prompts_and_tokenizers() {
     let dir = tempfile::tempdir().unwrap();
