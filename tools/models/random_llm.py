@@ -9,10 +9,14 @@ Architectures (``--arch``), their ``params.json`` as upstream ships it in
 
 * ``qwen3-0.6b``: Qwen3-0.6B (28 layers, dim 1024, GQA 16/8, head 128, QK norm,
   vocab 151936).
+* ``qwen3.5-0.8b``: Qwen3.5-0.8B (24 layers, 18 Gated DeltaNet and 6 gated full
+  attention, dim 1024, vocab 248320), as upstream's ``0_8b_config.json``.
 
 Recipes (``--recipe``): ``8da4w`` (default; int8 dynamic activations x int4 group-32
 weights through XNNPACK, int8 embedding: ``-X --xnnpack-extended-ops -qmode 8da4w
--G 32 -E 8,0``), as ``tools/models/smollm2.py`` builds SmolLM2.
+-G 32 -E 8,0``), as ``tools/models/smollm2.py`` builds SmolLM2; ``fp32-static`` (fp32
+through XNNPACK with static shapes, upstream's Qwen3.5 recipe: ``-X
+--xnnpack-extended-ops --disable_dynamic_shape``).
 
 Usage:
     tools/fixtures/.venv/bin/python tools/models/random_llm.py --arch qwen3-0.6b \\
@@ -53,10 +57,43 @@ ARCHS = {
             "qk_norm_before_rope": True,
         },
     },
+    "qwen3.5-0.8b": {
+        "label": "qwen3_5_0_8b",
+        "metadata": {"get_bos_id": 248045, "get_eos_ids": [248046, 248044]},
+        # upstream's examples/models/qwen3_5/config/0_8b_config.json
+        "params": {
+            "dim": 1024,
+            "hidden_dim": 3584,
+            "n_heads": 8,
+            "head_dim": 256,
+            "n_kv_heads": 2,
+            "n_layers": 24,
+            "norm_eps": 1e-06,
+            "rope_theta": 10000000.0,
+            "use_scaled_rope": False,
+            "vocab_size": 248320,
+            "use_hf_rope": True,
+            "partial_rotary_factor": 0.25,
+            "attention_qkv_bias": False,
+            "use_qk_norm": True,
+            "qk_norm_before_rope": True,
+            "attention_type": "mha",
+            "use_q_gate": True,
+            "rms_norm_add_unit_offset": True,
+            "linear_conv_kernel_dim": 4,
+            "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128,
+            "linear_num_key_heads": 16,
+            "linear_num_value_heads": 16,
+            "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 6,
+        },
+    },
 }
 
 RECIPES = {
     "8da4w": ["-X", "--xnnpack-extended-ops", "-qmode", "8da4w", "-G", "32", "-E", "8,0"],
+    # upstream's Qwen3.5 recipe (examples/models/qwen3_5/config/qwen3_5_xnnpack_fp32.yaml)
+    "fp32-static": ["-X", "--xnnpack-extended-ops", "--disable_dynamic_shape"],
 }
 
 
@@ -72,7 +109,9 @@ def random_checkpoint(params: dict, dest: Path, seed: int) -> None:
     state = {}
     with torch.no_grad():
         for name, p in model.state_dict().items():
-            if "norm" in name:
+            if name.endswith(("conv_state", "recurrent_state")):
+                state[name] = torch.zeros_like(p)  # Gated DeltaNet state buffers
+            elif "norm" in name:
                 state[name] = torch.ones_like(p)
             elif p.dtype.is_floating_point and p.dim() >= 2:
                 state[name] = torch.randn_like(p) * 0.02
