@@ -219,9 +219,12 @@ fn run(
         return Ok(());
     }
     let per_head = r.head_scratch_len();
-    let scratch = ctx.scratch_dirty::<f32>(pairs * per_head)?;
+    let scratch_len = pairs
+        .checked_mul(per_head)
+        .ok_or_else(|| invalid("the state and output sizes overflow".into()))?;
+    let scratch = ctx.scratch_dirty::<f32>(scratch_len)?;
     // Each head streams its state once per token, about 4 * Dk * Dv flops a token.
-    let work = (4 * r.state_len() * r.tokens.max(1)).max(1);
+    let work = r.state_len().saturating_mul(4 * r.tokens.max(1)).max(1);
     let min_heads = (crate::GRAIN_SIZE / work).max(1);
     ctx.pool()
         .for_each_chunk_mut(scratch, per_head, min_heads, |head, part| {

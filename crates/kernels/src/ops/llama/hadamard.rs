@@ -93,7 +93,8 @@ pub(crate) fn fast_hadamard_transform_out(
         ));
     };
     dst.copy_from_slice(src);
-    let min_rows = (crate::GRAIN_SIZE / (n * (width.ilog2() as usize + 28).max(1))).max(1);
+    let per_row = n.saturating_mul(width.ilog2() as usize + 28);
+    let min_rows = (crate::GRAIN_SIZE / per_row.max(1)).max(1);
     ctx.pool().for_each_chunk_mut(dst, n, min_rows, |_, row| {
         for block in row.chunks_exact_mut(width) {
             walsh_hadamard(block);
