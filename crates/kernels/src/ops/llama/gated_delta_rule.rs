@@ -378,6 +378,47 @@ mod tests {
     }
 
     #[test]
+    fn mismatched_shapes_are_refused_by_name() {
+        use crate::testing::Harness;
+        use etch_base::ScalarType;
+        // (beta sizes, state sizes, the words the error must hold)
+        let cases: [(&[usize], &[usize], &str); 3] = [
+            (&[1, 2, 3], &[1, 2, 4, 5], "ok"),
+            (
+                &[1, 2, 4],
+                &[1, 2, 4, 5],
+                "beta [1, 2, 4] must be [1, 2, 3]",
+            ),
+            (
+                &[1, 2, 3],
+                &[1, 2, 5, 5],
+                "initial_state [1, 2, 5, 5] must be [1, 2, 4, 5]",
+            ),
+        ];
+        for (beta_sizes, state_sizes, want) in cases {
+            let mut h = Harness::new();
+            let zeros = |sizes: &[usize]| vec![0.0f32; sizes.iter().product()];
+            let q = h.tensor(&[1, 2, 3, 4], &zeros(&[1, 2, 3, 4]));
+            let k = h.tensor(&[1, 2, 3, 4], &zeros(&[1, 2, 3, 4]));
+            let v = h.tensor(&[1, 2, 3, 5], &zeros(&[1, 2, 3, 5]));
+            let g = h.tensor(&[1, 2, 3], &zeros(&[1, 2, 3]));
+            let b = h.tensor(beta_sizes, &zeros(beta_sizes));
+            let s = h.tensor(state_sizes, &zeros(state_sizes));
+            let out = h.out(ScalarType::Float, &[1, 2, 3, 5]);
+            let fin = h.out(ScalarType::Float, &[1, 2, 4, 5]);
+            let ret = h.tensor_list(&[out, fin]);
+            let got = h.call(
+                "llama::gated_delta_rule.out",
+                &[q, k, v, g, b, s, out, fin, ret],
+            );
+            match got {
+                Ok(()) => assert_eq!(want, "ok"),
+                Err(e) => assert!(e.to_string().contains(want), "{e}"),
+            }
+        }
+    }
+
+    #[test]
     fn heads_follow_the_reference_recurrence() {
         for (channelwise, group, tokens) in [(false, 1, 1), (false, 2, 5), (true, 3, 4)] {
             let r = Recurrence {

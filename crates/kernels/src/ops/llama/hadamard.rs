@@ -177,6 +177,25 @@ mod tests {
     }
 
     #[test]
+    fn a_last_dim_of_the_wrong_size_or_dtype_is_refused() {
+        use crate::testing::Harness;
+        use etch_base::ScalarType;
+        let run = |sizes: &[usize], dtype: ScalarType| {
+            let mut h = Harness::new();
+            let n: usize = sizes.iter().product();
+            let x = h.tensor_raw(dtype, sizes, &vec![0u8; n * dtype.element_size()]);
+            let out = h.out(dtype, sizes);
+            h.call("llama::fast_hadamard_transform.out", &[x, out, out])
+                .map_err(|e| e.to_string())
+        };
+        let err = run(&[2, 12], ScalarType::Float).unwrap_err();
+        assert!(err.contains("power of two or 28 times one"), "{err}");
+        let err = run(&[2, 8], ScalarType::Int).unwrap_err();
+        assert!(err.contains("f32 only"), "{err}");
+        assert!(run(&[2, 56], ScalarType::Float).is_ok());
+    }
+
+    #[test]
     fn the_transform_is_orthonormal_and_its_own_inverse() {
         for n in [1usize, 2, 8, 32, 128] {
             let x: Vec<f32> = (0..n).map(|i| ((i * 37 % 11) as f32 - 5.0) / 3.0).collect();
