@@ -17,15 +17,17 @@ def etch_serve(etch, model, tokenizer, threads):
 
 
 @contextlib.contextmanager
-def etch_serve_process(etch, model, tokenizer, threads, extra=()):
-    """`etch_serve` with more flags; yields the port and the server's process."""
+def etch_serve_process(etch, model, tokenizer, threads, extra=(), log=None):
+    """`etch_serve` with more flags; yields the port and the server's process. Its
+    stderr goes to the open file `log` (a long run must not fill a pipe), else to a pipe
+    read only if it fails to come up."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(
         [etch, "serve", "--model", model, "--tokenizer", tokenizer, "--host", "127.0.0.1",
          "--port", str(port), "--threads", str(threads), *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stdout=subprocess.DEVNULL, stderr=log if log is not None else subprocess.PIPE)
     try:
         deadline = time.time() + 120
         while True:
@@ -37,7 +39,8 @@ def etch_serve_process(etch, model, tokenizer, threads, extra=()):
             except OSError:
                 pass
             if time.time() > deadline or server.poll() is not None:
-                sys.exit("etch serve did not come up: " + server.stderr.read().decode()[-2000:])
+                why = server.stderr.read().decode()[-2000:] if log is None else f"see {log.name}"
+                sys.exit("etch serve did not come up: " + why)
             time.sleep(0.2)
         yield port, server
     finally:

@@ -153,6 +153,17 @@ fn per_second(count: usize, ms: f64) -> f64 {
     }
 }
 
+/// Memory the engine's sessions hold (`Engine::memory`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EngineMemory {
+    /// Planned memory (KV caches, activations) of every loaded session.
+    pub planned_bytes: usize,
+    /// Free kernel scratch the sessions' temp allocators keep for reuse.
+    pub temp_cached_bytes: usize,
+    /// The most kernel scratch any one session has had live at once.
+    pub temp_live_peak_bytes: usize,
+}
+
 struct Slot {
     /// Stable while other slots come and go (turns name their slot by it).
     id: usize,
@@ -169,6 +180,8 @@ pub struct Engine {
     max_sessions: usize,
     eos_ids: Vec<u64>,
     next_slot_id: usize,
+    sessions_opened: u64,
+    sessions_closed: u64,
 }
 
 /// A turn in progress: started by [`Engine::start`], advanced by [`Engine::step`].
@@ -233,6 +246,8 @@ impl Engine {
             max_sessions: options.max_sessions.max(1),
             eos_ids,
             next_slot_id: 1,
+            sessions_opened: 0,
+            sessions_closed: 0,
         }
     }
 
@@ -290,6 +305,35 @@ impl Engine {
     /// Named sessions open now.
     pub fn named_sessions(&self) -> usize {
         self.slots.iter().filter(|s| s.name.is_some()).count()
+    }
+
+    /// Named sessions opened since the engine started.
+    pub fn sessions_opened(&self) -> u64 {
+        self.sessions_opened
+    }
+
+    /// Named sessions closed since the engine started.
+    pub fn sessions_closed(&self) -> u64 {
+        self.sessions_closed
+    }
+
+    /// Sessions holding state now: named ones and scratch ones together.
+    pub fn loaded_sessions(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// What the loaded sessions' memory holds now: planned bytes and the temp
+    /// allocators' counters, added up over sessions.
+    pub fn memory(&self) -> EngineMemory {
+        let mut memory = EngineMemory::default();
+        for slot in &self.slots {
+            let method = slot.session.method();
+            let temp = method.temp_allocator_stats();
+            memory.planned_bytes += method.planned_bytes();
+            memory.temp_cached_bytes += temp.bytes_cached;
+            memory.temp_live_peak_bytes = memory.temp_live_peak_bytes.max(temp.peak_bytes_live);
+        }
+        memory
     }
 
     /// Whether a named session is open.
@@ -418,6 +462,7 @@ impl Engine {
             session,
             busy: false,
         });
+        self.sessions_opened += 1;
         Ok(())
     }
 
@@ -428,6 +473,7 @@ impl Engine {
             Some(i) if self.slots[i].busy => Err(SessionError::Busy(name.to_string())),
             Some(i) => {
                 self.slots.remove(i);
+                self.sessions_closed += 1;
                 Ok(true)
             }
         }

@@ -50,8 +50,8 @@ pub mod tokenizer;
 pub use chat::ChatTemplate;
 pub use conversation::{Conversation, OnFull, Turn};
 pub use engine::{
-    ActiveTurn, Completion, END_OF_TURN_TOKENS, Engine, EngineOptions, FinishReason, SessionError,
-    TurnError, TurnRequest,
+    ActiveTurn, Completion, END_OF_TURN_TOKENS, Engine, EngineMemory, EngineOptions, FinishReason,
+    SessionError, TurnError, TurnRequest,
 };
 pub use error::LlmError;
 pub use generation_config::SamplingDefaults;

@@ -145,9 +145,15 @@ impl Module {
             .fold(AllocatorStats::default(), add_stats)
     }
 
-    /// Counters of the planned-memory allocator.
+    /// Counters of the planned-memory allocators of the loaded sessions, added up (the
+    /// program's own when it was given one for all sessions).
     pub fn memory_allocator_stats(&self) -> AllocatorStats {
-        self.program.memory_allocator_stats()
+        self.program.memory_allocator_stats().unwrap_or_else(|| {
+            self.methods
+                .values()
+                .map(Method::planned_allocator_stats)
+                .fold(AllocatorStats::default(), add_stats)
+        })
     }
 
     /// Bytes of planned memory held by loaded sessions.

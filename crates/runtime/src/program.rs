@@ -109,7 +109,11 @@ impl ModuleBuilder {
         self
     }
 
-    /// The allocator planned memory comes from (default: [`MallocAllocator`]).
+    /// One allocator every session's planned memory comes from. Its blocks are freed
+    /// only when it is reset or dropped, so sessions made and dropped keep adding to it:
+    /// give one for a fixed set of sessions (an arena sized for them, say). By default
+    /// each session allocates its planned memory from its own [`MallocAllocator`] and
+    /// frees it when it is dropped.
     pub fn memory_allocator(mut self, allocator: Arc<dyn MemoryAllocator>) -> Self {
         self.memory_allocator = Some(allocator);
         self
@@ -248,9 +252,7 @@ impl ModuleBuilder {
                     .unwrap_or_else(|| Arc::new(Registry::with_defaults())),
                 backends: self.backends.unwrap_or_else(BackendRegistry::with_defaults),
                 pool: Arc::new(pool),
-                memory_allocator: self
-                    .memory_allocator
-                    .unwrap_or_else(|| Arc::new(MallocAllocator::new())),
+                memory_allocator: self.memory_allocator,
                 temp_allocator: self.temp_allocator.unwrap_or_else(|| {
                     Arc::new(|| Box::new(CachingAllocator::new(DEFAULT_TEMP_CACHE_BYTES)))
                 }),
@@ -277,7 +279,8 @@ struct Shared {
     registry: Arc<Registry>,
     backends: BackendRegistry,
     pool: Arc<ThreadPool>,
-    memory_allocator: Arc<dyn MemoryAllocator>,
+    /// `None`: each session has its own (see [`ProgramBuilder::memory_allocator`]).
+    memory_allocator: Option<Arc<dyn MemoryAllocator>>,
     temp_allocator: TempAllocatorFactory,
     plans: Mutex<HashMap<String, Arc<MethodPlan>>>,
     /// Fold constant work when a plan is made.
@@ -403,10 +406,14 @@ impl Program {
     pub fn method(&self, name: &str) -> Result<Method, RuntimeError> {
         let plan = self.plan(name)?;
         let s = &*self.shared;
+        let planned_allocator = s.memory_allocator.clone().unwrap_or_else(|| {
+            let own: Arc<dyn MemoryAllocator> = Arc::new(MallocAllocator::new());
+            own
+        });
         Method::new(
             plan,
             &s.file,
-            &s.memory_allocator,
+            &planned_allocator,
             Arc::clone(&s.pool),
             Some((s.temp_allocator)()),
             &s.budget,
@@ -418,9 +425,10 @@ impl Program {
         &self.shared.budget
     }
 
-    /// Counters of the planned-memory allocator.
-    pub fn memory_allocator_stats(&self) -> etch_memory::AllocatorStats {
-        self.shared.memory_allocator.stats()
+    /// Counters of the planned-memory allocator given to the builder (`None` when each
+    /// session has its own: see [`Method::planned_allocator_stats`]).
+    pub fn memory_allocator_stats(&self) -> Option<etch_memory::AllocatorStats> {
+        self.shared.memory_allocator.as_ref().map(|a| a.stats())
     }
 }
 

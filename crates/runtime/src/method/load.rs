@@ -525,6 +525,7 @@ impl Method {
             stats: MethodStats::default(),
             profile: None,
             _planned_reservation: planned_reservation,
+            planned_allocator: Arc::clone(memory_allocator),
         })
     }
 }

@@ -262,6 +262,9 @@ pub struct Method {
     mutable_inits: Vec<load::MutableInit>,
     /// The planned memory, held against the program's memory budget.
     _planned_reservation: etch_memory::Reservation,
+    /// Where the planned memory came from (this session's own, unless the program was
+    /// given one for all).
+    planned_allocator: Arc<dyn MemoryAllocator>,
 }
 
 impl Method {
@@ -304,6 +307,12 @@ impl Method {
     /// as fallbacks).
     pub fn set_temp_allocator(&mut self, temp: Option<Box<dyn MemoryAllocator>>) {
         self.temp = temp;
+    }
+
+    /// Counters of the allocator this session's planned memory came from (shared by
+    /// every session when the program was given one).
+    pub fn planned_allocator_stats(&self) -> AllocatorStats {
+        self.planned_allocator.stats()
     }
 
     /// Counters of this session's temp allocator (all zero without one).

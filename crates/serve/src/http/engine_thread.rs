@@ -35,8 +35,21 @@ pub enum SessionOp {
     Reset,
 }
 
+/// How often, in engine steps, a busy engine publishes its session and memory gauges
+/// (an idle one publishes each time it goes idle): often enough for a scrape every few
+/// seconds, rare enough that summing the sessions' allocator counters costs nothing.
+const OBSERVE_EVERY_STEPS: usize = 64;
+
 /// Where a session operation's answer goes.
 type SessionReply = oneshot::Sender<Result<bool, SessionError>>;
+
+/// A session operation waiting its turn.
+struct Deferred {
+    seq: u64,
+    op: SessionOp,
+    id: String,
+    reply: SessionReply,
+}
 
 enum Command {
     Generate {
@@ -122,6 +135,8 @@ impl EngineHandle {
 }
 
 struct Waiting {
+    /// Arrival order among requests and session operations.
+    seq: u64,
     request: TurnRequest,
     events: tmpsc::UnboundedSender<TurnEvent>,
     cancel: Arc<AtomicBool>,
@@ -137,8 +152,13 @@ struct EngineLoop {
     streams: Vec<tmpsc::UnboundedSender<TurnEvent>>,
     /// The turns that ended in the last step (reused).
     finished: Vec<(usize, Result<Completion, TurnError>)>,
-    /// Sessions a close or reset waits on (they are running a turn), with the reply.
-    deferred: Vec<(SessionOp, String, SessionReply)>,
+    /// Session operations that wait: a close or reset for the turns that arrived
+    /// before it on its session, an open for room.
+    deferred: Vec<Deferred>,
+    /// The next arrival number.
+    next_seq: u64,
+    /// Engine steps since the session and memory gauges were last published.
+    steps_since_observed: usize,
 }
 
 impl EngineLoop {
@@ -152,6 +172,8 @@ impl EngineLoop {
             streams: Vec::new(),
             finished: Vec::new(),
             deferred: Vec::new(),
+            next_seq: 0,
+            steps_since_observed: 0,
         }
     }
 
@@ -194,16 +216,21 @@ impl EngineLoop {
             self.settle_deferred();
             self.admit();
             self.step_all();
-            self.metrics
-                .sessions_in_use
-                .store(self.engine.named_sessions(), Ordering::Relaxed);
-            if self.is_idle() {
+            self.steps_since_observed += 1;
+            let idle = self.is_idle();
+            if idle || self.steps_since_observed >= OBSERVE_EVERY_STEPS {
+                self.metrics.observe(&self.engine);
+                self.steps_since_observed = 0;
+            }
+            if idle {
                 return true;
             }
         }
     }
 
     fn command(&mut self, command: Command) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
         match command {
             Command::Generate {
                 request,
@@ -212,35 +239,51 @@ impl EngineLoop {
             } => {
                 self.metrics.queued.fetch_add(1, Ordering::Relaxed);
                 self.waiting.push_back(Waiting {
+                    seq,
                     request,
                     events,
                     cancel,
                 });
             }
-            Command::Session { op, id, reply } => self.session_op(op, id, reply),
+            Command::Session { op, id, reply } => self.session_op(Deferred { seq, op, id, reply }),
             Command::Count { reply } => {
                 let _ = reply.send(self.engine.named_sessions());
             }
         }
     }
 
-    fn session_op(
-        &mut self,
-        op: SessionOp,
-        id: String,
-        reply: oneshot::Sender<Result<bool, SessionError>>,
-    ) {
-        if op == SessionOp::Open && !self.engine.has_session(&id) && !self.engine.is_free(Some(&id))
-        {
-            // Scratch sessions running anonymous turns hold every slot: open once one
-            // of them is done rather than refuse.
-            self.deferred.push((op, id, reply));
+    /// Whether a session operation must wait: a close or reset for a turn running in
+    /// its session or a request for it that arrived earlier (operations on a session
+    /// take effect in arrival order, as the official server's per-worker lock orders
+    /// them: a close never cuts another client's turn short), an open for room while
+    /// scratch sessions running anonymous turns hold every slot.
+    fn must_wait(&self, d: &Deferred) -> bool {
+        if self.deferred.iter().any(|e| e.seq < d.seq && e.id == d.id) {
+            return true;
+        }
+        match d.op {
+            SessionOp::Open => !self.engine.has_session(&d.id) && !self.engine.is_free(Some(&d.id)),
+            SessionOp::Close | SessionOp::Reset => {
+                self.running
+                    .iter()
+                    .any(|t| t.session() == Some(d.id.as_str()))
+                    || self.waiting.iter().any(|w| {
+                        w.seq < d.seq && w.request.session.as_deref() == Some(d.id.as_str())
+                    })
+            }
+        }
+    }
+
+    fn session_op(&mut self, d: Deferred) {
+        if self.must_wait(&d) {
+            self.deferred.push(d);
             return;
         }
-        let result = match op {
-            SessionOp::Open => self.engine.open(&id).map(|()| true),
-            SessionOp::Close => self.engine.close(&id),
-            SessionOp::Reset => match self.engine.reset(&id) {
+        let id = d.id.as_str();
+        let result = match d.op {
+            SessionOp::Open => self.engine.open(id).map(|()| true),
+            SessionOp::Close => self.engine.close(id),
+            SessionOp::Reset => match self.engine.reset(id) {
                 Ok(found) => Ok(found),
                 Err(TurnError::Session(e)) => Err(e),
                 Err(e) => {
@@ -249,40 +292,14 @@ impl EngineLoop {
                 }
             },
         };
-        match result {
-            // A close or reset of a session that is generating waits for its turn to
-            // end: the turn is cancelled first.
-            Err(SessionError::Busy(_)) if op != SessionOp::Open => {
-                self.cancel_session(&id);
-                self.deferred.push((op, id, reply));
-            }
-            other => {
-                let _ = reply.send(other);
-            }
-        }
+        let _ = d.reply.send(result);
     }
 
-    fn cancel_session(&mut self, id: &str) {
-        for w in &self.waiting {
-            if w.request.session.as_deref() == Some(id) {
-                w.cancel.store(true, Ordering::Relaxed);
-            }
-        }
-        for turn in &self.running {
-            if turn.session() == Some(id) {
-                turn.cancel_flag().store(true, Ordering::Relaxed);
-            }
-        }
-    }
-
+    /// Runs the waiting session operations that may run now, in arrival order.
     fn settle_deferred(&mut self) {
         let deferred = std::mem::take(&mut self.deferred);
-        for (op, id, reply) in deferred {
-            if self.engine.is_free(Some(&id)) {
-                self.session_op(op, id, reply);
-            } else {
-                self.deferred.push((op, id, reply));
-            }
+        for d in deferred {
+            self.session_op(d);
         }
     }
 
@@ -306,7 +323,12 @@ impl EngineLoop {
                 .waiting
                 .iter()
                 .take(i)
-                .any(|e| e.request.session.as_deref() == session);
+                .any(|e| e.request.session.as_deref() == session)
+                || (session.is_some()
+                    && self
+                        .deferred
+                        .iter()
+                        .any(|d| d.seq < w.seq && Some(d.id.as_str()) == session));
             if blocked_by_earlier || !self.engine.is_free(session) {
                 i += 1;
                 continue;

@@ -20,6 +20,15 @@ pub struct Metrics {
     pub sessions_in_use: AtomicUsize,
     /// Requests waiting for their session.
     pub queued: AtomicUsize,
+    /// Sessions holding state, scratch ones included.
+    pub sessions_loaded: AtomicUsize,
+    /// Planned bytes of the loaded sessions.
+    pub planned_bytes: AtomicUsize,
+    /// Free kernel scratch the sessions' temp allocators keep.
+    pub temp_cached_bytes: AtomicUsize,
+    /// Named sessions opened and closed since the start.
+    pub sessions_opened: AtomicU64,
+    pub sessions_closed: AtomicU64,
     /// Engine steps that decoded several turns in one batched pass over the weights,
     /// and the turns' tokens those steps decoded.
     pub batched_steps: AtomicU64,
@@ -29,6 +38,20 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Publishes what the engine's sessions hold now.
+    pub fn observe(&self, engine: &etch_llm::Engine) {
+        let memory = engine.memory();
+        let store = |a: &AtomicUsize, v: usize| a.store(v, Ordering::Relaxed);
+        store(&self.sessions_in_use, engine.named_sessions());
+        store(&self.sessions_loaded, engine.loaded_sessions());
+        store(&self.planned_bytes, memory.planned_bytes);
+        store(&self.temp_cached_bytes, memory.temp_cached_bytes);
+        self.sessions_opened
+            .store(engine.sessions_opened(), Ordering::Relaxed);
+        self.sessions_closed
+            .store(engine.sessions_closed(), Ordering::Relaxed);
+    }
+
     /// Adds a finished turn.
     pub fn record(&self, c: &Completion) {
         self.prompt_tokens
@@ -60,7 +83,8 @@ impl Metrics {
         };
         let prefilled = load(&self.prefilled_tokens);
         let completion = load(&self.completion_tokens);
-        let rows: [(&str, &str, &str, f64); 14] = [
+        let gauge = |a: &AtomicUsize| a.load(Ordering::Relaxed) as f64;
+        let rows: [(&str, &str, &str, f64); 19] = [
             (
                 "etch_requests_total",
                 "counter",
@@ -76,7 +100,7 @@ impl Metrics {
             (
                 "etch_requests_cancelled_total",
                 "counter",
-                "Turns cancelled (client gone or session closed).",
+                "Turns cancelled (the client went away).",
                 load(&self.cancelled) as f64,
             ),
             (
@@ -119,7 +143,19 @@ impl Metrics {
                 "etch_sessions_in_use",
                 "gauge",
                 "Named sessions open.",
-                self.sessions_in_use.load(Ordering::Relaxed) as f64,
+                gauge(&self.sessions_in_use),
+            ),
+            (
+                "etch_sessions_opened_total",
+                "counter",
+                "Named sessions opened.",
+                load(&self.sessions_opened) as f64,
+            ),
+            (
+                "etch_sessions_closed_total",
+                "counter",
+                "Named sessions closed.",
+                load(&self.sessions_closed) as f64,
             ),
             (
                 "etch_sessions_max",
@@ -131,7 +167,25 @@ impl Metrics {
                 "etch_requests_queued",
                 "gauge",
                 "Requests waiting for their session.",
-                self.queued.load(Ordering::Relaxed) as f64,
+                gauge(&self.queued),
+            ),
+            (
+                "etch_sessions_loaded",
+                "gauge",
+                "Sessions holding state, scratch sessions for anonymous requests included.",
+                gauge(&self.sessions_loaded),
+            ),
+            (
+                "etch_planned_bytes",
+                "gauge",
+                "Planned memory (KV caches, activations) of the loaded sessions.",
+                gauge(&self.planned_bytes),
+            ),
+            (
+                "etch_temp_cached_bytes",
+                "gauge",
+                "Free kernel scratch the sessions' temp allocators keep for reuse.",
+                gauge(&self.temp_cached_bytes),
             ),
             (
                 "etch_batched_decode_steps_total",

@@ -598,7 +598,7 @@ fn turn_error(e: TurnError) -> ApiError {
 
 async fn run(state: &Arc<AppState>, p: Prepared) -> Result<Response, ApiError> {
     let cancel = Arc::new(AtomicBool::new(false));
-    let events = state
+    let mut events = state
         .engine
         .generate(p.turn.clone(), Arc::clone(&cancel))
         .map_err(|_| ApiError::unavailable())?;
@@ -607,7 +607,16 @@ async fn run(state: &Arc<AppState>, p: Prepared) -> Result<Response, ApiError> {
         armed: true,
     };
     if p.generation.stream {
-        Ok(stream_response(Arc::clone(state), p, events, guard))
+        // The status line waits until the turn has started, so that a request refused
+        // on the way (its session lost to capacity while it queued, say) gets its HTTP
+        // error, not a 200 stream holding one.
+        let first = match events.recv().await {
+            Some(TurnEvent::Started) => None,
+            Some(TurnEvent::Failed(e)) => return Err(turn_error(e)),
+            None => return Err(ApiError::unavailable()),
+            Some(other) => Some(other),
+        };
+        Ok(stream_response(Arc::clone(state), p, first, events, guard))
     } else {
         whole_response(state, p, events, guard).await
     }
@@ -693,6 +702,8 @@ fn remember(state: &AppState, p: &Prepared, done: &Completion, text: &str) {
 struct Streaming {
     state: Arc<AppState>,
     prepared: Prepared,
+    /// An event read before the stream began, to be handled first.
+    first: Option<TurnEvent>,
     events: UnboundedReceiver<TurnEvent>,
     guard: CancelOnDrop,
     id: String,
@@ -739,7 +750,11 @@ impl Streaming {
         if self.finished {
             return false;
         }
-        match self.events.recv().await {
+        let event = match self.first.take() {
+            Some(e) => Some(e),
+            None => self.events.recv().await,
+        };
+        match event {
             Some(TurnEvent::Started) => {}
             Some(TurnEvent::Text(t)) => {
                 self.text.push_str(&t);
@@ -802,6 +817,7 @@ impl Streaming {
 fn stream_response(
     state: Arc<AppState>,
     prepared: Prepared,
+    first: Option<TurnEvent>,
     events: UnboundedReceiver<TurnEvent>,
     guard: CancelOnDrop,
 ) -> Response {
@@ -815,6 +831,7 @@ fn stream_response(
         created: unix_now(),
         state,
         prepared,
+        first,
         events,
         guard,
         text: String::new(),
