@@ -6,6 +6,14 @@
 # Usage: bench/soak.sh [--model FILE.pte] [--tokenizer tokenizer.json] [--tokens N]
 #                      [--every N] [--warmup N] [--threads N] [--load MODE] [--out FILE]
 #                      [--no-build]
+#        bench/soak.sh --serve [--seconds N] [--model ...] [--tokenizer ...] [--threads N]
+#                      [--out FILE] [--no-build] [-- more bench/serve_soak.py flags]
+#
+# --serve: the serving soak (issue #55). `etch serve` on a loopback port under the load
+# mix of bench/serve_load.py with session churn (open, chat, reset, close, abandoned
+# streams) for --seconds (default 3600), resident memory and /metrics sampled every
+# minute (bench/serve_soak.py); exit status 1 if RSS grew by more than 5% after a
+# 10-minute warm-up, a temp cache went over its budget, or an answer was malformed.
 # Default model: models/smollm2-135m-instruct/model_8da4w.pte (the fastest), else
 # model.pte there; MODELS=DIR points elsewhere. The JSON lines go to --out (default: a
 # temporary file) and a summary to stdout. Exit status 1 if the temp cache went over its
@@ -14,9 +22,12 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 MODELS="${MODELS:-$ROOT/models/smollm2-135m-instruct}"
 PTE=""; TOK=""; TOKENS=20000; EVERY=500; WARMUP=2500; THREADS=0; LOAD=huge-pages
-OUT=""; BUILD=1
+OUT=""; BUILD=1; SERVE=0; SECONDS_TO_RUN=3600; SERVE_EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
+    --serve) SERVE=1; shift;;
+    --seconds) SECONDS_TO_RUN="$2"; shift 2;;
+    --) shift; SERVE_EXTRA=("$@"); break;;
     --model) PTE="$2"; shift 2;;
     --tokenizer) TOK="$2"; shift 2;;
     --tokens) TOKENS="$2"; shift 2;;
@@ -38,6 +49,13 @@ for f in "$PTE" "$TOK"; do
   [ -e "$f" ] || { echo "missing $f (tools/models/smollm2.py builds it)" >&2; exit 2; }
 done
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
+if [ "$SERVE" = 1 ]; then
+  [ "$BUILD" = 1 ] && (cd "$ROOT" && cargo build --release -p etch-cli --bin etch >&2)
+  OUT_ARGS=(); [ -n "$OUT" ] && OUT_ARGS=(--out "$OUT")
+  exec python3 "$ROOT/bench/serve_soak.py" --etch "$TARGET/release/etch" --model "$PTE" \
+    --tokenizer "$TOK" --seconds "$SECONDS_TO_RUN" --threads "${THREADS/#0/2}" \
+    "${OUT_ARGS[@]}" "${SERVE_EXTRA[@]}"
+fi
 [ "$BUILD" = 1 ] && (cd "$ROOT" && cargo build --release -p etch-bench --bin soak >&2)
 if [ -z "$OUT" ]; then OUT="$(mktemp)"; trap 'rm -f "$OUT"' EXIT; fi
 echo "soak: $PTE, $TOKENS tokens, report every $EVERY, warm-up $WARMUP" >&2

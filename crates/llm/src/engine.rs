@@ -787,6 +787,19 @@ impl Engine {
         }
     }
 
+    /// Frees every session a turn holds, each left dirty: for after a fault unwound
+    /// through the turns in flight (a caught panic), whose `ActiveTurn`s are gone.
+    /// Returns how many sessions were busy.
+    pub fn abandon_all(&mut self) -> usize {
+        let mut freed = 0;
+        for slot in self.slots.iter_mut().filter(|s| s.busy) {
+            slot.busy = false;
+            slot.session.set_dirty(true);
+            freed += 1;
+        }
+        freed
+    }
+
     /// Abandons a turn (its client is gone): the session is free again and dirty.
     pub fn abandon(&mut self, turn: ActiveTurn) {
         if let Ok(slot) = self.slot_of(&turn) {

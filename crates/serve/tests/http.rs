@@ -392,3 +392,56 @@ fn concurrent_requests_get_what_they_get_alone() {
         .unwrap_or(0.0);
     assert!(batched > 0.0, "no decode step was batched:\n{metrics}");
 }
+
+/// A close or reset from one client while another client's turn runs in that session
+/// waits for the turn: the turn ends whole (not cancelled), then the operation acts.
+#[test]
+fn a_close_waits_for_the_turn_running_in_its_session() {
+    let s = start("close-waits", 3, None);
+    let hi = json!([{"role": "user", "content": "Tell me everything"}]);
+    let long = chat(hi.clone(), json!({"max_tokens": 300, "session_id": "A"}));
+    let (_, alone) = s.post("/v1/chat/completions", &long);
+    assert_eq!(alone["usage"]["completion_tokens"], 300);
+    let closed = agent().delete(&s.url("/v1/sessions/A")).call().unwrap();
+    assert_eq!(closed.into_json::<Value>().unwrap()["closed"], true);
+
+    for op in ["close", "reset"] {
+        let url = s.url("/v1/chat/completions");
+        let body = long.clone();
+        let turn = std::thread::spawn(move || match agent().post(&url).send_json(body) {
+            Ok(r) => (r.status(), r.into_json::<Value>().unwrap()),
+            Err(ureq::Error::Status(code, r)) => (code, r.into_json().unwrap()),
+            Err(e) => panic!("request failed: {e}"),
+        });
+        // Wait until the turn is running (the session is open), then act on it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !s.get("/metrics").1.contains("etch_sessions_in_use 1") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the turn never started"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let acted = if op == "close" {
+            agent().delete(&s.url("/v1/sessions/A")).call()
+        } else {
+            agent().post(&s.url("/v1/sessions/A/reset")).call()
+        };
+        let acted: Value = acted.unwrap().into_json().unwrap();
+        let (status, answer) = turn.join().unwrap();
+        assert_eq!(status, 200, "{op}: {answer}");
+        assert_eq!(answer["usage"]["completion_tokens"], 300, "{op}");
+        assert_eq!(content(&answer), content(&alone), "{op}");
+        assert_eq!(acted[if op == "close" { "closed" } else { "reset" }], true);
+        if op == "reset" {
+            let closed = agent().delete(&s.url("/v1/sessions/A")).call().unwrap();
+            assert_eq!(closed.into_json::<Value>().unwrap()["closed"], true);
+        }
+    }
+    assert!(s.get("/metrics").1.contains("etch_sessions_in_use 0"));
+    assert!(
+        s.get("/metrics")
+            .1
+            .contains("etch_requests_cancelled_total 0")
+    );
+}

@@ -197,3 +197,166 @@ fn streamed_pieces_are_whole_text_and_stop_strings_cut_the_turn() {
     assert_eq!(r[0].last().unwrap()["finish_reason"], "stop");
     assert!(r[0].last().unwrap().get("generated_token_ids").is_none());
 }
+
+/// Output that calls `hook` at the start of each line with the number of lines already
+/// written (a cancel frame arriving while the worker streams, or a fault mid-turn).
+struct Hooked<F: FnMut(usize)> {
+    out: Vec<u8>,
+    lines: usize,
+    at_line_start: bool,
+    hook: F,
+}
+
+impl<F: FnMut(usize)> Hooked<F> {
+    fn new(hook: F) -> Self {
+        Self {
+            out: Vec::new(),
+            lines: 0,
+            at_line_start: true,
+            hook,
+        }
+    }
+}
+
+impl<F: FnMut(usize)> std::io::Write for Hooked<F> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.at_line_start && !buf.is_empty() {
+            (self.hook)(self.lines);
+            self.at_line_start = false;
+        }
+        self.out.extend_from_slice(buf);
+        let newlines = buf.iter().filter(|&&b| b == b'\n').count();
+        self.lines += newlines;
+        if buf.last() == Some(&b'\n') {
+            self.at_line_start = true;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs the worker over `input` with a hooked output; every line must be protocol JSON.
+fn hooked_session(
+    max_sessions: usize,
+    book: CancelBook,
+    input: &str,
+    hook: impl FnMut(usize),
+) -> Vec<Value> {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = common::TokenizerDir::new(&format!("hooked{run}"));
+    let mut engine = common::engine(&dir.tokenizer(), max_sessions);
+    let mut out = Hooked::new(hook);
+    Worker::new(&mut engine, &mut out, book, true)
+        .serve(input.as_bytes())
+        .unwrap();
+    let text = String::from_utf8(out.out).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .collect()
+}
+
+const LONG: &str =
+    r#"{"max_new_tokens": 40, "prompt": "abc", "session_id": "s", "cancel_request_id": ID}"#;
+
+fn long(id: u64) -> String {
+    LONG.replace("ID", &id.to_string())
+}
+
+#[test]
+fn cancel_frames_late_twice_and_for_finished_requests() {
+    // Uncancelled, for reference: 40 tokens.
+    let plain = session(2, CancelBook::default(), &long(1));
+    let whole = text_of(&replies(&plain)[0]);
+    assert_eq!(replies(&plain)[0].last().unwrap()["completion_tokens"], 40);
+
+    // Late: the frame for the running request arrives after its third piece, twice,
+    // with a frame for some other id between (dropped). The request ends at its next
+    // step, cancelled, its pieces a prefix of the whole reply. Then a frame for the
+    // finished request (stale) arrives: it cancels nothing, and the next request, with
+    // a newer id, runs to its end in the dirty session, started over.
+    let book = CancelBook::default();
+    let frames = book.clone();
+    let input = [long(1), long(2)].join("\n");
+    let lines = hooked_session(2, book, &input, move |line| match line {
+        // Line 0 is the ready line; 1.. are request 1's pieces.
+        4 => {
+            frames.on_frame(1);
+            frames.on_frame(7);
+            frames.on_frame(1);
+        }
+        _ => {
+            if line > 4 {
+                frames.on_frame(1);
+            }
+        }
+    });
+    let r = replies(&lines);
+    assert_eq!(r.len(), 2);
+    let cut = r[0].last().unwrap();
+    assert_eq!(cut["cancelled"], true, "{cut}");
+    assert_eq!(cut["finish_reason"], "stop");
+    let cut_text = text_of(&r[0]);
+    assert!(
+        (3..40).contains(&r[0].len().saturating_sub(1)),
+        "{} pieces",
+        r[0].len() - 1
+    );
+    assert!(whole.starts_with(&cut_text), "{cut_text:?} vs {whole:?}");
+    let next = r[1].last().unwrap();
+    assert!(next.get("cancelled").is_none(), "{next}");
+    assert_eq!(next["completion_tokens"], 40);
+    assert_eq!(next["session_reset_reason"], "dirty");
+    assert_eq!(text_of(&r[1]), whole);
+
+    // Early and twice: both frames for request 3 arrive before it; it is cancelled
+    // before its first piece, once. A frame for a finished id (2) and one for a later
+    // id (9) while nothing runs do not touch request 4.
+    let book = CancelBook::default();
+    book.on_frame(3);
+    book.on_frame(3);
+    let frames = book.clone();
+    let input = [long(3), long(4)].join("\n");
+    let lines = hooked_session(2, book, &input, move |line| {
+        if line == 2 {
+            frames.on_frame(2);
+            frames.on_frame(3);
+        }
+    });
+    let r = replies(&lines);
+    assert_eq!(r[0].last().unwrap()["cancelled"], true);
+    assert_eq!(r[0].last().unwrap()["completion_tokens"], 0);
+    assert_eq!(r[1].last().unwrap()["completion_tokens"], 40);
+    assert_eq!(text_of(&r[1]), whole);
+}
+
+#[test]
+fn a_panic_mid_turn_is_an_error_line_and_the_session_serves_again() {
+    let plain = session(2, CancelBook::default(), &long(1));
+    let whole = text_of(&replies(&plain)[0]);
+    // Writing the fifth line (request 1's fourth piece) panics before a byte of it is
+    // written: the worker catches it, answers with an error line, and goes on.
+    let mut armed = true;
+    let input = [long(1), long(2)].join("\n");
+    let lines = hooked_session(2, CancelBook::default(), &input, move |line| {
+        if line == 4 && std::mem::take(&mut armed) {
+            panic!("injected fault");
+        }
+    });
+    let r = replies(&lines);
+    assert_eq!(r.len(), 2, "{lines:?}");
+    assert_eq!(r[0].len(), 4, "three pieces, then the error: {:?}", r[0]);
+    assert_eq!(
+        r[0].last().unwrap()["error"],
+        "internal error: injected fault"
+    );
+    // The session the fault left mid-turn starts over, with the whole reply.
+    let next = r[1].last().unwrap();
+    assert_eq!(next["done"], true, "{next}");
+    assert_eq!(next["completion_tokens"], 40);
+    assert_ne!(next["session_reset_reason"], "exact_prefix");
+    assert_eq!(text_of(&r[1]), whole);
+}

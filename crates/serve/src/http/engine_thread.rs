@@ -292,6 +292,9 @@ impl EngineLoop {
                 }
             },
         };
+        // Published before the answer, so that a client reading /metrics after it sees
+        // the session gone.
+        self.metrics.observe(&self.engine);
         let _ = d.reply.send(result);
     }
 

@@ -127,6 +127,29 @@ impl CancelBook {
             book.pending = None;
         }
     }
+
+    /// Activates request `id` (as [`CancelBook::activate`]) until the returned guard
+    /// drops, which completes it, on an early return or an unwinding panic too.
+    pub fn active(&self, id: u64, flag: &Arc<AtomicBool>) -> ActiveRequest {
+        self.activate(id, flag);
+        ActiveRequest {
+            book: self.clone(),
+            id,
+        }
+    }
+}
+
+/// A running request's place in the [`CancelBook`]; completes it when dropped.
+#[derive(Debug)]
+pub struct ActiveRequest {
+    book: CancelBook,
+    id: u64,
+}
+
+impl Drop for ActiveRequest {
+    fn drop(&mut self) {
+        self.book.complete(self.id);
+    }
 }
 
 /// Opens the control pipe named by [`CONTROL_FD_VARIABLE`] and reads frames from it on a

@@ -18,8 +18,8 @@ use etch_llm::{Completion, Engine, SamplingConfig, SessionError, TurnError, Turn
 use serde_json::{Value, json};
 
 pub use cancel::{
-    CONTROL_FD_VARIABLE, CancelBook, CancelIdError, FRAME_BYTES, FrameReader, listen_for_cancels,
-    read_frames,
+    ActiveRequest, CONTROL_FD_VARIABLE, CancelBook, CancelIdError, FRAME_BYTES, FrameReader,
+    listen_for_cancels, read_frames,
 };
 pub use request::{
     BadRequest, Generate, MAX_LINE_BYTES, MAX_STOP_BYTES, MAX_STOP_STRINGS, Op, Request, Segment,
@@ -164,7 +164,11 @@ impl<'a, W: Write> Worker<'a, W> {
                         .map(|s| s.to_string())
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "unknown".into());
-                    eprintln!("etch-worker: internal error handling a request: {what}");
+                    let freed = self.engine.abandon_all();
+                    eprintln!(
+                        "etch-worker: internal error handling a request: {what} \
+                         ({freed} session(s) left mid-turn start over)"
+                    );
                     self.write(&error_line(&format!("internal error: {what}"), None, None))?;
                 }
             }
@@ -255,13 +259,14 @@ impl<'a, W: Write> Worker<'a, W> {
             ignore_eos: false,
         };
         let cancel = Arc::new(AtomicBool::new(false));
-        if let Some(id) = g.cancel_request_id {
-            self.cancels.activate(id, &cancel);
-        }
-        let result = self.run_turn(&request, cancel);
-        if let Some(id) = g.cancel_request_id {
-            self.cancels.complete(id);
-        }
+        let result = {
+            // Completed when dropped, so that a panic unwinding through the turn does
+            // not leave the id active (every later request would be refused).
+            let _active = g
+                .cancel_request_id
+                .map(|id| self.cancels.active(id, &cancel));
+            self.run_turn(&request, cancel)
+        };
         match result {
             Ok(Ok(done)) => self.write(&done_line(&done)),
             Ok(Err(e)) => {
