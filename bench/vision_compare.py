@@ -16,7 +16,9 @@ progress on stderr.
 
 Usage: tools/fixtures/.venv/bin/python bench/vision_compare.py [--runs 3]
        [--threads 1 2] [--calls 20] [--portable-calls 3] [--settle 3] [--models mobilenet_v2 resnet18]
-       [--skip-official-portable]
+       [--skip-official-portable] [--kinds xnnpack portable int8]
+
+`--kinds int8` times the PT2E static int8 files (`tools/models/vision.sh --kinds int8`).
 
 After the table, a second one sets etch on the portable file against the official
 runtime on the XNNPACK file (issue #16's 0.8x bar), by medians and by the fastest call of
@@ -96,6 +98,8 @@ def main() -> int:
     ap.add_argument("--models", nargs="+", default=["mobilenet_v2", "resnet18"])
     ap.add_argument("--skip-official-portable", action="store_true",
                     help="do not time the official runtime on the portable files")
+    ap.add_argument("--kinds", nargs="+", choices=["xnnpack", "portable", "int8"], default=["xnnpack", "portable"],
+                    help="which files of each model (int8: the PT2E static int8 XNNPACK file)")
     args = ap.parse_args()
     import numpy as np
 
@@ -110,7 +114,7 @@ def main() -> int:
         for t in args.threads:
             for model in args.models:
                 x = VISION / f"{model}_input.npy"
-                for kind in ("xnnpack", "portable"):
+                for kind in args.kinds:
                     pte = VISION / f"{model}_{kind}.pte"
                     if not pte.exists():
                         print(f"{pte} is missing: tools/models/vision.sh", file=sys.stderr)
@@ -126,7 +130,7 @@ def main() -> int:
                             got = np.load(outdir / "out0.npy")
                             errs[(model, kind)] = float(np.abs(got - want).max() / np.abs(want).max())
                         else:
-                            calls = args.calls if kind == "xnnpack" else args.portable_calls
+                            calls = args.portable_calls if kind == "portable" else args.calls
                             res = run_official(pte, x, calls, t)
                         rows.setdefault((model, kind, t, runtime), []).append(res)
     print(f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; CPU: {cpu_model()}; "
@@ -136,7 +140,7 @@ def main() -> int:
     print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for t in args.threads:
         for model in args.models:
-            for kind in ("xnnpack", "portable"):
+            for kind in args.kinds:
                 e = rows[(model, kind, t, "etch")]
                 em = statistics.median(v["median_ms"] for v in e)
                 el = statistics.median(v["load_ms"] for v in e)
@@ -148,6 +152,8 @@ def main() -> int:
                 ol = statistics.median(v["load_ms"] for v in o)
                 print(f"| {model} | {kind} | {t} | {em:.1f} | {om:.1f} | {om / em:.2f}x | {el:.0f} | {ol:.0f} | "
                       f"{errs[(model, kind)]:.1e} |")
+    if not {"portable", "xnnpack"} <= set(args.kinds):
+        return 0
     print("\n| model | threads | etch portable ms | official XNNPACK ms | official XNNPACK / etch portable | "
           "each run's ratio | fastest calls, etch / official ms | ratio of the fastest |")
     print("|---|---|---:|---:|---:|---|---:|---:|")

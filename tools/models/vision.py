@@ -5,7 +5,10 @@ torchvision architectures with seeded random weights (pretrained weights cannot
 be downloaded here) and randomised BatchNorm statistics, each exported twice:
 
 * ``NAME_xnnpack.pte``: ``to_edge_transform_and_lower`` with ``XnnpackPartitioner``;
-* ``NAME_portable.pte``: no partitioner (portable kernels).
+* ``NAME_portable.pte``: no partitioner (portable kernels);
+* ``NAME_int8.pte``: static int8 as the XNNPACK quantizer's PT2E recipe makes it
+  (``XNNPACKQuantizer``, symmetric, per-channel weights, calibrated on 8 seeded N(0, 1)
+  inputs), then ``XnnpackPartitioner``: how vision models are shipped to phones.
 
 For every program the official runtime (``executorch.runtime``) runs a seeded
 ``[1, 3, 224, 224]`` input; the input, the output and the latencies (first call,
@@ -50,16 +53,41 @@ MODELS = {
 log = logging.getLogger("vision")
 
 
-def export(model: torch.nn.Module, x: torch.Tensor, xnnpack: bool) -> bytes:
-    from executorch.exir import to_edge_transform_and_lower
+CALIBRATION_BATCHES = 8
+KINDS = ("xnnpack", "portable", "int8")
 
-    ep = torch.export.export(model, (x,), strict=True)
+
+def quantize_int8(model: torch.nn.Module, x: torch.Tensor) -> torch.nn.Module:
+    """The PT2E static int8 recipe of the XNNPACK quantizer, calibrated on seeded inputs."""
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
+        XNNPACKQuantizer,
+        get_symmetric_quantization_config,
+    )
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    gm = prepare_pt2e(torch.export.export(model, (x,), strict=True).module(), quantizer)
+    gen = torch.Generator().manual_seed(SEED + 1)
+    with torch.no_grad():
+        for _ in range(CALIBRATION_BATCHES):
+            gm(torch.randn(x.shape, generator=gen))
+    return convert_pt2e(gm)
+
+
+def export(model: torch.nn.Module, x: torch.Tensor, kind: str) -> bytes:
+    from executorch.exir import EdgeCompileConfig, to_edge_transform_and_lower
+
+    config = None
+    if kind == "int8":
+        model = quantize_int8(model, x)
+        config = EdgeCompileConfig(_check_ir_validity=False)
+    ep = torch.export.export(model, (x,), strict=kind != "int8")
     partitioner = None
-    if xnnpack:
+    if kind in ("xnnpack", "int8"):
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
         partitioner = [XnnpackPartitioner()]
-    return to_edge_transform_and_lower(ep, partitioner=partitioner).to_executorch().buffer
+    return to_edge_transform_and_lower(ep, partitioner=partitioner, compile_config=config).to_executorch().buffer
 
 
 def run(pte: Path, x: torch.Tensor, runs: int) -> Dict[str, Any]:
@@ -90,6 +118,7 @@ def main(argv: Any = None) -> int:
     ap.add_argument("--portable-runs", type=int, default=1, help="timed calls for the slow portable programs (default 1)")
     ap.add_argument("--threads", type=int, default=1, help="official runtime threadpool size (default 1)")
     ap.add_argument("--only", nargs="+", choices=sorted(MODELS), help="only these models")
+    ap.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS), help="only these programs")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[vision] %(message)s")
     OUT.mkdir(parents=True, exist_ok=True)
@@ -106,13 +135,13 @@ def main(argv: Any = None) -> int:
         np.save(OUT / f"{name}_input.npy", x.numpy())
         with torch.no_grad():
             eager = model(x)
-        for kind in ("xnnpack", "portable"):
+        for kind in args.kinds:
             pte = OUT / f"{name}_{kind}.pte"
             if args.force or not pte.exists():
                 t0 = time.perf_counter()
-                pte.write_bytes(export(model, x, kind == "xnnpack"))
+                pte.write_bytes(export(model, x, kind))
                 log.info("%s: exported in %.0f s (%.1f MB)", pte.name, time.perf_counter() - t0, pte.stat().st_size / 1e6)
-            r = run(pte, x, args.runs if kind == "xnnpack" else args.portable_runs)
+            r = run(pte, x, args.portable_runs if kind == "portable" else args.runs)
             out = r.pop("output")
             np.save(OUT / f"{name}_{kind}_output.npy", out.numpy())
             delegates = xnn_payload.delegates(pte.read_bytes())

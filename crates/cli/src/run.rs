@@ -86,7 +86,8 @@ pub struct RunArgs {
     #[arg(long)]
     json: bool,
     /// Also report time and heap allocations per operator (all calls together); with
-    /// `--json`, also per instruction ("profile_steps", in program order).
+    /// `--json`, also per instruction ("profile_steps", in program order). Inside XNNPACK
+    /// delegates, time per node kind ("profile_delegate_nodes").
     #[arg(long)]
     profile: bool,
     /// Image inputs (.png, .jpg) are resized to N x N, or H x W, first (bilinear).
@@ -368,6 +369,9 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
             })
         })
         .collect();
+    // Inside the delegates, slowest node kind first.
+    let mut delegate_nodes = method.delegate_node_profile();
+    delegate_nodes.sort_by_key(|n| std::cmp::Reverse(n.nanos));
     let folded_bytes = method.plan().folded_bytes();
     let folded_steps = method.plan().folded_steps();
     let planned = module.planned_bytes();
@@ -424,6 +428,12 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
                 }))
                 .collect::<Vec<_>>());
             obj["profile_steps"] = json!(profile_steps);
+            obj["profile_delegate_nodes"] = json!(delegate_nodes
+                .iter()
+                .map(|n| json!({
+                    "backend": n.backend, "node": n.node, "runs": n.runs, "ms": n.nanos as f64 / 1e6,
+                }))
+                .collect::<Vec<_>>());
         }
         if args.stats {
             obj["stats"] = json!({
@@ -493,6 +503,16 @@ pub fn main(args: RunArgs, matches: Option<&clap::ArgMatches>) -> anyhow::Result
                 "{name:<48} {calls:>7} {:>10.3} {allocs:>12}",
                 *nanos as f64 / 1e6
             );
+        }
+        if !delegate_nodes.is_empty() {
+            println!(
+                "{:<48} {:>7} {:>10}",
+                "inside delegates: node", "runs", "ms"
+            );
+            for n in &delegate_nodes {
+                let name = format!("{}: {}", n.backend, n.node);
+                println!("{name:<48} {:>7} {:>10.3}", n.runs, n.nanos as f64 / 1e6);
+            }
         }
     }
     if args.stats {

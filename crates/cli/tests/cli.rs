@@ -1351,3 +1351,47 @@ fn bench_measures_concurrent_sessions() {
     let o = etch(&["bench", "--model", &xnn, "-s", "0"]);
     assert!(!o.status.success());
 }
+
+/// `--profile` shows the time of the nodes inside an XNNPACK delegate, by kind.
+#[test]
+fn run_profile_shows_the_nodes_inside_delegates() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = fixture_arg("xnn_q8_mobilenet_v2.pte");
+    let input = fixture_arg("xnn_q8_mobilenet_v2/call0.in0.npy");
+    let out = dir.path().display().to_string();
+    let args = [
+        "run",
+        &model,
+        "--input",
+        &input,
+        "--output-dir",
+        &out,
+        "--repeat",
+        "2",
+    ];
+    let j = json_stdout(&etch(&[&args[..], &["--profile", "--json"]].concat()));
+    let nodes = j["profile_delegate_nodes"]
+        .as_array()
+        .expect("profile_delegate_nodes");
+    let runs = |node: &str| {
+        nodes
+            .iter()
+            .find(|n| n["node"] == node && n["backend"] == "XnnpackBackend")
+            .and_then(|n| n["runs"].as_u64())
+    };
+    // Two calls of the program's int8 convolutions and its one input quantization.
+    assert!(
+        runs("Conv2d qs8").is_some_and(|r| r > 0 && r % 2 == 0),
+        "{nodes:?}"
+    );
+    assert!(
+        runs("DepthwiseConv2d qs8").is_some_and(|r| r > 0 && r % 2 == 0),
+        "{nodes:?}"
+    );
+    assert_eq!(runs("Convert qs8"), Some(2), "{nodes:?}");
+    let text = etch(&[&args[..], &["--profile"]].concat());
+    assert_ok(&text);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("inside delegates: node"), "{text}");
+    assert!(text.contains("XnnpackBackend: Conv2d qs8"), "{text}");
+}

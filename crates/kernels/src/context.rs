@@ -38,12 +38,21 @@ impl Epilogue {
     }
 }
 
+/// Where a delegate reports the time of each node it runs, when its caller profiles
+/// (`etch run --profile`): one record per node run, under a name that says the node's
+/// kind (and its types where they choose the kernel, e.g. `Conv2d qs8`).
+pub trait NodeProfiler: Sync {
+    /// Node `name` ran for `nanos` nanoseconds.
+    fn record(&self, name: &str, nanos: u64);
+}
+
 /// The context of one kernel call. Everything borrowed from it ends with the call.
 pub struct KernelContext<'a> {
     access: Access<'a>,
     temp: TempScope<'a>,
     pool: &'a ThreadPool,
     epilogue: Epilogue,
+    profiler: Option<&'a dyn NodeProfiler>,
 }
 
 impl<'a> KernelContext<'a> {
@@ -54,7 +63,18 @@ impl<'a> KernelContext<'a> {
             temp,
             pool,
             epilogue: Epilogue::default(),
+            profiler: None,
         }
+    }
+
+    /// This context, for a delegate call whose nodes report their times to `profiler`.
+    pub fn with_profiler(self, profiler: Option<&'a dyn NodeProfiler>) -> Self {
+        Self { profiler, ..self }
+    }
+
+    /// Where a delegate reports its nodes' times (`None`: nobody is profiling).
+    pub fn profiler(&self) -> Option<&'a dyn NodeProfiler> {
+        self.profiler
     }
 
     /// This context, for a step that also applies `epilogue` to its outputs.

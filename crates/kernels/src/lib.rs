@@ -20,7 +20,7 @@ mod value;
 
 pub use backend::{Backend, BackendError, BackendInitContext, DelegateHandle, DelegateSummary};
 pub use batch::{Batch, BatchKernelFn, Batched, MAX_BATCH, unpaired};
-pub use context::{Epilogue, KernelContext};
+pub use context::{Epilogue, KernelContext, NodeProfiler};
 pub use error::{KernelError, ShapeError};
 pub use etch_base::{Bool8, Element, MAX_RANK, ScalarType, ShapeDynamism};
 pub use etch_linalg::{GRAIN_SIZE, ThreadPool, ThreadPoolError, default_threads};

@@ -25,8 +25,8 @@ pub use backends::BackendRegistry;
 pub use error::RuntimeError;
 pub use host::{HostTensor, Value};
 pub use method::{
-    FoldCounts, InstructionProfile, LoadedDelegate, Method, MethodMeta, MethodPlan, MethodStats,
-    PlanOptions, TensorInfo, ValueInfo,
+    DelegateNodeProfile, FoldCounts, InstructionProfile, LoadedDelegate, Method, MethodMeta,
+    MethodPlan, MethodStats, PlanOptions, TensorInfo, ValueInfo,
 };
 pub use module::Module;
 pub use program::{

@@ -289,8 +289,20 @@ pub fn execute(
     args: &mut Args<'_>,
 ) -> Result<(), KernelError> {
     let mut call = begin(plan, ctx, args)?;
-    for i in 0..plan.ops.len() {
-        run_node(plan, ctx.pool(), &mut call, i)?;
+    match ctx.profiler() {
+        None => {
+            for i in 0..plan.ops.len() {
+                run_node(plan, ctx.pool(), &mut call, i)?;
+            }
+        }
+        Some(profiler) => {
+            for i in 0..plan.ops.len() {
+                let started = std::time::Instant::now();
+                run_node(plan, ctx.pool(), &mut call, i)?;
+                let name = plan.profile_names.get(i).map_or("?", String::as_str);
+                profiler.record(name, started.elapsed().as_nanos() as u64);
+            }
+        }
     }
     finish(plan, ctx, args, &call)
 }

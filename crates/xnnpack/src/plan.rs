@@ -72,6 +72,9 @@ impl ValuePlan {
 pub struct Plan {
     pub ops: Vec<Node>,
     pub kinds: Vec<NodeKind>,
+    /// Per node, the name its time goes under when profiled: its kind, with `qs8` for
+    /// an int8 output (a different kernel family).
+    pub profile_names: Vec<String>,
     pub values: Vec<ValuePlan>,
     /// Constant f32 data by value index (`None` for non-constants and packed-only).
     pub constants: Vec<Option<Vec<f32>>>,
@@ -235,9 +238,18 @@ pub fn build(graph: &GraphDef) -> Result<Plan, BackendError> {
         .iter()
         .map(|&(v, _)| output_in_place(&ops, &values, &inputs, &outputs, v))
         .collect();
+    let profile_names = ops
+        .iter()
+        .zip(&kinds)
+        .map(|(op, kind)| match values.get(op.output()) {
+            Some(v) if v.int8 => format!("{} qs8", kind.name()),
+            _ => kind.name().to_string(),
+        })
+        .collect();
     Ok(Plan {
         ops,
         kinds,
+        profile_names,
         values,
         constants,
         inputs,

@@ -43,13 +43,26 @@ pub struct Qs8Requant {
     pub max: i8,
 }
 
+/// `1.5 · 2^23`: added to an f32 of magnitude below `2^22`, it leaves that value
+/// rounded to the nearest integer (ties to even, the default rounding mode) in the low
+/// mantissa bits of the sum (XNNPACK's "magic bias").
+const MAGIC_BIAS: f32 = 12_582_912.0;
+
+/// `v.round_ties_even() as i32` for `|v| < 2^22`, which every clamped quantized value
+/// is: plain arithmetic the compiler vectorizes, where `round_ties_even` is a call to
+/// `rintf` per element.
+#[inline(always)]
+pub(crate) fn round_small(v: f32) -> i32 {
+    (v + MAGIC_BIAS).to_bits() as i32 - MAGIC_BIAS.to_bits() as i32
+}
+
 /// XNNPACK's requantization of one accumulator (`xnn_qs8_requantize_fp32`).
 #[inline(always)]
 pub fn requantize(acc: i32, scale: f32, zero_point: i32, min: i8, max: i8) -> i8 {
     let lo = (i32::from(min) - zero_point) as f32;
     let hi = (i32::from(max) - zero_point) as f32;
     let v = (acc as f32 * scale).max(lo).min(hi);
-    (v.round_ties_even() as i32 + zero_point) as i8
+    (round_small(v) + zero_point) as i8
 }
 
 /// An activation bound in the quantized domain: `xnn_qs8_quantize`
@@ -73,7 +86,7 @@ pub fn quantize_qs8(x: &[f32], inv_scale: f32, zero_point: i32, out: &mut [i8]) 
     let hi = (127 - zero_point) as f32;
     for (o, &v) in out.iter_mut().zip(x) {
         let v = (v * inv_scale).max(lo).min(hi);
-        *o = (v.round_ties_even() as i32 + zero_point) as i8;
+        *o = (round_small(v) + zero_point) as i8;
     }
 }
 
@@ -381,6 +394,20 @@ pub fn depthwise_conv2d_qs8(
     {
         return false;
     }
+    if mult == 1 && g.kernel_h * g.kernel_w <= DEPTHWISE_MAX_TAPS {
+        depthwise_unit_with(
+            dispatch().quant,
+            g,
+            input,
+            input_zero_point,
+            filter,
+            bias,
+            rq,
+            rows,
+            out,
+        );
+        return true;
+    }
     // Channels in blocks of CH accumulators on the stack (no allocation per call).
     const CH: usize = 64;
     for (r, oy) in rows.enumerate() {
@@ -405,4 +432,156 @@ pub fn depthwise_conv2d_qs8(
         }
     }
     true
+}
+
+/// [`depthwise_conv2d_qs8`] without a channel multiplier (every channel reads its own
+/// input channel), the operands checked by the caller, compiled for `isa`'s vector
+/// width: the same integer sums and requantization on every ISA.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn depthwise_unit_with(
+    isa: Isa,
+    g: &ConvGeometry,
+    input: &[i8],
+    zp: i32,
+    filter: &[i8],
+    bias: &[i32],
+    rq: &Qs8Requant,
+    rows: Range<usize>,
+    out: &mut [i8],
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512(p) | Isa::Avx512Vnni(p) => {
+            let _ = p;
+            // SAFETY: the proof token says the CPU has AVX-512 F and BW.
+            unsafe { depthwise_unit_avx512(g, input, zp, filter, bias, rq, rows, out) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2(p) => {
+            let _ = p;
+            // SAFETY: the proof token says the CPU has AVX2.
+            unsafe { depthwise_unit_avx2(g, input, zp, filter, bias, rq, rows, out) }
+        }
+        _ => depthwise_unit(g, input, zp, filter, bias, rq, rows, out),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn depthwise_unit_avx512(
+    g: &ConvGeometry,
+    input: &[i8],
+    zp: i32,
+    filter: &[i8],
+    bias: &[i32],
+    rq: &Qs8Requant,
+    rows: Range<usize>,
+    out: &mut [i8],
+) {
+    depthwise_unit(g, input, zp, filter, bias, rq, rows, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn depthwise_unit_avx2(
+    g: &ConvGeometry,
+    input: &[i8],
+    zp: i32,
+    filter: &[i8],
+    bias: &[i32],
+    rq: &Qs8Requant,
+    rows: Range<usize>,
+    out: &mut [i8],
+) {
+    depthwise_unit(g, input, zp, filter, bias, rq, rows, out)
+}
+
+/// The most kernel taps a window may have for the direct path below (a 5x5 kernel);
+/// bigger kernels go through the multiplier loop of [`depthwise_conv2d_qs8`].
+const DEPTHWISE_MAX_TAPS: usize = 25;
+
+/// The depthwise kernel's body in plain Rust over fixed-size channel blocks, inlined
+/// into each ISA's wrapper so that the compiler vectorizes it for that ISA. Per output
+/// pixel, the taps inside the image are listed once; then each block of channels keeps
+/// its sums in registers across them.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn depthwise_unit(
+    g: &ConvGeometry,
+    input: &[i8],
+    zp: i32,
+    filter: &[i8],
+    bias: &[i32],
+    rq: &Qs8Requant,
+    rows: Range<usize>,
+    out: &mut [i8],
+) {
+    let c = g.out_channels();
+    let lo = (i32::from(rq.min) - rq.zero_point) as f32;
+    let hi = (i32::from(rq.max) - rq.zero_point) as f32;
+    let requant = |dst: &mut [i8], acc: &[i32], c0: usize| {
+        let scales = &rq.scales[c0..c0 + acc.len()];
+        for ((o, &a), &scale) in dst.iter_mut().zip(acc).zip(scales) {
+            let v = (a as f32 * scale).max(lo).min(hi);
+            *o = (round_small(v) + rq.zero_point) as i8;
+        }
+    };
+    let mut taps = [(0usize, 0usize); DEPTHWISE_MAX_TAPS];
+    for (r, oy) in rows.enumerate() {
+        for ox in 0..g.out_w {
+            // (input offset, filter offset) of each tap inside the image.
+            let mut n = 0;
+            g.for_each_tap(oy, ox, |pixel, tap| {
+                if let Some(t) = taps.get_mut(n) {
+                    *t = (pixel * c, tap * c);
+                    n += 1;
+                }
+            });
+            let taps = &taps[..n];
+            let at = (r * g.out_w + ox) * c;
+            let dst = &mut out[at..at + c];
+            let mut c0 = 0;
+            while c0 + 64 <= c {
+                let acc = depthwise_block::<64>(taps, input, filter, bias, zp, c0);
+                requant(&mut dst[c0..c0 + 64], &acc, c0);
+                c0 += 64;
+            }
+            while c0 + 16 <= c {
+                let acc = depthwise_block::<16>(taps, input, filter, bias, zp, c0);
+                requant(&mut dst[c0..c0 + 16], &acc, c0);
+                c0 += 16;
+            }
+            for ch in c0..c {
+                let mut a = bias[ch];
+                for &(x, w) in taps {
+                    a += (i32::from(input[x + ch]) - zp) * i32::from(filter[w + ch]);
+                }
+                requant(&mut dst[ch..ch + 1], &[a], ch);
+            }
+        }
+    }
+}
+
+/// Sums of `B` channels from `c0` over the listed taps, bias first.
+#[inline(always)]
+fn depthwise_block<const B: usize>(
+    taps: &[(usize, usize)],
+    input: &[i8],
+    filter: &[i8],
+    bias: &[i32],
+    zp: i32,
+    c0: usize,
+) -> [i32; B] {
+    let mut acc = [0i32; B];
+    acc.copy_from_slice(&bias[c0..c0 + B]);
+    for &(x, w) in taps {
+        let x = &input[x + c0..x + c0 + B];
+        let w = &filter[w + c0..w + c0 + B];
+        for j in 0..B {
+            acc[j] += (i32::from(x[j]) - zp) * i32::from(w[j]);
+        }
+    }
+    acc
 }

@@ -153,3 +153,74 @@ proptest! {
         check_gemm(m, n, k, zp, seed);
     }
 }
+
+#[test]
+fn the_magic_bias_rounds_as_round_ties_even() {
+    // Every quarter from -2^12 to 2^12 (the ties included), then random values below 2^22.
+    for i in -(1 << 14)..=(1 << 14) {
+        let v = i as f32 * 0.25;
+        assert_eq!(round_small(v), v.round_ties_even() as i32, "{v}");
+    }
+    let mut next = rng(7);
+    for _ in 0..100_000 {
+        let v = (next() % (1 << 44)) as f32 / 4194304.0 - 2097152.0;
+        assert_eq!(round_small(v), v.round_ties_even() as i32, "{v}");
+    }
+}
+
+/// The depthwise kernel without a multiplier, on every ISA: channel blocks of 64 and 16
+/// and a scalar tail (83 channels), a strided padded 3x3 window and a 5x5 one.
+#[test]
+fn depthwise_without_multiplier_matches_a_direct_loop_on_every_isa() {
+    for (kernel, stride, pad) in [(3, 2, 1), (5, 1, 2)] {
+        let c = 83;
+        let g = ConvGeometry::same_on_both_axes((7, 9), (kernel, kernel), (stride, pad), (c, 1, 1));
+        let mut next = rng(11 + kernel as u64);
+        let x: Vec<i8> = (0..7 * 9 * c).map(|_| next() as i8).collect();
+        let w: Vec<i8> = (0..kernel * kernel * c).map(|_| next() as i8).collect();
+        let bias: Vec<i32> = (0..c as i32).map(|ch| ch * 37 - 1500).collect();
+        let rq = Qs8Requant {
+            scales: (0..c).map(|ch| 0.0005 + ch as f32 * 1e-5).collect(),
+            zero_point: -5,
+            min: -100,
+            max: 120,
+        };
+        let zp = 9;
+        let pixels = g.out_h * g.out_w;
+        let mut want = vec![0i8; pixels * c];
+        for oy in 0..g.out_h {
+            for ox in 0..g.out_w {
+                for ch in 0..c {
+                    let mut acc = bias[ch];
+                    for ky in 0..kernel {
+                        for kx in 0..kernel {
+                            let iy = (oy * stride + ky) as isize - pad as isize;
+                            let ix = (ox * stride + kx) as isize - pad as isize;
+                            if iy < 0 || ix < 0 || iy >= 7 || ix >= 9 {
+                                continue;
+                            }
+                            let v = i32::from(x[(iy as usize * 9 + ix as usize) * c + ch]);
+                            acc += (v - zp) * i32::from(w[(ky * kernel + kx) * c + ch]);
+                        }
+                    }
+                    want[(oy * g.out_w + ox) * c + ch] =
+                        requantize(acc, rq.scales[ch], rq.zero_point, rq.min, rq.max);
+                }
+            }
+        }
+        for &isa in Isa::available() {
+            let mut got = vec![0i8; pixels * c];
+            depthwise_unit_with(isa, &g, &x, zp, &w, &bias, &rq, 0..g.out_h, &mut got);
+            assert_eq!(got, want, "{} kernel {kernel}", isa.name());
+            // Rows from the middle land at the start of `out`.
+            let mut part = vec![0i8; 2 * g.out_w * c];
+            depthwise_unit_with(isa, &g, &x, zp, &w, &bias, &rq, 1..3, &mut part);
+            assert_eq!(
+                part[..],
+                want[g.out_w * c..3 * g.out_w * c],
+                "{}",
+                isa.name()
+            );
+        }
+    }
+}

@@ -9,8 +9,11 @@ use std::arch::x86_64::*;
 use super::qs8::{QS8_PANEL, Qs8Requant, Qs8Rows, Qs8Weights};
 use crate::CpuSupport;
 
-/// Rows per tile.
-const ROWS: usize = 8;
+/// Rows per tile, and 16-channel panels per tile: 6 x 4 accumulators, the 4 panels'
+/// weights and the broadcast row fill 30 of the 32 registers, so each broadcast of four
+/// activation bytes feeds four `vpdpbusd` (one per panel).
+const ROWS: usize = 6;
+const PANELS: usize = 4;
 
 /// The whole product on AVX-512 VNNI (operands validated by `gemm_qs8_with`).
 pub(super) fn gemm_avx512_vnni(
@@ -25,97 +28,120 @@ pub(super) fn gemm_avx512_vnni(
     assert!(a.stride >= k && a.data.len() >= (m - 1) * a.stride + k);
     assert!(ldc >= n && out.len() >= (m - 1) * ldc + n);
     assert!(rq.scales.len() >= n);
-    for p in 0..w.panels() {
-        let lanes = (n - p * QS8_PANEL).min(QS8_PANEL);
-        let mut scales = [0f32; QS8_PANEL];
-        scales[..lanes].copy_from_slice(&rq.scales[p * QS8_PANEL..p * QS8_PANEL + lanes]);
+    let panels = w.panels();
+    for p in 0..panels {
         assert!(w.panel_data(p).len() >= QS8_PANEL * w.k_padded());
+    }
+    let mut p = 0;
+    while p < panels {
+        let np = (panels - p).min(PANELS);
         let mut r = 0;
         while r < m {
             let rows = (m - r).min(ROWS);
             // SAFETY: the proof says the CPU has AVX-512 F/BW/VL and VNNI; the asserts
-            // above show rows r..r+rows of `a` hold k values each, the panel holds
-            // k_padded groups of 64 bytes, and `out` holds `lanes` bytes of each row
-            // at column p * 16.
+            // above show rows r..r+rows of `a` hold k values each, every panel holds
+            // k_padded groups of 64 bytes, and `out` holds the `n` columns of each row.
             unsafe {
-                match rows {
-                    8 => tile::<8>(a, w, rq, &scales, p, lanes, r, out, ldc),
-                    4..=7 => tile::<4>(a, w, rq, &scales, p, lanes, r, out, ldc),
-                    2 | 3 => tile::<2>(a, w, rq, &scales, p, lanes, r, out, ldc),
-                    _ => tile::<1>(a, w, rq, &scales, p, lanes, r, out, ldc),
+                match (rows, np) {
+                    (6, 4) => tile::<6, 4>(a, w, rq, p, r, out, ldc),
+                    (6, 3) => tile::<6, 3>(a, w, rq, p, r, out, ldc),
+                    (6, 2) => tile::<6, 2>(a, w, rq, p, r, out, ldc),
+                    (6, _) => tile::<6, 1>(a, w, rq, p, r, out, ldc),
+                    (3..=5, 4) => tile::<3, 4>(a, w, rq, p, r, out, ldc),
+                    (3..=5, 3) => tile::<3, 3>(a, w, rq, p, r, out, ldc),
+                    (3..=5, 2) => tile::<3, 2>(a, w, rq, p, r, out, ldc),
+                    (3..=5, _) => tile::<3, 1>(a, w, rq, p, r, out, ldc),
+                    (_, 4) => tile::<1, 4>(a, w, rq, p, r, out, ldc),
+                    (_, 3) => tile::<1, 3>(a, w, rq, p, r, out, ldc),
+                    (_, 2) => tile::<1, 2>(a, w, rq, p, r, out, ldc),
+                    (_, _) => tile::<1, 1>(a, w, rq, p, r, out, ldc),
                 }
             }
             r += match rows {
-                8 => 8,
-                4..=7 => 4,
-                2 | 3 => 2,
+                6 => 6,
+                3..=5 => 3,
                 _ => 1,
             };
         }
+        p += np;
     }
 }
 
+/// Rows `r0..r0 + R` times panels `p0..p0 + P` (the last panel of the weights may be
+/// partial: its missing lanes are neither read from the scales nor stored).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn tile<const R: usize>(
+unsafe fn tile<const R: usize, const P: usize>(
     a: &Qs8Rows,
     w: &Qs8Weights,
     rq: &Qs8Requant,
-    scales: &[f32; QS8_PANEL],
-    p: usize,
-    lanes: usize,
+    p0: usize,
     r0: usize,
     out: &mut [i8],
     ldc: usize,
 ) {
-    let k = w.k();
+    let (k, n) = (w.k(), w.n());
     let full = k / 4;
-    let data = w.panel_data(p).as_ptr();
-    let bias = w.panel_bias(p, true).as_ptr();
-    // SAFETY (whole function): see the caller; group t of the panel is the 64 bytes at
-    // t * 64, rows are read at r * stride + 4 t + 0..4 for 4 t + 4 <= k, and the tail
-    // bytes one by one.
+    // SAFETY (whole function): see the caller; group t of panel p is the 64 bytes at
+    // t * 64 of its data, rows are read at r * stride + 4 t + 0..4 for 4 t + 4 <= k, and
+    // the tail bytes one by one; each panel's bias holds 16 lanes.
     unsafe {
-        let b = _mm512_loadu_si512(bias.cast());
-        let mut acc = [b; R];
+        let data: [*const i8; P] = std::array::from_fn(|j| w.panel_data(p0 + j).as_ptr());
+        let mut acc: [[__m512i; P]; R] = [std::array::from_fn(|j| {
+            _mm512_loadu_si512(w.panel_bias(p0 + j, true).as_ptr().cast())
+        }); R];
         let rows: [*const i8; R] =
             std::array::from_fn(|r| a.data.as_ptr().add((r0 + r) * a.stride));
+        // The sign flip in the vector unit, after a broadcast straight from memory: the
+        // scalar flip before a broadcast from a general register costs more per product.
+        let flip = _mm512_set1_epi32(0x8080_8080_u32 as i32);
         for t in 0..full {
-            let wv = _mm512_loadu_si512(data.add(t * 64).cast());
+            let wv: [__m512i; P] =
+                std::array::from_fn(|j| _mm512_loadu_si512(data[j].add(t * 64).cast()));
             for (acc, &row) in acc.iter_mut().zip(&rows) {
-                let v = row.add(4 * t).cast::<u32>().read_unaligned() ^ 0x8080_8080;
-                *acc = _mm512_dpbusd_epi32(*acc, _mm512_set1_epi32(v as i32), wv);
+                let v = _mm512_set1_epi32(row.add(4 * t).cast::<i32>().read_unaligned());
+                let v = _mm512_xor_si512(v, flip);
+                for (acc, &wv) in acc.iter_mut().zip(&wv) {
+                    *acc = _mm512_dpbusd_epi32(*acc, v, wv);
+                }
             }
         }
         if !k.is_multiple_of(4) {
-            let wv = _mm512_loadu_si512(data.add(full * 64).cast());
+            let wv: [__m512i; P] =
+                std::array::from_fn(|j| _mm512_loadu_si512(data[j].add(full * 64).cast()));
             for (acc, &row) in acc.iter_mut().zip(&rows) {
                 let mut bytes = [0u8; 4];
                 for (j, b) in bytes.iter_mut().enumerate().take(k % 4) {
                     *b = (*row.add(4 * full + j) as u8) ^ 0x80;
                 }
-                let v = u32::from_le_bytes(bytes);
-                *acc = _mm512_dpbusd_epi32(*acc, _mm512_set1_epi32(v as i32), wv);
+                let v = _mm512_set1_epi32(u32::from_le_bytes(bytes) as i32);
+                for (acc, &wv) in acc.iter_mut().zip(&wv) {
+                    *acc = _mm512_dpbusd_epi32(*acc, v, wv);
+                }
             }
         }
-        let vs = _mm512_loadu_ps(scales.as_ptr());
         let zp = rq.zero_point;
         let lo = _mm512_set1_ps((i32::from(rq.min) - zp) as f32);
         let hi = _mm512_set1_ps((i32::from(rq.max) - zp) as f32);
         let vzp = _mm512_set1_epi32(zp);
-        let mask: __mmask16 = if lanes == 16 {
-            0xffff
-        } else {
-            (1u16 << lanes) - 1
-        };
-        for (r, acc) in acc.iter().enumerate() {
-            let f = _mm512_mul_ps(_mm512_cvtepi32_ps(*acc), vs);
-            let f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
-            // Round to nearest-even (the default MXCSR mode), as lrintf.
-            let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), vzp);
-            let bytes = _mm512_cvtepi32_epi8(q);
-            let dst = out.as_mut_ptr().add((r0 + r) * ldc + p * QS8_PANEL);
-            _mm_mask_storeu_epi8(dst, mask, bytes);
+        for j in 0..P {
+            let c0 = (p0 + j) * QS8_PANEL;
+            let lanes = (n - c0).min(QS8_PANEL);
+            let mask: __mmask16 = if lanes == 16 {
+                0xffff
+            } else {
+                (1u16 << lanes) - 1
+            };
+            let vs = _mm512_maskz_loadu_ps(mask, rq.scales.as_ptr().add(c0));
+            for (r, acc) in acc.iter().enumerate() {
+                let f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[j]), vs);
+                let f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+                // Round to nearest-even (the default MXCSR mode), as lrintf.
+                let q = _mm512_add_epi32(_mm512_cvtps_epi32(f), vzp);
+                let bytes = _mm512_cvtepi32_epi8(q);
+                let dst = out.as_mut_ptr().add((r0 + r) * ldc + c0);
+                _mm_mask_storeu_epi8(dst, mask, bytes);
+            }
         }
     }
 }

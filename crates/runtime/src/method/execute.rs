@@ -41,6 +41,7 @@ impl Method {
             temp,
             stats,
             profile,
+            node_times,
             ..
         } = self;
         let MethodPlan {
@@ -92,7 +93,12 @@ impl Method {
                 Step::Delegate { delegate, args } => {
                     let loaded = &delegates[*delegate];
                     let scope = TempScope::new(temp.as_deref().map(|t| t as &dyn MemoryAllocator));
-                    let ctx = KernelContext::new(storage.access(), scope, pool);
+                    let node_times = node_times.as_ref().map(|t| t.of(&loaded.backend));
+                    let ctx = KernelContext::new(storage.access(), scope, pool).with_profiler(
+                        node_times
+                            .as_ref()
+                            .map(|t| t as &dyn etch_kernels::NodeProfiler),
+                    );
                     let mut a = Args::new(values, args);
                     let r = loaded.handle.execute(&ctx, &mut a);
                     record_scratch(stats, &ctx);

@@ -524,6 +524,7 @@ impl Method {
             temp,
             stats: MethodStats::default(),
             profile: None,
+            node_times: None,
             _planned_reservation: planned_reservation,
             planned_allocator: Arc::clone(memory_allocator),
         })

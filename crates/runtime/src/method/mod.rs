@@ -7,6 +7,7 @@ mod fold;
 mod io;
 mod load;
 mod meta;
+mod node_profile;
 
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ use crate::RuntimeError;
 
 pub use io::TensorView;
 pub(crate) use load::file_plan;
+pub use node_profile::DelegateNodeProfile;
 
 /// The instructions folding at load removed from a method, by kind
 /// ([`MethodPlan::folded_steps`]).
@@ -256,6 +258,8 @@ pub struct Method {
     temp: Option<Box<dyn MemoryAllocator>>,
     stats: MethodStats,
     profile: Option<Vec<InstructionProfile>>,
+    /// Time per node inside delegates (with `profile`).
+    node_times: Option<node_profile::NodeTimes>,
     /// Each planned buffer whole (what [`Method::reset_state`] clears).
     planned_spans: Vec<etch_memory::Span>,
     /// Mutable buffers with initial contents in the file.
@@ -322,6 +326,7 @@ impl Method {
 
     /// Turns per-instruction profiling (time and heap allocations) on or off.
     pub fn set_profiling(&mut self, on: bool) {
+        self.node_times = on.then(node_profile::NodeTimes::default);
         self.profile = on.then(|| {
             self.plan
                 .steps
@@ -337,6 +342,15 @@ impl Method {
     /// Per-instruction measurements since profiling was turned on.
     pub fn profile(&self) -> Option<&[InstructionProfile]> {
         self.profile.as_deref()
+    }
+
+    /// Time per node inside the delegates since profiling was turned on, by backend and
+    /// node name in the order they first ran (empty when the delegates report none).
+    pub fn delegate_node_profile(&self) -> Vec<DelegateNodeProfile> {
+        self.node_times
+            .as_ref()
+            .map(node_profile::NodeTimes::rows)
+            .unwrap_or_default()
     }
 
     /// Returns the session's state to what it was at creation: every planned buffer is
