@@ -255,6 +255,21 @@ pub(crate) fn im2col_rows<T: Copy + Default>(
         let mut at = 0;
         for ky in 0..g.kernel_h {
             let iy = g.source_row(oy, ky);
+            // A kernel row wholly inside the image, over all channels and with no
+            // dilation, is one run of the input: one copy instead of one per tap.
+            if let (Some(iy), Some(ix0), Some(_)) = (
+                iy,
+                g.source_col(ox, 0),
+                g.source_col(ox, g.kernel_w.saturating_sub(1)),
+            ) && g.groups == 1
+                && g.dilation_w == 1
+            {
+                let len = g.kernel_w * c;
+                let s = (iy * g.in_w + ix0) * c;
+                row[at..at + len].copy_from_slice(&input[s..s + len]);
+                at += len;
+                continue;
+            }
             for kx in 0..g.kernel_w {
                 let ix = g.source_col(ox, kx);
                 let dst = &mut row[at..at + g.group_in];

@@ -224,3 +224,67 @@ fn depthwise_without_multiplier_matches_a_direct_loop_on_every_isa() {
         }
     }
 }
+
+/// im2col rows against a per-tap gather, on geometries where whole kernel rows are one
+/// run of the input (copied at once) and where they are not (padding, dilation, groups).
+#[test]
+fn im2col_rows_match_a_per_tap_gather() {
+    let geometries = [
+        ConvGeometry::same_on_both_axes((6, 7), (3, 3), (1, 1), (1, 8, 5)),
+        ConvGeometry::same_on_both_axes((9, 5), (3, 3), (2, 0), (1, 4, 3)),
+        ConvGeometry::same_on_both_axes((6, 6), (3, 3), (1, 1), (2, 3, 2)),
+        ConvGeometry {
+            dilation_w: 2,
+            ..ConvGeometry::same_on_both_axes((8, 9), (3, 3), (1, 0), (1, 4, 2))
+        },
+    ];
+    for g in geometries {
+        let g = ConvGeometry {
+            out_w: if g.dilation_w == 2 { 5 } else { g.out_w },
+            ..g
+        };
+        let mut next = rng(3 + g.in_w as u64);
+        let c = g.in_channels();
+        let x: Vec<i8> = (0..g.in_h * g.in_w * c).map(|_| next() as i8).collect();
+        let patch = g.patch_len();
+        let stride = patch.div_ceil(4) * 4;
+        let pixels = g.out_h * g.out_w;
+        for group in 0..g.groups {
+            let mut col = vec![99i8; pixels * stride];
+            assert!(im2col_qs8(&g, &x, -7, group, 0..pixels, &mut col, stride));
+            for p in 0..pixels {
+                let (oy, ox) = (p / g.out_w, p % g.out_w);
+                let mut want = Vec::new();
+                for ky in 0..g.kernel_h {
+                    for kx in 0..g.kernel_w {
+                        let iy =
+                            (oy * g.stride_h + ky * g.dilation_h) as isize - g.pad_top as isize;
+                        let ix =
+                            (ox * g.stride_w + kx * g.dilation_w) as isize - g.pad_left as isize;
+                        for ch in 0..g.group_in {
+                            want.push(
+                                if iy < 0
+                                    || ix < 0
+                                    || iy >= g.in_h as isize
+                                    || ix >= g.in_w as isize
+                                {
+                                    -7
+                                } else {
+                                    x[(iy as usize * g.in_w + ix as usize) * c
+                                        + group * g.group_in
+                                        + ch]
+                                },
+                            );
+                        }
+                    }
+                }
+                want.resize(stride, 0);
+                assert_eq!(
+                    col[p * stride..(p + 1) * stride],
+                    want[..],
+                    "{g:?} pixel {p}"
+                );
+            }
+        }
+    }
+}
