@@ -1389,6 +1389,8 @@ fn run_profile_shows_the_nodes_inside_delegates() {
         "{nodes:?}"
     );
     assert_eq!(runs("Convert qs8"), Some(2), "{nodes:?}");
+    // Every ReLU6 after a convolution is folded into it at load (exact for int8).
+    assert_eq!(runs("Clamp qs8"), None, "{nodes:?}");
     let text = etch(&[&args[..], &["--profile"]].concat());
     assert_ok(&text);
     let text = String::from_utf8_lossy(&text.stdout);

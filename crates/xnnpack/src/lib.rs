@@ -42,6 +42,7 @@ mod batch;
 mod call_cache;
 mod dims;
 mod exec;
+mod fuse;
 mod graph;
 pub mod header;
 mod node_reader;

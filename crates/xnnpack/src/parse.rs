@@ -88,8 +88,9 @@ pub fn parse_graph(
         }
     }
     let mut values = values;
-    let nodes = parse_nodes(&root, &values, &index_of)?;
+    let mut nodes = parse_nodes(&root, &values, &index_of)?;
     check_dataflow(&values, &nodes)?;
+    crate::fuse::fuse_int8_clamps(&values, &mut nodes);
     round_trip_dynamic_conv_inputs(&mut values, &nodes)?;
     let num_args = values
         .iter()
