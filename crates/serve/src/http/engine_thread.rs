@@ -178,19 +178,51 @@ impl EngineLoop {
     }
 
     /// Waits for work (the pool's workers asleep), then serves until idle again with
-    /// the workers polling for the kernels' parallel loops.
+    /// the workers polling for the kernels' parallel loops. A panic while serving (a
+    /// bug) ends the turns in flight with an error and the engine goes on serving.
     fn run(mut self) {
         let pool = Arc::clone(self.engine.module().pool());
         loop {
-            match self.commands.recv() {
-                Ok(c) => self.command(c),
-                Err(_) => return,
+            if self.is_idle() {
+                match self.commands.recv() {
+                    Ok(c) => self.command(c),
+                    Err(_) => return,
+                }
             }
-            let open = pool.install_hot(|| self.serve_until_idle());
-            if !open {
-                return;
+            let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                pool.install_hot(|| self.serve_until_idle())
+            }));
+            match served {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(panic) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "unknown".into());
+                    self.recover(&what);
+                }
             }
         }
+    }
+
+    /// After a panic unwound through the running turns: each ends with an error, their
+    /// sessions are freed and left dirty (they start over), waiting requests stay.
+    fn recover(&mut self, what: &str) {
+        eprintln!(
+            "etch serve: internal error in the engine: {what}; {} turn(s) in flight end \
+             with it, their sessions start over",
+            self.running.len()
+        );
+        for events in self.streams.drain(..) {
+            let e = etch_llm::LlmError::Model(format!("internal error: {what}"));
+            let _ = events.send(TurnEvent::Failed(TurnError::Llm(e)));
+        }
+        self.running.clear();
+        self.finished.clear();
+        self.engine.abandon_all();
+        self.metrics.observe(&self.engine);
     }
 
     fn is_idle(&self) -> bool {
@@ -395,5 +427,81 @@ impl EngineLoop {
             };
             let _ = events.send(event);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etch_llm::{Runner, RunnerOptions, SamplingConfig};
+
+    fn engine_loop(dir: &std::path::Path) -> (EngineLoop, mpsc::Sender<Command>) {
+        let fixtures =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+        let tokenizer = dir.join("tokenizer.json");
+        let json = etch_llm::tokenizer::byte_level_tokenizer_json(0);
+        std::fs::write(&tokenizer, json.to_string()).unwrap();
+        let options = RunnerOptions {
+            threads: 1,
+            ..Default::default()
+        };
+        let runner =
+            Runner::load(&fixtures.join("tiny_llama_fp32.pte"), &tokenizer, &options).unwrap();
+        let engine = Engine::new(runner, etch_llm::EngineOptions { max_sessions: 2 });
+        let (tx, rx) = mpsc::channel();
+        (
+            EngineLoop::new(engine, Arc::new(Metrics::default()), rx),
+            tx,
+        )
+    }
+
+    fn generate(session: Option<&str>) -> (Command, tmpsc::UnboundedReceiver<TurnEvent>) {
+        let (events, rx) = tmpsc::unbounded_channel();
+        let request = TurnRequest {
+            session: session.map(str::to_string),
+            prompt: vec![5, 6, 7],
+            max_new_tokens: Some(4),
+            sampling: SamplingConfig::default(),
+            stop: Vec::new(),
+            ignore_eos: true,
+        };
+        let cancel = Arc::new(AtomicBool::new(false));
+        (
+            Command::Generate {
+                request,
+                events,
+                cancel,
+            },
+            rx,
+        )
+    }
+
+    /// What a panic mid-step leaves (`run` catches it and calls `recover`): the turns in
+    /// flight end with an error, and the next request in the same session is served.
+    #[test]
+    fn after_a_panic_the_turns_in_flight_fail_and_the_engine_serves_on() {
+        let dir = std::env::temp_dir().join(format!("etch-engine-recover-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (mut engine, _commands) = engine_loop(&dir);
+        let (command, mut first) = generate(Some("s"));
+        engine.command(command);
+        engine.admit();
+        assert_eq!(engine.running.len(), 1);
+        engine.recover("injected");
+        assert!(matches!(first.try_recv(), Ok(TurnEvent::Started)));
+        assert!(matches!(first.try_recv(), Ok(TurnEvent::Failed(_))));
+        assert!(engine.is_idle());
+        let (command, mut second) = generate(Some("s"));
+        engine.command(command);
+        assert!(engine.serve_until_idle());
+        let mut done = None;
+        while let Ok(event) = second.try_recv() {
+            if let TurnEvent::Done(c) = event {
+                done = Some(c);
+            }
+        }
+        let done = done.expect("the next turn completes");
+        assert_eq!(done.completion_tokens, 4);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
