@@ -894,6 +894,16 @@ def test_disconnects_at_random_points(server):
     _assert_no_session_leaked(server, baseline_in_use)
 
 
+def _restart_and_check(server, first):
+    """Starts the stopped server again; it must answer as a fresh one, no session held."""
+    server.start()
+    _wait_healthy(server)
+    again = server.chat(HI)
+    assert content_of(again) == content_of(first)
+    assert counts(again) == counts(first)
+    _assert_no_session_leaked(server, _named_in_use(server))
+
+
 def _stream_in_thread(server, body, session, results, key):
     """Reads a streamed chat on a thread: results[key] gets (events seen, whether it
     ended with [DONE], the error if the connection failed)."""
@@ -950,12 +960,7 @@ def test_worker_killed_mid_request(server):
     assert server.get("/health").status == 503, server.log_tail()
     # Restart: the server and a fresh worker.
     assert not server.stop(), server.log_tail()
-    server.start()
-    _wait_healthy(server)
-    again = server.chat(HI)
-    assert content_of(again) == content_of(first)
-    assert counts(again) == counts(first)
-    _assert_no_session_leaked(server, _named_in_use(server))
+    _restart_and_check(server, first)
 
 
 def test_sigterm_during_a_batch(server):
@@ -997,9 +1002,4 @@ def test_sigterm_during_a_batch(server):
             time.sleep(0.1)
         assert not _alive(worker), "etch-worker outlived its server"
         server.worker_pid = None
-    server.start()
-    _wait_healthy(server)
-    again = server.chat(HI)
-    assert content_of(again) == content_of(first)
-    assert counts(again) == counts(first)
-    _assert_no_session_leaked(server, _named_in_use(server))
+    _restart_and_check(server, first)

@@ -12,3 +12,12 @@
 
 pub mod http;
 pub mod worker;
+
+/// The message a caught panic carries (`"unknown"` when it is not a string).
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown".into())
+}

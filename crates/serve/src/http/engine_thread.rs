@@ -195,14 +195,7 @@ impl EngineLoop {
             match served {
                 Ok(true) => {}
                 Ok(false) => return,
-                Err(panic) => {
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown".into());
-                    self.recover(&what);
-                }
+                Err(panic) => self.recover(&crate::panic_message(&*panic)),
             }
         }
     }

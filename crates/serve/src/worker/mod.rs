@@ -159,11 +159,7 @@ impl<'a, W: Write> Worker<'a, W> {
             match handled {
                 Ok(result) => result?,
                 Err(panic) => {
-                    let what = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown".into());
+                    let what = crate::panic_message(&*panic);
                     let freed = self.engine.abandon_all();
                     eprintln!(
                         "etch-worker: internal error handling a request: {what} \
