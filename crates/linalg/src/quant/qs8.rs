@@ -264,6 +264,8 @@ pub fn gemm_qs8_with(
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512Vnni(t) => super::qs8_x86::gemm_avx512_vnni(t, a, w, rq, out, ldc),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2(t) => super::qs8_x86::gemm_avx2(t, a, w, rq, out, ldc),
         _ => gemm_qs8_scalar(a, w, rq, out, ldc),
     }
     Ok(())

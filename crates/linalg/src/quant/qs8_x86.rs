@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use super::qs8::{QS8_PANEL, Qs8Requant, Qs8Rows, Qs8Weights};
+use super::qs8::{QS8_PANEL, Qs8Requant, Qs8Rows, Qs8Weights, requantize};
 use crate::CpuSupport;
 
 /// Rows per tile, and 16-channel panels per tile: 6 x 4 accumulators, the 4 panels'
@@ -142,6 +142,78 @@ unsafe fn tile<const R: usize, const P: usize>(
                 let dst = out.as_mut_ptr().add((r0 + r) * ldc + c0);
                 _mm_mask_storeu_epi8(dst, mask, bytes);
             }
+        }
+    }
+}
+
+/// The whole product on AVX2, one row at a time: the row's four inputs of a group,
+/// sign-extended to 16 bits and repeated, times each 16-byte quarter of the group's 64
+/// weight bytes (four channels of four) sign-extended likewise, by `vpmaddwd`: two
+/// partial sums per channel, added at the end. Exact integer sums (a pair of products
+/// fits 32 bits), then the scalar requantization: the scalar twin's bytes.
+pub(super) fn gemm_avx2(
+    _proof: CpuSupport,
+    a: &Qs8Rows,
+    w: &Qs8Weights,
+    rq: &Qs8Requant,
+    out: &mut [i8],
+    ldc: usize,
+) {
+    let (m, n, k) = (a.m, w.n(), w.k());
+    assert!(a.stride >= k && a.data.len() >= (m - 1) * a.stride + k);
+    assert!(ldc >= n && out.len() >= (m - 1) * ldc + n);
+    assert!(rq.scales.len() >= n);
+    for p in 0..w.panels() {
+        let data = w.panel_data(p);
+        assert!(data.len() >= QS8_PANEL * w.k_padded());
+        let bias = w.panel_bias(p, false);
+        let lanes = (n - p * QS8_PANEL).min(QS8_PANEL);
+        for r in 0..m {
+            let row = &a.data[r * a.stride..r * a.stride + k];
+            let mut pairs = [0i32; 2 * QS8_PANEL];
+            // SAFETY: the proof says the CPU has AVX2; the panel holds k_padded / 4
+            // groups of 64 bytes (asserted), `pairs` 32 values.
+            unsafe { row_pairs_avx2(row, data, &mut pairs) };
+            let dst = &mut out[r * ldc + p * QS8_PANEL..r * ldc + p * QS8_PANEL + lanes];
+            for (c, o) in dst.iter_mut().enumerate() {
+                let acc = bias[c] + pairs[2 * c] + pairs[2 * c + 1];
+                let ch = p * QS8_PANEL + c;
+                *o = requantize(acc, rq.scales[ch], rq.zero_point, rq.min, rq.max);
+            }
+        }
+    }
+}
+
+/// The 32 partial sums of one row against one packed panel (`data` at least
+/// `k.div_ceil(4) * 64` bytes).
+#[target_feature(enable = "avx2")]
+unsafe fn row_pairs_avx2(row: &[i8], data: &[i8], pairs: &mut [i32; 2 * QS8_PANEL]) {
+    let k = row.len();
+    let groups = k.div_ceil(4);
+    // SAFETY (whole function): group t's weights are data[64 t..64 t + 64] (the caller
+    // checked the panel's length); the row is read at 4 t..4 t + 4 for whole groups and
+    // byte by byte in the last one; `pairs` holds four vectors of eight.
+    unsafe {
+        let mut acc = [_mm256_setzero_si256(); 4];
+        let d = data.as_ptr();
+        for t in 0..groups {
+            let x4 = if 4 * t + 4 <= k {
+                row.as_ptr().add(4 * t).cast::<i32>().read_unaligned()
+            } else {
+                let mut b = [0u8; 4];
+                for (j, b) in b.iter_mut().enumerate() {
+                    *b = row.get(4 * t + j).map_or(0, |&v| v as u8);
+                }
+                i32::from_le_bytes(b)
+            };
+            let xs = _mm256_cvtepi8_epi16(_mm_set1_epi32(x4));
+            for (q, acc) in acc.iter_mut().enumerate() {
+                let wq = _mm_loadu_si128(d.add(64 * t + 16 * q).cast());
+                *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(xs, _mm256_cvtepi8_epi16(wq)));
+            }
+        }
+        for (q, acc) in acc.iter().enumerate() {
+            _mm256_storeu_si256(pairs.as_mut_ptr().add(8 * q).cast(), *acc);
         }
     }
 }
