@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use etch_kernels::{BackendError, KernelError, ThreadPool};
 use etch_linalg::conv::{self, ConvGeometry};
-use etch_linalg::quant::qs8::{Qs8Requant, Qs8Rows, Qs8Weights, gemm_qs8_parallel, im2col_qs8};
+use etch_linalg::quant::qs8::{
+    Qs8Requant, Qs8Rows, Qs8Weights, gemm_qs8, gemm_qs8_parallel, im2col_qs8,
+};
 use etch_linalg::{GemmF32, PackedB, RhsF32, gemm_f32};
 
 use crate::dims::Dims;
@@ -352,29 +354,52 @@ impl Convolution {
             };
             return gemm_qs8_parallel(pool, &rows, w, rq, out, co).map_err(linalg);
         }
+        // Each task of the pool takes a share of the output pixels and runs their
+        // im2col blocks and products on its own scratch (the im2col is as much work as
+        // a thin product: done once before a split product, it would not scale).
         let col = int8_mut(col);
-        if col.len() < IM2COL_BLOCK * stride {
+        let block = IM2COL_BLOCK * stride;
+        let threads = pool.threads().max(1);
+        let per_task = pixels.div_ceil(threads).max(1);
+        let tasks = pixels.div_ceil(per_task);
+        if col.len() < tasks * block || out.len() < pixels * co {
             return Err(short("im2col scratch"));
         }
-        let col = &mut col[..IM2COL_BLOCK * stride];
-        let mut p0 = 0;
-        while p0 < pixels {
-            let nb = IM2COL_BLOCK.min(pixels - p0);
-            for (grp, (w, rq)) in groups.iter().zip(group_rq).enumerate() {
-                if !im2col_qs8(g, x, zp, grp, p0..p0 + nb, &mut col[..nb * stride], stride) {
-                    return Err(short("im2col"));
+        let failed = AtomicBool::new(false);
+        pool.for_each_chunk_mut_with_scratch(
+            &mut out[..pixels * co],
+            per_task * co,
+            1,
+            &mut col[..tasks * block],
+            block,
+            |t, out, col| {
+                let first = t * per_task;
+                let task = first..first + out.len() / co.max(1);
+                let mut p0 = task.start;
+                while p0 < task.end {
+                    let nb = IM2COL_BLOCK.min(task.end - p0);
+                    for (grp, (w, rq)) in groups.iter().zip(group_rq).enumerate() {
+                        let col = &mut col[..nb * stride];
+                        let done = im2col_qs8(g, x, zp, grp, p0..p0 + nb, col, stride) && {
+                            let rows = Qs8Rows {
+                                m: nb,
+                                stride,
+                                data: col,
+                            };
+                            out.get_mut((p0 - task.start) * co + grp * g.group_out..)
+                                .is_some_and(|dst| gemm_qs8(&rows, w, rq, dst, co).is_ok())
+                        };
+                        if !done {
+                            failed.store(true, Ordering::Relaxed);
+                            return;
+                        }
+                    }
+                    p0 += nb;
                 }
-                let rows = Qs8Rows {
-                    m: nb,
-                    stride,
-                    data: &col[..nb * stride],
-                };
-                let dst = out
-                    .get_mut(p0 * co + grp * g.group_out..)
-                    .ok_or_else(|| short("convolution"))?;
-                gemm_qs8_parallel(pool, &rows, w, rq, dst, co).map_err(linalg)?;
-            }
-            p0 += nb;
+            },
+        );
+        if failed.into_inner() {
+            return Err(short("convolution"));
         }
         Ok(())
     }
