@@ -151,10 +151,10 @@ impl NodeOp for Binary {
         let (f, min, max) = match self.kind {
             BinaryKind::F32 { f, min, max } => (f, min, max),
             BinaryKind::Int8Add(p) => {
-                return run_int8(&|x, y| p.apply(x, y), (ad, a, bd, b, yd), out);
+                return run_int8(call.pool, &|x, y| p.apply(x, y), (ad, a, bd, b, yd), out);
             }
             BinaryKind::Int8Multiply(p) => {
-                return run_int8(&|x, y| p.apply(x, y), (ad, a, bd, b, yd), out);
+                return run_int8(call.pool, &|x, y| p.apply(x, y), (ad, a, bd, b, yd), out);
             }
         };
         let pool = call.pool;
@@ -185,9 +185,11 @@ impl NodeOp for Binary {
     }
 }
 
-/// An int8 binary node: `g` on the bytes of the operands, broadcast.
+/// An int8 binary node: `g` on the bytes of the operands, broadcast; chunks of the
+/// output on the pool when neither operand needs broadcasting (a residual `Add`).
 fn run_int8(
-    g: &impl Fn(i8, i8) -> i8,
+    pool: &ThreadPool,
+    g: &(impl Fn(i8, i8) -> i8 + Sync),
     (ad, a, bd, b, yd): (&Dims, &[f32], &Dims, &[f32], &Dims),
     out: &mut [f32],
 ) -> Result<(), KernelError> {
@@ -197,6 +199,17 @@ fn run_int8(
     let out = int8_mut(out)
         .get_mut(..numel(yd)?)
         .ok_or_else(|| short("binary"))?;
+    let n = out.len();
+    if a.len() == n && b.len() == n {
+        let step = n.div_ceil(elementwise_tasks(pool, n)).max(1);
+        pool.for_each_chunk_mut(out, step, 1, |i, chunk| {
+            let (a, b) = (&a[i * step..][..chunk.len()], &b[i * step..][..chunk.len()]);
+            for ((o, &x), &y) in chunk.iter_mut().zip(a).zip(b) {
+                *o = g(x, y);
+            }
+        });
+        return Ok(());
+    }
     binary_with(g, BroadcastOperands { ad, a, bd, b, yd }, out)
 }
 
