@@ -111,6 +111,25 @@ pub fn transpose<T: Copy>(
         src[i] = xs[p];
     }
     let dst = contiguous_strides(&yd);
+    let r = xd.rank();
+    if r > 0 && yd.get(r - 1) < xd.get(r - 1) {
+        // The output's innermost axis is the shorter (an NCHW image to NHWC: runs of 3
+        // channels): walk the input's axes instead, reading runs of its innermost axis
+        // and writing them strided, for far fewer and longer runs.
+        let mut dst_of_x = [0usize; MAX_DIMS];
+        for (i, &p) in perm.as_slice().iter().enumerate() {
+            dst_of_x[p] = dst[i];
+        }
+        let dst_step = dst_of_x[r - 1];
+        return for_each_run(xd, &xs, &dst_of_x, |so, d, run, _| {
+            let src = x.get(so..so + run).ok_or_else(|| short("transpose"))?;
+            for (j, &v) in src.iter().enumerate() {
+                *out.get_mut(d + j * dst_step)
+                    .ok_or_else(|| short("transpose"))? = v;
+            }
+            Ok(())
+        });
+    }
     for_each_run(&yd, &src, &dst, |so, d, run, step| {
         let o = out.get_mut(d..d + run).ok_or_else(|| short("transpose"))?;
         if step == 1 {
@@ -127,6 +146,46 @@ pub fn transpose<T: Copy>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Both walks (output-major and input-major) against index arithmetic, on every
+    /// permutation of a 4-d tensor with axes of different lengths.
+    #[test]
+    fn transposes_every_permutation_of_four_axes() {
+        let xd = Dims::new(&[2, 3, 5, 4]).unwrap();
+        let x: Vec<u16> = (0..120).collect();
+        let perms = [
+            [0, 1, 2, 3],
+            [0, 2, 3, 1],
+            [0, 3, 1, 2],
+            [3, 2, 1, 0],
+            [1, 0, 3, 2],
+            [2, 3, 0, 1],
+            [0, 1, 3, 2],
+            [3, 0, 1, 2],
+        ];
+        for perm in perms {
+            let mut out = vec![0u16; 120];
+            transpose(&xd, &Dims::new(&perm).unwrap(), &x, &mut out).unwrap();
+            let yd: Vec<usize> = perm.iter().map(|&p| xd.get(p)).collect();
+            let xs = [60, 20, 4, 1];
+            let mut k = 0;
+            for a in 0..yd[0] {
+                for b in 0..yd[1] {
+                    for c in 0..yd[2] {
+                        for d in 0..yd[3] {
+                            let idx = [a, b, c, d];
+                            let mut src = 0;
+                            for i in 0..4 {
+                                src += idx[i] * xs[perm[i]];
+                            }
+                            assert_eq!(out[k], x[src], "{perm:?} at {idx:?}");
+                            k += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn transposes_a_matrix() {
