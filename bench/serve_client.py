@@ -63,3 +63,30 @@ def stream(port, path, body):
         if line.startswith("data: ") and line != "data: [DONE]":
             yield time.perf_counter(), json.loads(line[6:])
     conn.close()
+
+
+def server_metrics(port):
+    """`GET /metrics` of an `etch serve`: each `etch_*` sample by name."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("etch_"):
+            name, value = line.split()
+            out[name] = float(value)
+    return out
+
+
+def proc_status_bytes(pid, field):
+    """A memory field of `/proc/PID/status` (`VmRSS`, `VmHWM`) in bytes; None if gone."""
+    try:
+        for line in open(f"/proc/{pid}/status"):
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

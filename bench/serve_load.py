@@ -27,10 +27,30 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_client import etch_serve_process  # noqa: E402
+from serve_client import etch_serve_process, proc_status_bytes, server_metrics  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = (ROOT / "bench" / "prompt_text.txt").read_text().split()
+
+
+def words(rng, n):
+    """`n` words of the prompt text from a random place in it."""
+    start = rng.randrange(len(WORDS))
+    return " ".join(WORDS[(start + j) % len(WORDS)] for j in range(n))
+
+
+def chat_body(rng, messages):
+    """A chat body of the mix: a short or longer reply, streamed or not, greedy or
+    sampled."""
+    body = {"messages": messages, "max_tokens": rng.choice([4, 16, 32, 64]),
+            "stream": rng.random() < 0.5}
+    if rng.random() < 0.7:
+        body["temperature"] = 0
+    else:
+        body.update(temperature=0.8, seed=rng.randrange(1 << 30))
+    if body["stream"]:
+        body["stream_options"] = {"include_usage": True}
+    return body
 
 
 def make_requests(n, sessions, seed):
@@ -40,22 +60,10 @@ def make_requests(n, sessions, seed):
     for i in range(n):
         roll = rng.random()
         if roll < 0.02:
-            kind, words = "too_long", 3000
+            kind, length = "too_long", 3000
         else:
-            kind, words = "normal", rng.choice([3, 10, 40, 120, 300])
-        start = rng.randrange(len(WORDS))
-        text = " ".join(WORDS[(start + j) % len(WORDS)] for j in range(words))
-        body = {
-            "messages": [{"role": "user", "content": text}],
-            "max_tokens": rng.choice([4, 16, 32, 64]),
-            "stream": rng.random() < 0.5,
-        }
-        if rng.random() < 0.7:
-            body["temperature"] = 0
-        else:
-            body.update(temperature=0.8, seed=rng.randrange(1 << 30))
-        if body["stream"]:
-            body["stream_options"] = {"include_usage": True}
+            kind, length = "normal", rng.choice([3, 10, 40, 120, 300])
+        body = chat_body(rng, [{"role": "user", "content": words(rng, length)}])
         # Named sessions s0.. (two more ids than the server holds: those meet 429), or none.
         session = f"s{rng.randrange(sessions + 2)}" if rng.random() < 0.6 else None
         if session is not None:
@@ -121,27 +129,6 @@ def percentile(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-def metric(port, name):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
-    conn.close()
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
-
-
-def peak_rss(pid):
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--etch", default=str(ROOT / "target" / "release" / "etch"))
@@ -172,8 +159,9 @@ def main():
             for f in cf.as_completed(futures):
                 results[futures[f][0]] = (futures[f], f.result())
         elapsed = time.perf_counter() - started
-        batched_steps = metric(port, "etch_batched_decode_steps_total")
-        batched_tokens = metric(port, "etch_batched_decode_tokens_total")
+        m = server_metrics(port)
+        batched_steps = m.get("etch_batched_decode_steps_total")
+        batched_tokens = m.get("etch_batched_decode_tokens_total")
         # The greedy anonymous requests again, one at a time, on the now idle server.
         greedy = [(meta, r) for meta, r in results.values()
                   if r and r["status"] == 200 and meta[1] is None and meta[2].get("temperature") == 0]
@@ -182,7 +170,7 @@ def main():
             alone = send(port, body, a.request_timeout)
             if alone.get("text") != r.get("text"):
                 mismatches.append({"request": i, "under_load": r.get("text"), "alone": alone.get("text")})
-        rss = peak_rss(server.pid)
+        rss = proc_status_bytes(server.pid, "VmHWM")
         health_conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         health_conn.request("GET", "/health")
         health = health_conn.getresponse().status

@@ -38,27 +38,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_client import etch_serve_process  # noqa: E402
-from serve_load import WORDS, send  # noqa: E402
+from serve_client import etch_serve_process, proc_status_bytes, server_metrics  # noqa: E402
+from serve_load import chat_body, send, words  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def words(rng, n):
-    start = rng.randrange(len(WORDS))
-    return " ".join(WORDS[(start + j) % len(WORDS)] for j in range(n))
-
-
-def chat_body(rng, messages):
-    body = {"messages": messages, "max_tokens": rng.choice([4, 16, 32, 64]),
-            "stream": rng.random() < 0.5}
-    if rng.random() < 0.7:
-        body["temperature"] = 0
-    else:
-        body.update(temperature=0.8, seed=rng.randrange(1 << 30))
-    if body["stream"]:
-        body["stream_options"] = {"include_usage": True}
-    return body
 
 
 def call(port, method, path, timeout=60):
@@ -69,16 +52,6 @@ def call(port, method, path, timeout=60):
         return r.status, r.read()
     finally:
         conn.close()
-
-
-def metrics(port):
-    _, text = call(port, "GET", "/metrics")
-    out = {}
-    for line in text.decode().splitlines():
-        if line.startswith("etch_"):
-            name, value = line.split()
-            out[name] = float(value)
-    return out
 
 
 def abandon(port, body, timeout):
@@ -168,16 +141,6 @@ def client(port, seed, deadline, sessions, tally, timeout):
                     tally.problems.append(f"session op on {session}: status {status}")
 
 
-def vm(pid, field):
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--etch", default=str(ROOT / "target" / "release" / "etch"))
@@ -216,9 +179,10 @@ def main():
             t.start()
 
         def sample():
-            m = metrics(port)
+            m = server_metrics(port)
             s = {"seconds": round(time.monotonic() - started, 1),
-                 "rss_bytes": vm(server.pid, "VmRSS"), "peak_rss_bytes": vm(server.pid, "VmHWM"),
+                 "rss_bytes": proc_status_bytes(server.pid, "VmRSS"),
+                 "peak_rss_bytes": proc_status_bytes(server.pid, "VmHWM"),
                  **{k[len("etch_"):]: v for k, v in m.items()}}
             samples.append(s)
             if out:

@@ -160,8 +160,6 @@ pub struct EngineMemory {
     pub planned_bytes: usize,
     /// Free kernel scratch the sessions' temp allocators keep for reuse.
     pub temp_cached_bytes: usize,
-    /// The most kernel scratch any one session has had live at once.
-    pub temp_live_peak_bytes: usize,
 }
 
 struct Slot {
@@ -328,10 +326,8 @@ impl Engine {
         let mut memory = EngineMemory::default();
         for slot in &self.slots {
             let method = slot.session.method();
-            let temp = method.temp_allocator_stats();
             memory.planned_bytes += method.planned_bytes();
-            memory.temp_cached_bytes += temp.bytes_cached;
-            memory.temp_live_peak_bytes = memory.temp_live_peak_bytes.max(temp.peak_bytes_live);
+            memory.temp_cached_bytes += method.temp_allocator_stats().bytes_cached;
         }
         memory
     }

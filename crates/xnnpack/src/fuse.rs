@@ -13,8 +13,8 @@ use crate::nodes::quantized::per_tensor;
 use crate::schema::NodeKind;
 
 /// Folds each int8 `Clamp` whose input only it reads, written by a `Conv2d` or
-/// `DepthwiseConv2d`, into that convolution. Returns how many were folded.
-pub(crate) fn fuse_int8_clamps(values: &[ValueDef], nodes: &mut Vec<NodeDef>) -> usize {
+/// `DepthwiseConv2d`, into that convolution.
+pub(crate) fn fuse_int8_clamps(values: &[ValueDef], nodes: &mut Vec<NodeDef>) {
     let mut readers = vec![0usize; values.len()];
     for node in nodes.iter() {
         for v in node.inputs.iter().flatten() {
@@ -65,11 +65,6 @@ pub(crate) fn fuse_int8_clamps(values: &[ValueDef], nodes: &mut Vec<NodeDef>) ->
         writer[y] = Some(p);
         folded[c] = true;
     }
-    let count = folded.iter().filter(|&&f| f).count();
-    let mut i = 0;
-    nodes.retain(|_| {
-        i += 1;
-        !folded[i - 1]
-    });
-    count
+    let mut keep = folded.into_iter().map(|f| !f);
+    nodes.retain(|_| keep.next().unwrap_or(true));
 }

@@ -15,6 +15,19 @@ use crate::CpuSupport;
 const ROWS: usize = 6;
 const PANELS: usize = 4;
 
+/// What the kernels' unsafe loads rely on (`gemm_qs8_with` has checked it; asserted
+/// again beside the `unsafe`): rows of `a` hold `k` values each, `out` the `n` columns
+/// of each of its `m` rows, and every packed panel `k_padded` groups of 64 bytes.
+fn assert_operands_fit(a: &Qs8Rows, w: &Qs8Weights, rq: &Qs8Requant, out: &[i8], ldc: usize) {
+    let (m, n, k) = (a.m, w.n(), w.k());
+    assert!(a.stride >= k && a.data.len() >= (m - 1) * a.stride + k);
+    assert!(ldc >= n && out.len() >= (m - 1) * ldc + n);
+    assert!(rq.scales.len() >= n);
+    for p in 0..w.panels() {
+        assert!(w.panel_data(p).len() >= QS8_PANEL * w.k_padded());
+    }
+}
+
 /// The whole product on AVX-512 VNNI (operands validated by `gemm_qs8_with`).
 pub(super) fn gemm_avx512_vnni(
     _proof: CpuSupport,
@@ -24,14 +37,8 @@ pub(super) fn gemm_avx512_vnni(
     out: &mut [i8],
     ldc: usize,
 ) {
-    let (m, n, k) = (a.m, w.n(), w.k());
-    assert!(a.stride >= k && a.data.len() >= (m - 1) * a.stride + k);
-    assert!(ldc >= n && out.len() >= (m - 1) * ldc + n);
-    assert!(rq.scales.len() >= n);
-    let panels = w.panels();
-    for p in 0..panels {
-        assert!(w.panel_data(p).len() >= QS8_PANEL * w.k_padded());
-    }
+    assert_operands_fit(a, w, rq, out, ldc);
+    let (m, panels) = (a.m, w.panels());
     let mut p = 0;
     while p < panels {
         let np = (panels - p).min(PANELS);
@@ -159,20 +166,17 @@ pub(super) fn gemm_avx2(
     out: &mut [i8],
     ldc: usize,
 ) {
+    assert_operands_fit(a, w, rq, out, ldc);
     let (m, n, k) = (a.m, w.n(), w.k());
-    assert!(a.stride >= k && a.data.len() >= (m - 1) * a.stride + k);
-    assert!(ldc >= n && out.len() >= (m - 1) * ldc + n);
-    assert!(rq.scales.len() >= n);
     for p in 0..w.panels() {
         let data = w.panel_data(p);
-        assert!(data.len() >= QS8_PANEL * w.k_padded());
         let bias = w.panel_bias(p, false);
         let lanes = (n - p * QS8_PANEL).min(QS8_PANEL);
         for r in 0..m {
             let row = &a.data[r * a.stride..r * a.stride + k];
             let mut pairs = [0i32; 2 * QS8_PANEL];
             // SAFETY: the proof says the CPU has AVX2; the panel holds k_padded / 4
-            // groups of 64 bytes (asserted), `pairs` 32 values.
+            // groups of 64 bytes (`assert_operands_fit`), `pairs` 32 values.
             unsafe { row_pairs_avx2(row, data, &mut pairs) };
             let dst = &mut out[r * ldc + p * QS8_PANEL..r * ldc + p * QS8_PANEL + lanes];
             for (c, o) in dst.iter_mut().enumerate() {
